@@ -1,0 +1,37 @@
+# blockdraft: set-up, tests and the demo on a fresh machine of this kind.
+#   make test   -> system deps, .venv, KenLM tools + native search, then the fast test suite
+#   make demo   -> the same set-up, then the main job on the embedded default corpus
+PY      := .venv/bin/python
+STAMP   := .venv/.blockdraft-installed
+
+.PHONY: setup test test-all demo lint bench-rescore clean
+
+setup: $(STAMP) build/kenlm/.stamp
+
+$(STAMP): pyproject.toml scripts/setup_venv.sh
+	bash scripts/install_system_deps.sh
+	bash scripts/setup_venv.sh
+	touch $@
+
+build/kenlm/.stamp: $(STAMP) scripts/build_kenlm.sh native/kenlm_pbest.cc
+	bash scripts/build_kenlm.sh
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q
+
+test-all: setup
+	$(PY) -m pytest -q -m "slow or not slow"
+
+demo: setup
+	$(PY) -m blockdraft demo
+
+lint: setup
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m mypy src
+
+bench-rescore: setup
+	$(PY) benchmarks/bench_rescore.py
+
+clean:
+	rm -rf build .venv .pytest_cache

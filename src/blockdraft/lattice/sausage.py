@@ -1,0 +1,337 @@
+"""The sausage lattice of one BPD step (Kim et al. 2024, sec. 6.3, Fig. 4; SPEC sec. 3).
+
+Slot ``i`` (1-based in the papers, row ``i - 1`` here) holds the top-``k`` tokens of head ``i``
+with their natural-log probabilities, best first. A path picks one token per slot; distinct
+paths are distinct strings because the tokens within a slot are distinct.
+
+Public surface:
+    SausageLattice(tokens, scores)      validated, immutable; ``[h, k]`` each
+    SausageLattice.from_logits(logits, k, certain_first=True)    from one step's ``[h, V]``
+    SausageLattice.from_logits_batch(logits, k, certain_first=True)  ``[B, h, V]`` -> list
+    .num_paths, .path_score(tokens), .best_paths(p)   (p-best 0-gram: head scores alone)
+
+Ragged slots: a slot may hold fewer than ``k`` arcs (slot 1 with ``certain_first``, or a head
+whose vocabulary is masked with ``-inf``). Missing arcs are padding at the end of the row:
+token ``-1`` and score ``-inf``. ``counts[i]`` is the number of real arcs in slot ``i``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blockdraft.drafts.batch import DraftBatch
+from blockdraft.errors import BlockdraftError
+
+PAD_TOKEN = -1
+"""Token id of a padding arc (an absent arc at the end of a ragged slot)."""
+
+
+class LatticeError(BlockdraftError, ValueError):
+    """A lattice was built from, or asked about, invalid input."""
+
+
+def _as_numpy(x: Any) -> np.ndarray:
+    """A numpy view of a numpy array or a torch tensor (without importing torch)."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):
+        x = x.detach().float().cpu().numpy()
+    return np.asarray(x)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+def log_softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Natural-log softmax in float64; ``-inf`` logits stay ``-inf``."""
+    z = np.asarray(logits, dtype=np.float64)
+    m = np.max(z, axis=axis, keepdims=True)
+    shifted = z - m
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+@dataclass(frozen=True, eq=False)
+class SausageLattice:
+    """An ``h``-slot sausage lattice with up to ``k`` arcs per slot.
+
+    Attributes:
+        tokens: int64 ``[h, k]``, token ids, best first per slot, distinct within a slot;
+            padding (``-1``) only after the real arcs.
+        scores: float64 ``[h, k]``, natural-log probabilities (higher is better), non-increasing
+            along each slot; ``-inf`` exactly at padding.
+
+    Raises:
+        LatticeError: on a shape, dtype, ordering, duplicate, NaN or padding violation; the
+            message names the offending slot and value.
+    """
+
+    tokens: np.ndarray
+    scores: np.ndarray
+
+    def __post_init__(self) -> None:
+        tokens = _as_numpy(self.tokens)
+        scores = _as_numpy(self.scores)
+        if tokens.ndim != 2:
+            raise LatticeError(f"tokens must be a 2-D [h, k] array, got shape {tokens.shape}")
+        if scores.shape != tokens.shape:
+            raise LatticeError(
+                f"scores shape {scores.shape} does not match tokens shape {tokens.shape}"
+            )
+        h, k = tokens.shape
+        if h == 0:
+            raise LatticeError("a lattice needs at least one slot (h >= 1), got h = 0")
+        if k == 0:
+            raise LatticeError("a lattice needs at least one arc per slot (k >= 1), got k = 0")
+        if tokens.dtype.kind not in "iu":
+            if tokens.dtype.kind == "f" and np.all(np.isfinite(tokens)) and np.all(
+                tokens == np.round(tokens)
+            ):
+                tokens = tokens.astype(np.int64)
+            else:
+                raise LatticeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+        tokens = tokens.astype(np.int64)
+        scores = scores.astype(np.float64)
+        if np.isnan(scores).any():
+            i, j = np.argwhere(np.isnan(scores))[0]
+            raise LatticeError(f"score of slot {i + 1}, arc {j + 1} is NaN")
+        if np.isposinf(scores).any():
+            i, j = np.argwhere(np.isposinf(scores))[0]
+            raise LatticeError(f"score of slot {i + 1}, arc {j + 1} is +inf")
+        pad = tokens == PAD_TOKEN
+        if (tokens < PAD_TOKEN).any():
+            i, j = np.argwhere(tokens < PAD_TOKEN)[0]
+            raise LatticeError(
+                f"token id {tokens[i, j]} in slot {i + 1} is negative; ids are >= 0 "
+                f"({PAD_TOKEN} marks padding)"
+            )
+        for i in range(h):
+            row_pad = pad[i]
+            n = int(np.argmax(row_pad)) if row_pad.any() else k
+            if n == 0:
+                raise LatticeError(f"slot {i + 1} has no arcs (all padding)")
+            if row_pad[n:].sum() != k - n:
+                raise LatticeError(
+                    f"slot {i + 1}: padding ({PAD_TOKEN}) must come after all real arcs, "
+                    f"got tokens {tokens[i].tolist()}"
+                )
+            if not np.all(np.isneginf(scores[i, n:])):
+                raise LatticeError(f"slot {i + 1}: padding arcs must have score -inf")
+            real = scores[i, :n]
+            if np.isneginf(real).any():
+                raise LatticeError(
+                    f"slot {i + 1}: a real arc has score -inf; drop it (pad with "
+                    f"{PAD_TOKEN}) instead"
+                )
+            if np.any(np.diff(real) > 0):
+                raise LatticeError(
+                    f"slot {i + 1}: scores must be sorted best first, got {real.tolist()}"
+                )
+            row = tokens[i, :n]
+            if np.unique(row).size != n:
+                vals, cnt = np.unique(row, return_counts=True)
+                raise LatticeError(
+                    f"slot {i + 1}: token {int(vals[cnt > 1][0])} appears more than once; "
+                    "tokens within a slot must be distinct"
+                )
+        object.__setattr__(self, "tokens", _readonly(tokens))
+        object.__setattr__(self, "scores", _readonly(scores))
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_logits(cls, logits: Any, k: int, certain_first: bool = True) -> SausageLattice:
+        """The top-``k`` lattice of one step's head logits.
+
+        Args:
+            logits: ``[h, V]`` numpy array or torch tensor of raw logits (any float dtype).
+                ``-inf`` masks a token; NaN and ``+inf`` are errors.
+            k: arcs per slot, ``1 <= k <= V``.
+            certain_first: keep slot 1 as the argmax alone (the certain token, SPEC sec. 2);
+                ``False`` keeps its top ``k`` too (analysis only).
+
+        Returns:
+            A lattice whose scores are ``log_softmax(logits)`` (nats). Ties in a slot are
+            broken by the smaller token id.
+
+        Raises:
+            LatticeError: on a bad shape, NaN/+inf logits, a slot with every logit ``-inf``,
+                or ``k`` outside ``[1, V]``.
+        """
+        z = _as_numpy(logits)
+        if z.ndim != 2:
+            raise LatticeError(
+                f"from_logits expects [h, V] logits, got shape {z.shape}; use "
+                "from_logits_batch for [B, h, V]"
+            )
+        return cls.from_logits_batch(z[None], k, certain_first)[0]
+
+    @classmethod
+    def from_logits_batch(
+        cls, logits: Any, k: int, certain_first: bool = True
+    ) -> list[SausageLattice]:
+        """One lattice per row of ``[B, h, V]`` logits (see :meth:`from_logits`)."""
+        z = _as_numpy(logits)
+        if z.ndim != 3:
+            raise LatticeError(f"from_logits_batch expects [B, h, V] logits, got {z.shape}")
+        b, h, v = z.shape
+        if h == 0:
+            raise LatticeError("logits have h = 0 heads; a lattice needs h >= 1")
+        if v == 0:
+            raise LatticeError("logits have an empty vocabulary (V = 0)")
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise LatticeError(f"k must be a positive integer, got {k!r}")
+        if k > v:
+            raise LatticeError(f"k = {k} exceeds the vocabulary size V = {v}; use k <= {v}")
+        z = z.astype(np.float64)
+        if np.isnan(z).any():
+            idx = tuple(int(i) for i in np.argwhere(np.isnan(z))[0])
+            raise LatticeError(f"logits contain NaN (first at [batch, head, token] = {idx})")
+        if np.isposinf(z).any():
+            idx = tuple(int(i) for i in np.argwhere(np.isposinf(z))[0])
+            raise LatticeError(f"logits contain +inf (first at [batch, head, token] = {idx})")
+        dead = np.all(np.isneginf(z), axis=-1)
+        if dead.any():
+            bi, hi = (int(i) for i in np.argwhere(dead)[0])
+            raise LatticeError(f"every logit of head {hi + 1} (batch row {bi}) is -inf")
+        logp = log_softmax(z)
+        # Top k by (score desc, token id asc): argpartition, then an exact sort of the k.
+        part = np.argpartition(-logp, k - 1, axis=-1)[..., :k]
+        part_scores = np.take_along_axis(logp, part, axis=-1)
+        order = np.lexsort((part, -part_scores), axis=-1)
+        top_ids = np.take_along_axis(part, order, axis=-1).astype(np.int64)
+        top_scores = np.take_along_axis(part_scores, order, axis=-1)
+        # argpartition may pick among tied boundary scores arbitrarily; make the choice the
+        # smallest ids by re-selecting when the k-th score has ties outside the selection.
+        top_ids, top_scores = _fix_boundary_ties(logp, top_ids, top_scores, k)
+        masked = np.isneginf(top_scores)
+        top_ids[masked] = PAD_TOKEN
+        if certain_first:
+            top_ids[:, 0, 1:] = PAD_TOKEN
+            top_scores[:, 0, 1:] = -np.inf
+        return [cls(tokens=top_ids[i], scores=top_scores[i]) for i in range(b)]
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def h(self) -> int:
+        """Number of slots (heads)."""
+        return int(self.tokens.shape[0])
+
+    @property
+    def k(self) -> int:
+        """Maximum arcs per slot (the array width)."""
+        return int(self.tokens.shape[1])
+
+    @property
+    def counts(self) -> np.ndarray:
+        """int64 ``[h]``: real arcs per slot."""
+        return np.sum(self.tokens != PAD_TOKEN, axis=1).astype(np.int64)
+
+    @property
+    def num_paths(self) -> int:
+        """Number of paths (exact Python int; ``k^h`` without padding)."""
+        return math.prod(int(c) for c in self.counts)
+
+    def slot(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """The real arcs of slot ``i`` (0-based): ``(tokens [n], scores [n])``."""
+        n = int(self.counts[i])
+        return self.tokens[i, :n], self.scores[i, :n]
+
+    def arc_index(self, path: Any) -> np.ndarray:
+        """Arc index per slot of a path given as token ids ``[h]``.
+
+        Raises:
+            LatticeError: if the path has the wrong length or a token is not in its slot.
+        """
+        path = np.asarray(path).reshape(-1)
+        if path.shape[0] != self.h:
+            raise LatticeError(f"path has {path.shape[0]} tokens, the lattice {self.h} slots")
+        out = np.empty(self.h, dtype=np.int64)
+        for i, tok in enumerate(path.tolist()):
+            hits = np.flatnonzero(self.slot(i)[0] == tok)
+            if hits.size == 0:
+                raise LatticeError(
+                    f"token {tok} is not in slot {i + 1} (holds {self.slot(i)[0].tolist()})"
+                )
+            out[i] = hits[0]
+        return out
+
+    def path_score(self, path: Any) -> float:
+        """Sum of the head scores (nats) along a path given as token ids ``[h]``."""
+        arcs = self.arc_index(path)
+        return float(np.sum(self.scores[np.arange(self.h), arcs]))
+
+    def vanilla(self) -> np.ndarray:
+        """int64 ``[h]``: the top arc of every slot (the vanilla BPD draft)."""
+        return self.tokens[:, 0].copy()
+
+    # ------------------------------------------------------------------ p-best 0-gram
+    def best_paths(self, p: int) -> DraftBatch:
+        """The ``p`` best paths by head scores alone ("p-best 0-gram BPD"), best first.
+
+        Exact lazy k-best enumeration of a sum of independent slot scores: a heap of rank
+        vectors, each popped vector spawning its successors by bumping one slot at or after
+        the last slot it bumped (so every vector is generated once). ``O(p h log p)``.
+        Ties are broken by the lexicographically smaller rank vector. When the lattice has
+        fewer than ``p`` paths, all are returned and the batch is ``exhausted``.
+        """
+        if not isinstance(p, (int, np.integer)) or isinstance(p, bool) or p < 1:
+            raise LatticeError(f"p must be a positive integer, got {p!r}")
+        counts = self.counts.tolist()
+        sc = self.scores
+        h = self.h
+        start = (0,) * h
+        best_total = float(np.sum(sc[:, 0]))
+        heap: list[tuple[float, tuple[int, ...], int]] = [(-best_total, start, 0)]
+        out_ranks: list[tuple[int, ...]] = []
+        out_scores: list[float] = []
+        while heap and len(out_ranks) < p:
+            neg, ranks, first = heapq.heappop(heap)
+            out_ranks.append(ranks)
+            out_scores.append(-neg)
+            for j in range(first, h):
+                r = ranks[j]
+                if r + 1 < counts[j]:
+                    nxt = ranks[:j] + (r + 1,) + ranks[j + 1 :]
+                    total = -neg - sc[j, r] + sc[j, r + 1]
+                    heapq.heappush(heap, (-total, nxt, j))
+        ranks_arr = np.array(out_ranks, dtype=np.int64)
+        tokens = self.tokens[np.arange(h)[None, :], ranks_arr]
+        head = self.scores[np.arange(h)[None, :], ranks_arr].sum(axis=1)
+        return DraftBatch(
+            tokens=tokens,
+            scores=head,
+            head_scores=head,
+            lm_scores=np.zeros(len(out_ranks)),
+            alpha=0.0,
+            requested=int(p),
+            source="lattice",
+        )
+
+    def __repr__(self) -> str:
+        return f"SausageLattice(h={self.h}, k={self.k}, num_paths={self.num_paths})"
+
+
+def _fix_boundary_ties(
+    logp: np.ndarray, ids: np.ndarray, scores: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Make top-k selection deterministic when the k-th score is tied outside the selection.
+
+    ``argpartition`` picks an arbitrary subset among equal boundary scores; SPEC asks for
+    reproducible lattices, so among tokens tied at the boundary we keep the smallest ids.
+    Rows without such ties (almost all) are left untouched.
+    """
+    kth = scores[..., -1]
+    n_ge = np.sum(logp >= kth[..., None], axis=-1)
+    rows = np.argwhere(n_ge > k)
+    for idx in rows:
+        idx = tuple(idx)
+        row = logp[idx]
+        order = np.lexsort((np.arange(row.size), -row))[:k]
+        ids[idx] = order
+        scores[idx] = row[order]
+    return ids, scores
