@@ -312,6 +312,39 @@ class SausageLattice:
             source="lattice",
         )
 
+    # ------------------------------------------------------------------ conversions
+    def to_fst(self) -> Any:
+        """A pynini acceptor over token ids (see :mod:`blockdraft.lattice.fst`)."""
+        from blockdraft.lattice.fst import lattice_to_fst
+
+        return lattice_to_fst(self)
+
+    @classmethod
+    def from_fst(cls, fst: Any) -> SausageLattice:
+        """The lattice of a sausage-shaped acceptor made by :meth:`to_fst`."""
+        from blockdraft.lattice.fst import lattice_from_fst
+
+        return lattice_from_fst(fst)
+
+    def save(self, path: Any, **meta: Any) -> None:
+        """Write the lattice file format of :mod:`blockdraft.lattice.io`."""
+        from blockdraft.lattice.io import save_lattice
+
+        save_lattice(self, path, **meta)
+
+    @classmethod
+    def load(cls, path: Any) -> SausageLattice:
+        """Read a lattice file written by :meth:`save`."""
+        from blockdraft.lattice.io import load_lattice
+
+        return load_lattice(path).lattice
+
+    def draw(self, path: Any = None, **kwargs: Any) -> str:
+        """Draw like Kim Fig. 4; returns DOT text (see :mod:`blockdraft.lattice.draw`)."""
+        from blockdraft.lattice.draw import draw_lattice
+
+        return draw_lattice(self, path, **kwargs)
+
     def __repr__(self) -> str:
         return f"SausageLattice(h={self.h}, k={self.k}, num_paths={self.num_paths})"
 
