@@ -41,9 +41,9 @@ cp "$B/cmake/bin/lmplz" "$B/cmake/bin/build_binary" "$B/bin/"
 
 # 3. The native search library.
 mkdir -p "$(dirname "$LIB_OUT")"
-libs=$(find "$B/cmake" -name 'libkenlm.a' -o -name 'libkenlm_util.a' | sort -r | tr '\n' ' ')
-g++ -O3 -std=c++17 -shared -fPIC -DKENLM_MAX_ORDER=6 -I"$B/src" "$NATIVE_SRC" $libs \
-    -lz -lbz2 -llzma -lpthread -o "$LIB_OUT.tmp"
+g++ -O3 -std=c++17 -shared -fPIC -DKENLM_MAX_ORDER=6 -I"$B/src" "$NATIVE_SRC" \
+    -Wl,--start-group "$B/cmake/lib/libkenlm.a" "$B/cmake/lib/libkenlm_util.a" -Wl,--end-group \
+    -Wl,--no-undefined -lz -lbz2 -llzma -lpthread -o "$LIB_OUT.tmp"
 mv "$LIB_OUT.tmp" "$LIB_OUT"
 
 [ -d "$ROOT/.venv/bin" ] && ln -sf "$B/bin/lmplz" "$B/bin/build_binary" "$ROOT/.venv/bin/"

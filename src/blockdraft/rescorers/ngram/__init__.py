@@ -1,0 +1,17 @@
+"""Global n-gram rescoring: `NgramLM` (KenLM over token ids), `NgramRescorer` (exact p-best
+search or WFST composition), and `train_ngram` (lmplz + build_binary)."""
+
+from blockdraft.rescorers.ngram.lm import NgramLM, read_vocab_mapping
+from blockdraft.rescorers.ngram.rescorer import BACKENDS, NgramRescorer, SearchStats
+from blockdraft.rescorers.ngram.train import NgramTrainResult, find_kenlm_tool, train_ngram
+
+__all__ = [
+    "BACKENDS",
+    "NgramLM",
+    "NgramRescorer",
+    "NgramTrainResult",
+    "SearchStats",
+    "find_kenlm_tool",
+    "read_vocab_mapping",
+    "train_ngram",
+]

@@ -1,0 +1,210 @@
+"""Global n-gram rescoring of a sausage lattice: the p best distinct drafts (Kim sec. 7.2).
+
+A path's score (SPEC sec. 4, natural log):
+
+    score(d) = sum_i [ head_i(d_i) + alpha * ln P_LM(d_i | context, d_<i) ]
+
+Backends:
+    ``"exact"``  the true backoff semantics of the LM: every score equals scoring the path with
+                 KenLM directly, distinct strings, ties aside exactly the top p. Runs the native
+                 C++ search (``engine="native"``) or the same algorithm in Python over the
+                 ``kenlm`` module (``engine="kenlm"``).
+    ``"wfst"``   the lattice acceptor composed with an OpenFst WFST of the ARPA file (OpenGrm
+                 layout, epsilon backoff arcs) through pynini, then
+                 ``shortestpath(nshortest=p, unique=True)``. Approximate: see
+                 :mod:`blockdraft.rescorers.ngram.wfst`.
+
+The exact search: slot by slot, partial paths are grouped by their KenLM right state (equal
+states have identical futures, so only the p best partial paths of a state can reach the global
+top p); expanding a state costs one LM lookup per arc of the next slot, and the partial paths
+of a new state are a p-way merge of its incoming sorted lists.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blockdraft.drafts.batch import DraftBatch
+from blockdraft.lattice.sausage import SausageLattice
+from blockdraft.rescorers.base import RescorerError, as_context, check_p
+from blockdraft.rescorers.ngram.lm import LN10, NgramLM
+
+BACKENDS = ("exact", "wfst")
+
+
+@dataclass(frozen=True)
+class SearchStats:
+    """What one exact search did.
+
+    Attributes:
+        states: int64 ``[h]``, distinct LM states after each slot.
+        lookups: int64 ``[h]``, LM lookups made for each slot.
+    """
+
+    states: np.ndarray
+    lookups: np.ndarray
+
+
+class NgramRescorer:
+    """Rescore lattices with an n-gram LM: ``rescore(lattice, context, p) -> DraftBatch``.
+
+    Args:
+        lm: the :class:`NgramLM`.
+        alpha: LM weight, ``>= 0`` (``0`` gives p-best 0-gram BPD).
+        backend: ``"exact"`` or ``"wfst"``.
+        wfst_cache: directory for the converted WFST (``"wfst"`` only; default: beside the ARPA
+            file's cache in ``$BLOCKDRAFT_CACHE``).
+
+    The LM context is the last ``order - 1`` tokens of ``context``; an empty context starts
+    from ``<s>``.
+    """
+
+    def __init__(
+        self,
+        lm: NgramLM,
+        alpha: float = 1.0,
+        backend: str = "exact",
+        *,
+        wfst_cache: Any = None,
+    ) -> None:
+        if not isinstance(lm, NgramLM):
+            raise RescorerError(f"lm must be an NgramLM, got {type(lm).__name__}")
+        alpha = float(alpha)
+        if not np.isfinite(alpha) or alpha < 0:
+            raise RescorerError(f"alpha must be a finite number >= 0, got {alpha}")
+        if backend not in BACKENDS:
+            raise RescorerError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.lm = lm
+        self.alpha = alpha
+        self.backend = backend
+        self._wfst: Any = None
+        if backend == "wfst":
+            from blockdraft.rescorers.ngram.wfst import WfstRescorer
+
+            if not lm.is_arpa:
+                raise RescorerError(
+                    f"the wfst backend converts an ARPA file; {lm.path} is a KenLM binary: "
+                    "pass the ARPA file"
+                )
+            self._wfst = WfstRescorer.from_arpa(lm.path, alpha=alpha, cache_dir=wfst_cache)
+        self.last_stats: SearchStats | None = None
+
+    def __repr__(self) -> str:
+        return f"NgramRescorer({self.lm!r}, alpha={self.alpha}, backend={self.backend!r})"
+
+    def rescore(
+        self, lattice: SausageLattice, context: Sequence[int] | np.ndarray = (), p: int = 1
+    ) -> DraftBatch:
+        """The ``p`` best distinct paths of ``lattice``, best first (all of them, marked
+        ``exhausted``, when it has fewer than ``p``).
+
+        Args:
+            lattice: the step's sausage lattice.
+            context: the committed prefix's token ids, oldest first (may be empty).
+            p: drafts wanted, ``>= 1``.
+
+        Returns:
+            A :class:`DraftBatch`: ``tokens`` int64 ``[p, h]``, ``scores`` = head + alpha * lm
+            (nats), ``lm_scores`` the unweighted LM log-prob of each draft given the context.
+        """
+        if not isinstance(lattice, SausageLattice):
+            raise RescorerError(f"expected a SausageLattice, got {type(lattice).__name__}")
+        p = check_p(p)
+        ctx = as_context(context)
+        if self.backend == "wfst":
+            return self._wfst.rescore(lattice, ctx, p)
+        if self.lm.native_model is not None:
+            return self._rescore_native(lattice, ctx, p)
+        return self._rescore_python(lattice, ctx, p)
+
+    # ------------------------------------------------------------------ exact, native
+    def _rescore_native(self, lattice: SausageLattice, ctx: np.ndarray, p: int) -> DraftBatch:
+        lm = self.lm
+        bos, ctx_idx = lm.start(ctx)
+        words = lm.indices(np.where(lattice.tokens >= 0, lattice.tokens, 0))
+        assert lm.native_model is not None
+        arcs, total, head, lm_ln, stats = lm.native_model.pbest(
+            words, lattice.counts, lattice.scores, ctx_idx, bos, self.alpha, lm.unk_ln(), p
+        )
+        self.last_stats = SearchStats(states=stats[:, 0].copy(), lookups=stats[:, 1].copy())
+        tokens = lattice.tokens[np.arange(lattice.h)[None, :], arcs]
+        return DraftBatch(
+            tokens=tokens, scores=total, head_scores=head, lm_scores=lm_ln,
+            alpha=self.alpha, requested=p, source="ngram-exact",
+        )
+
+    # ------------------------------------------------------------------ exact, Python
+    def _rescore_python(self, lattice: SausageLattice, ctx: np.ndarray, p: int) -> DraftBatch:
+        """The same search as the native code, over the ``kenlm`` module (slow, exact)."""
+        import kenlm
+
+        lm = self.lm
+        model = lm.kenlm_model()
+        bos, _ = lm.start(ctx)
+        lm.indices(np.where(lattice.tokens >= 0, lattice.tokens, 0))  # unknown='error' check
+        unk = lm.unk_ln()
+        state = kenlm.State()
+        if bos:
+            model.BeginSentenceWrite(state)
+        else:
+            model.NullContextWrite(state)
+            for t in ctx[-(lm.order - 1):].tolist() if lm.order > 1 else []:
+                nxt = kenlm.State()
+                model.BaseScore(state, lm.word(int(t)), nxt)
+                state = nxt
+        # A bucket: (state, list of partial paths best first); a path is
+        # (total, head, lm, arcs tuple).
+        buckets: list[tuple[Any, list[tuple[float, float, float, tuple[int, ...]]]]] = [
+            (state, [(0.0, 0.0, 0.0, ())])
+        ]
+        n_states, n_lookups = [], []
+        for i in range(lattice.h):
+            toks, scs = lattice.slot(i)
+            words = [lm.word(int(t)) for t in toks.tolist()]
+            known = lm.known(toks)
+            incoming: dict[Any, list[list[tuple[float, float, float, tuple[int, ...]]]]] = {}
+            states: dict[Any, Any] = {}
+            lookups = 0
+            for st, paths in buckets:
+                for a, w in enumerate(words):
+                    out = kenlm.State()
+                    lm_ln = model.BaseScore(st, w, out) * LN10
+                    lookups += 1
+                    if unk is not None and not known[a]:
+                        lm_ln = unk
+                    hs = float(scs[a])
+                    delta = hs + self.alpha * lm_ln
+                    ext = [(t + delta, hd + hs, l + lm_ln, arcs + (a,)) for t, hd, l, arcs in paths]
+                    states.setdefault(out, out)
+                    incoming.setdefault(out, []).append(ext)
+            buckets = [
+                (states[key], heapq.nlargest(p, _merge(lists), key=lambda x: x[0]))
+                for key, lists in incoming.items()
+            ]
+            n_states.append(len(buckets))
+            n_lookups.append(lookups)
+        finals = heapq.nlargest(p, _merge([paths for _, paths in buckets]), key=lambda x: x[0])
+        self.last_stats = SearchStats(
+            states=np.array(n_states, dtype=np.int64), lookups=np.array(n_lookups, dtype=np.int64)
+        )
+        arcs = np.array([f[3] for f in finals], dtype=np.int64)
+        tokens = lattice.tokens[np.arange(lattice.h)[None, :], arcs]
+        return DraftBatch(
+            tokens=tokens,
+            scores=np.array([f[0] for f in finals]),
+            head_scores=np.array([f[1] for f in finals]),
+            lm_scores=np.array([f[2] for f in finals]),
+            alpha=self.alpha, requested=p, source="ngram-exact",
+        )
+
+
+def _merge(lists: list[list[Any]]) -> list[Any]:
+    out: list[Any] = []
+    for lst in lists:
+        out.extend(lst)
+    return out

@@ -1,0 +1,94 @@
+"""Shared fixtures: a small corpus that ships with Python, and n-gram LMs trained on it.
+
+The corpus is CPython's own documentation text (``pydoc_data.topics``), split on whitespace
+and mapped to word ids by first occurrence, so tests need nothing outside the repository.
+The last ``HELD_OUT`` tokens are held out of LM training for lattices built from unseen text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HELD_OUT = 5000
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@dataclass(frozen=True)
+class WordCorpus:
+    """Word ids of the pydoc corpus: ``train`` (lines of ids) and ``held_out`` (one array)."""
+
+    train: list[np.ndarray]
+    held_out: np.ndarray
+    vocab_size: int
+    unigram: np.ndarray  # float64 [vocab_size], training frequencies (sums to 1)
+
+
+@pytest.fixture(scope="session")
+def word_corpus() -> WordCorpus:
+    from pydoc_data.topics import topics
+
+    vocab: dict[str, int] = {}
+    lines: list[np.ndarray] = []
+    for name in sorted(topics):
+        for para in topics[name].split("\n\n"):
+            words = para.split()
+            if words:
+                lines.append(np.array([vocab.setdefault(w, len(vocab)) for w in words]))
+    flat = np.concatenate(lines)
+    train_flat = flat[:-HELD_OUT]
+    held = flat[-HELD_OUT:]
+    train, n = [], 0
+    for line in lines:
+        if n + line.size > train_flat.size:
+            break
+        train.append(line)
+        n += line.size
+    counts = np.bincount(np.concatenate(train), minlength=len(vocab)).astype(np.float64)
+    return WordCorpus(train=train, held_out=held, vocab_size=len(vocab),
+                      unigram=counts / counts.sum())
+
+
+@pytest.fixture(scope="session")
+def lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lms")
+
+
+@pytest.fixture(scope="session")
+def arpa_lms(word_corpus: WordCorpus, lm_dir: Path) -> dict[int, Path]:
+    """ARPA files of orders 2 to 5 over the pydoc word ids (binaries beside them as .bin)."""
+    from blockdraft.rescorers.base import RescorerError
+    from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
+
+    try:
+        find_kenlm_tool("lmplz")
+    except RescorerError as e:
+        pytest.skip(f"KenLM's lmplz is not built ({e}); run `make setup`")
+    return {o: train_ngram(word_corpus.train, lm_dir / f"w{o}", order=o).arpa for o in (2, 3, 4, 5)}
+
+
+def hits_lattice(
+    rng: np.random.Generator, truth: np.ndarray, k: int, unigram: np.ndarray,
+    certain_first: bool = False,
+) -> "SausageLattice":  # noqa: F821
+    """A lattice whose slot i holds ``truth[i]`` at a random rank among ``k - 1`` distractors
+    drawn by unigram frequency ("hits-heavy"), with random sorted log-prob scores."""
+    from blockdraft.lattice import PAD_TOKEN, SausageLattice
+
+    h = truth.size
+    tokens = np.full((h, k), PAD_TOKEN, dtype=np.int64)
+    scores = np.full((h, k), -np.inf)
+    for i in range(h):
+        n = 1 if (certain_first and i == 0) else k
+        row = [int(truth[i])]
+        while len(row) < n:
+            c = int(rng.choice(unigram.size, p=unigram))
+            if c not in row:
+                row.append(c)
+        rng.shuffle(row)
+        tokens[i, :n] = row
+        scores[i, :n] = np.sort(np.log(rng.dirichlet(np.ones(n))))[::-1] if n > 1 else 0.0
+    return SausageLattice(tokens=tokens, scores=scores)
