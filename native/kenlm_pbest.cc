@@ -9,9 +9,21 @@
 // sorted lists (a heap). Scores are exact: KenLM's own backoff semantics and its own
 // float log10 values, converted to natural log once per lookup.
 //
+// Pruning that keeps the search exact (branch and bound):
+//  * an upper bound on the future: for each arc, the best score any completion could add,
+//    from a backward pass over the lattice in which the LM term of a token is replaced by an
+//    upper bound that depends only on the previous token (`Bounds`: the largest probability
+//    of any n-gram ending in that token pair, plus the backoff route and a margin for any
+//    positive backoff weights); without bounds, LM log-probs are bounded by 0;
+//  * a lower bound on the p-th best score: the p-th best complete path of a cheap beam pass.
+// A partial path whose score plus its future bound falls below the lower bound cannot enter
+// the top p and is dropped, often before its LM lookup is made.
+//
 // Units: head scores and all outputs are natural-log probabilities; alpha weights the LM part.
 
 #include "lm/enumerate_vocab.hh"
+#include "lm/read_arpa.hh"
+#include "util/file_piece.hh"
 #include "lm/model.hh"
 #include "lm/state.hh"
 #include "util/string_piece.hh"
@@ -21,8 +33,10 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <limits>
+#include <memory>
+#include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -38,14 +52,71 @@ class CollectVocab : public lm::EnumerateVocab {
   std::vector<std::string> words;
 };
 
+// Upper bounds on ln P(w | any context ending in c), in log10, keyed by KenLM indices.
+struct Bounds {
+  struct Entry {
+    uint64_t key;  // (c << 32 | w) + 1; 0 = empty
+    float val;     // the largest explicit log10 prob of an n-gram ending in (c, w)
+  };
+  std::vector<Entry> table;  // open addressing, load <= 1/2
+  uint64_t mask = 0;
+  uint64_t used = 0;
+  std::vector<float> uni;  // log10 p(w)
+  std::vector<float> bo1;  // log10 backoff of the one-word context (w)
+  float margin = 0.f;      // sum over longer contexts of their largest positive backoff
+
+  static uint64_t Key(uint32_t c, uint32_t w) {
+    return ((static_cast<uint64_t>(c) << 32) | w) + 1;
+  }
+  static uint64_t Mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+  }
+  void Reserve(uint64_t n) {
+    uint64_t cap = 1024;
+    while (cap < 2 * n) cap <<= 1;
+    std::vector<Entry> old;
+    old.swap(table);
+    table.assign(cap, Entry{0, 0.f});
+    mask = cap - 1;
+    used = 0;
+    for (const Entry &e : old)
+      if (e.key) *Slot(e.key, true) = e.val;
+  }
+  float *Slot(uint64_t key, bool insert) {
+    uint64_t i = Mix(key) & mask;
+    while (true) {
+      Entry &e = table[i];
+      if (e.key == key) return &e.val;
+      if (e.key == 0) {
+        if (!insert) return nullptr;
+        if (2 * (used + 1) > table.size()) {
+          Reserve(2 * (used + 1));
+          return Slot(key, true);
+        }
+        e.key = key;
+        e.val = -std::numeric_limits<float>::infinity();
+        ++used;
+        return &e.val;
+      }
+      i = (i + 1) & mask;
+    }
+  }
+  // Bound (log10) on ln P(w | state) for a state whose most recent word is c.
+  float After(uint32_t c, uint32_t w) {
+    const float backoff_route = uni[w] + (c < bo1.size() ? bo1[c] : 0.f);
+    const float *v = Slot(Key(c, w), false);
+    return (v ? std::max(*v, backoff_route) : backoff_route) + margin;
+  }
+};
+
 struct Handle {
   lm::base::Model *model;
   std::vector<std::string> words;
   int order;
-};
-
-struct StateHash {
-  size_t operator()(const lm::ngram::State &s) const { return lm::ngram::hash_value(s); }
+  Bounds *bounds = nullptr;
 };
 
 struct Hyp {
@@ -56,7 +127,7 @@ struct Hyp {
   int32_t arc;     // index of the arc within this slot
 };
 
-// An incoming edge of a bucket: the hypotheses of bucket `from` extended by arc `arc`.
+// An edge into a new bucket: the hypotheses of bucket `from` extended by arc `arc`.
 struct Edge {
   int32_t from;
   int32_t arc;
@@ -64,10 +135,14 @@ struct Edge {
   double delta_lm;
 };
 
+// Partial paths that share one LM state. Their hypotheses are contiguous in the slot's
+// hypothesis array, best first: [begin, end). `last_arc` is the arc (in the previous slot) of
+// the state's most recent word, -1 when the state has no words (then any arc may lead here).
 struct Bucket {
   lm::ngram::State state;
-  std::vector<int32_t> hyps;  // indices into the slot's hypothesis array, best first
-  std::vector<Edge> in;
+  int32_t begin;
+  int32_t end;
+  int32_t last_arc;
 };
 
 void SetError(char *err, int errlen, const std::string &msg) {
@@ -101,6 +176,7 @@ void bd_free(void *handle) {
   Handle *h = static_cast<Handle *>(handle);
   if (!h) return;
   delete h->model;
+  delete h->bounds;
   delete h;
 }
 
@@ -160,32 +236,76 @@ double bd_score(void *handle, int bos, const uint32_t *ctx, int nctx, const uint
   return total;
 }
 
-// Exact p-best search over a sausage lattice.
-//   words  [h*k]  KenLM word indices, row-major by slot; only the first counts[i] of slot i
-//                 are arcs (the rest are padding)
-//   head   [h*k]  head scores, nats
-//   unk_ln        if not NaN, the LM log-prob (nats) given to words with index 0 (<unk>)
-//                 instead of KenLM's <unk> probability
-//   out_arcs [p*h] arc index per slot of each returned path, best first
-//   out_total/out_head/out_lm [p]
-//   stats [2*h]   per slot: number of distinct LM states after it, number of LM lookups
-// Returns the number of paths written (min(p, number of paths)), or -1 on error.
-int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
-             const uint32_t *words, const int32_t *counts, const double *head, double alpha,
-             double unk_ln, int p, int32_t *out_arcs, double *out_total, double *out_head,
-             double *out_lm, int64_t *stats) {
-  Handle *hd = static_cast<Handle *>(handle);
-  if (h <= 0 || k <= 0 || p <= 0) return -1;
-  const bool penalize_unk = !std::isnan(unk_ln);
+// Build the bigram-keyed upper bounds from the ARPA file the model was loaded from (or the
+// ARPA of the same LM when the model is a binary). Returns the number of keys, or -1 on error.
+int64_t bd_build_bounds(void *handle, const char *arpa_path, char *err, int errlen) {
+  Handle *h = static_cast<Handle *>(handle);
+  try {
+    util::FilePiece in(arpa_path);
+    std::vector<uint64_t> counts;
+    lm::ReadARPACounts(in, counts);
+    if (counts.empty()) throw std::runtime_error("no n-gram counts in the ARPA header");
+    if (static_cast<int>(counts.size()) != h->order)
+      throw std::runtime_error("the ARPA file's order differs from the loaded model's");
+    const lm::base::Vocabulary &vocab = h->model->BaseVocabulary();
+    std::unique_ptr<Bounds> b(new Bounds);
+    const size_t vsize = h->words.size();
+    b->uni.assign(vsize, 0.f);
+    b->bo1.assign(vsize, 0.f);
+    // Every n-gram's last pair is normally a bigram: size for those, grow if not.
+    b->Reserve(counts.size() > 1 ? counts[1] : 1);
+    std::vector<float> max_pos_bo(counts.size() + 1, 0.f);
+    std::vector<uint32_t> ids(counts.size());
+    for (size_t n = 1; n <= counts.size(); ++n) {
+      lm::ReadNGramHeader(in, n);
+      for (uint64_t i = 0; i < counts[n - 1]; ++i) {
+        float prob = in.ReadFloat();
+        for (size_t j = 0; j < n; ++j) ids[j] = vocab.Index(in.ReadDelimited());
+        float bo = 0.f;
+        // An optional backoff follows on the same line.
+        char c = in.get();
+        if (c == '\t' || c == ' ') {
+          bo = in.ReadFloat();
+          c = in.get();
+          while (c == ' ' || c == '\t' || c == '\r') c = in.get();
+        }
+        if (c != '\n') throw std::runtime_error("malformed n-gram line in the ARPA file");
+        if (n < counts.size() && bo > max_pos_bo[n]) max_pos_bo[n] = bo;
+        if (n == 1) {
+          b->uni[ids[0]] = prob;
+          b->bo1[ids[0]] = bo;
+        } else {
+          float *v = b->Slot(Bounds::Key(ids[n - 2], ids[n - 1]), true);
+          if (prob > *v) *v = prob;
+        }
+      }
+    }
+    // Contexts of two or more words may add a positive backoff on top of a shorter n-gram.
+    for (size_t n = 2; n < counts.size(); ++n) b->margin += max_pos_bo[n];
+    b->margin += 1e-5f;  // float rounding of the sums, log10
+    int64_t n_keys = static_cast<int64_t>(b->used);
+    delete h->bounds;
+    h->bounds = b.release();
+    return n_keys;
+  } catch (const std::exception &e) {
+    SetError(err, errlen, e.what());
+    return -1;
+  }
+}
 
-  std::vector<std::vector<Hyp>> slots(h);
+int bd_has_bounds(void *handle) { return static_cast<Handle *>(handle)->bounds != nullptr; }
+
+}  // extern "C"
+
+// One search pass over the lattice. With beam > 0 only the `beam` most promising buckets
+// survive each slot: a cheap pass whose complete paths give a lower bound on the p-th best
+// score. With lower_bound > -inf, partial paths that cannot reach it are dropped (see top).
+struct Workspace {
+  std::vector<std::vector<Hyp>> slots;
   std::vector<Bucket> cur, next;
-  std::vector<Hyp> root_hyps{Hyp{0.0, 0.0, 0.0, -1, -1}};
-  cur.push_back(Bucket{StartState(hd, bos, ctx, nctx), {0}, {}});
-  const std::vector<Hyp> *prev_hyps = &root_hyps;
-
-  std::unordered_map<lm::ngram::State, int32_t, StateHash> index;
-  // Heap entries for the p-way merge: (score, edge, position in the edge's source list).
+  std::vector<Edge> edges, sorted_edges;
+  std::vector<int32_t> edge_to, offsets, fill;
+  std::vector<int32_t> table;  // open addressing: bucket index or -1
   struct Cand {
     double score;
     int32_t edge;
@@ -193,97 +313,316 @@ int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
     bool operator<(const Cand &o) const { return score < o.score; }
   };
   std::vector<Cand> heap;
+  std::vector<std::pair<double, int32_t>> order;
+  std::vector<Hyp> root{Hyp{0.0, 0.0, 0.0, -1, -1}};
+  // Bounds for the current lattice, nats:
+  //   ub[i][x * k + a]: alpha * bound of the LM term of arc a of slot i after arc x of slot
+  //                      i-1 (slot 0: x = 0 is the start state)
+  //   any[i][a]:        the same when the previous state has no words
+  //   future[i][a]:     the best score slots i+1.. can add after arc a of slot i
+  std::vector<std::vector<double>> ub, any, future;
+};
+
+// LM lookups through the virtual interface (any KenLM model type) ...
+struct VirtualScorer {
+  const lm::base::Model *model;
+  float operator()(const lm::ngram::State &in, uint32_t w, lm::ngram::State &out) const {
+    return model->BaseScore(&in, w, &out);
+  }
+};
+// ... or, for the common probing model, direct calls the compiler can inline.
+struct ProbingScorer {
+  const lm::ngram::ProbingModel *model;
+  float operator()(const lm::ngram::State &in, uint32_t w, lm::ngram::State &out) const {
+    return model->FullScore(in, w, out).prob;
+  }
+};
+
+// Fill ws.ub / ws.any / ws.future for one lattice (see Workspace).
+static void ComputeBounds(Handle *hd, Workspace &ws, const lm::ngram::State &start, int h,
+                          int k, const uint32_t *words, const int32_t *counts,
+                          const double *head, double alpha, bool penalize_unk, double unk_ln) {
+  Bounds *b = hd->bounds;
+  const double scale = alpha * kLn10;
+  ws.ub.resize(h);
+  ws.any.resize(h);
+  ws.future.resize(h);
+  for (int i = 0; i < h; ++i) {
+    const int na = counts[i];
+    const int np = i == 0 ? 1 : counts[i - 1];
+    ws.ub[i].assign(static_cast<size_t>(np) * k, 0.0);
+    ws.any[i].assign(k, 0.0);
+    for (int a = 0; a < na; ++a) {
+      const uint32_t w = words[i * k + a];
+      if (penalize_unk && w == 0) {
+        for (int x = 0; x < np; ++x) ws.ub[i][x * k + a] = alpha * unk_ln;
+        ws.any[i][a] = alpha * unk_ln;
+        continue;
+      }
+      if (!b) continue;  // LM log-probs are <= 0: the zero bound
+      ws.any[i][a] = scale * std::min(0.f, b->uni[w]);
+      for (int x = 0; x < np; ++x) {
+        uint32_t prev_word;
+        if (i == 0) {
+          if (start.length == 0) {
+            ws.ub[i][a] = ws.any[i][a];
+            continue;
+          }
+          prev_word = start.words[0];
+        } else {
+          prev_word = words[(i - 1) * k + x];
+        }
+        ws.ub[i][x * k + a] = scale * std::min(0.f, b->After(prev_word, w));
+      }
+    }
+  }
+  // Backward pass: future[i][x] = max_a head[i+1][a] + ub[i+1][x][a] + future[i+1][a], also
+  // maximised with the any-state bound (the state after arc x may have lost its words).
+  ws.future[h - 1].assign(k, 0.0);
+  for (int i = h - 2; i >= 0; --i) {
+    ws.future[i].assign(k, -std::numeric_limits<double>::infinity());
+    const int na = counts[i + 1];
+    for (int x = 0; x < counts[i]; ++x) {
+      double best = -std::numeric_limits<double>::infinity();
+      for (int a = 0; a < na; ++a) {
+        const double tail = head[(i + 1) * k + a] + ws.future[i + 1][a];
+        const double lmb = std::max(ws.ub[i + 1][x * k + a], ws.any[i + 1][a]);
+        best = std::max(best, tail + lmb);
+      }
+      ws.future[i][x] = best;
+    }
+  }
+}
+
+template <class Scorer>
+static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State &start, int h,
+                  int k, const uint32_t *words, const int32_t *counts, const double *head,
+                  double alpha, bool penalize_unk, double unk_ln, int p, int beam,
+                  double lower_bound, int64_t *stats) {
+  ws.slots.resize(h);
+  ws.cur.clear();
+  ws.cur.push_back(Bucket{start, 0, 1, start.length ? 0 : -1});
+  const std::vector<Hyp> *prev = &ws.root;
+  const bool bounded = lower_bound > -std::numeric_limits<double>::infinity();
+  const double neg_inf = -std::numeric_limits<double>::infinity();
 
   for (int i = 0; i < h; ++i) {
     const int n_arcs = counts[i];
-    if (n_arcs <= 0 || n_arcs > k) return -1;
-    next.clear();
-    index.clear();
+    const double *fut = ws.future[i].data();
+    const double *ub = ws.ub[i].data();
+    const double *any = ws.any[i].data();
+    ws.next.clear();
+    ws.edges.clear();
+    ws.edge_to.clear();
+    size_t cap = 64;
+    while (cap < 2 * (ws.cur.size() * n_arcs + 1)) cap <<= 1;
+    ws.table.assign(cap, -1);
     int64_t lookups = 0;
-    // Expand: one LM lookup per (bucket, arc).
-    for (int32_t b = 0; b < static_cast<int32_t>(cur.size()); ++b) {
-      const lm::ngram::State &in_state = cur[b].state;
+    ws.order.clear();
+    for (size_t b = 0; b < ws.cur.size(); ++b)
+      ws.order.emplace_back((*prev)[ws.cur[b].begin].total, static_cast<int32_t>(b));
+    if (beam > 0 && static_cast<int>(ws.order.size()) > beam) {
+      std::partial_sort(ws.order.begin(), ws.order.begin() + beam, ws.order.end(),
+                        [](const auto &a, const auto &b) { return a.first > b.first; });
+      ws.order.resize(beam);
+    }
+    for (const auto &ob : ws.order) {
+      const int32_t b = ob.second;
+      const double best_in = ob.first;
+      const int32_t x = ws.cur[b].last_arc;
+      const double *row = x >= 0 ? ub + static_cast<size_t>(x) * k : any;
+      const lm::ngram::State &in_state = ws.cur[b].state;
       for (int a = 0; a < n_arcs; ++a) {
+        const double hs = head[i * k + a];
+        if (bounded && best_in + hs + row[a] + fut[a] < lower_bound) continue;
         const uint32_t w = words[i * k + a];
         lm::ngram::State out_state;
-        double lm_ln = static_cast<double>(hd->model->BaseScore(&in_state, w, &out_state)) * kLn10;
+        double lm_ln = static_cast<double>(score_fn(in_state, w, out_state)) * kLn10;
         ++lookups;
         if (penalize_unk && w == 0) lm_ln = unk_ln;
-        auto it = index.find(out_state);
+        const double delta = hs + alpha * lm_ln;
+        if (bounded && best_in + delta + fut[a] < lower_bound) continue;
+        size_t slot = lm::ngram::hash_value(out_state) & (cap - 1);
         int32_t nb;
-        if (it == index.end()) {
-          nb = static_cast<int32_t>(next.size());
-          index.emplace(out_state, nb);
-          next.push_back(Bucket{out_state, {}, {}});
-        } else {
-          nb = it->second;
+        while (true) {
+          const int32_t t = ws.table[slot];
+          if (t < 0) {
+            nb = static_cast<int32_t>(ws.next.size());
+            ws.table[slot] = nb;
+            ws.next.push_back(Bucket{out_state, 0, 0, out_state.length ? a : -1});
+            break;
+          }
+          if (ws.next[t].state == out_state) {
+            nb = t;
+            break;
+          }
+          slot = (slot + 1) & (cap - 1);
         }
-        next[nb].in.push_back(Edge{b, a, head[i * k + a] + alpha * lm_ln, lm_ln});
+        ws.edges.push_back(Edge{b, a, delta, lm_ln});
+        ws.edge_to.push_back(nb);
       }
     }
+    // Group edges by target bucket (counting sort).
+    const size_t nbk = ws.next.size();
+    ws.offsets.assign(nbk + 1, 0);
+    for (int32_t t : ws.edge_to) ++ws.offsets[t + 1];
+    for (size_t t = 0; t < nbk; ++t) ws.offsets[t + 1] += ws.offsets[t];
+    ws.sorted_edges.resize(ws.edges.size());
+    ws.fill.assign(ws.offsets.begin(), ws.offsets.end() - 1);
+    for (size_t e = 0; e < ws.edges.size(); ++e)
+      ws.sorted_edges[ws.fill[ws.edge_to[e]]++] = ws.edges[e];
     // Merge: each new bucket keeps the p best of its incoming sorted lists.
-    std::vector<Hyp> &hyps = slots[i];
+    std::vector<Hyp> &hyps = ws.slots[i];
     hyps.clear();
-    for (Bucket &nbk : next) {
-      heap.clear();
-      for (int32_t e = 0; e < static_cast<int32_t>(nbk.in.size()); ++e) {
-        const Edge &ed = nbk.in[e];
-        const Bucket &src = cur[ed.from];
-        heap.push_back(Cand{(*prev_hyps)[src.hyps[0]].total + ed.delta_total, e, 0});
-      }
-      std::make_heap(heap.begin(), heap.end());
-      while (!heap.empty() && static_cast<int>(nbk.hyps.size()) < p) {
-        std::pop_heap(heap.begin(), heap.end());
-        Cand c = heap.back();
-        heap.pop_back();
-        const Edge &ed = nbk.in[c.edge];
-        const Bucket &src = cur[ed.from];
-        const Hyp &par = (*prev_hyps)[src.hyps[c.pos]];
-        nbk.hyps.push_back(static_cast<int32_t>(hyps.size()));
-        hyps.push_back(Hyp{par.total + ed.delta_total, par.head + head[i * k + ed.arc],
-                           par.lm + ed.delta_lm, src.hyps[c.pos], ed.arc});
-        if (c.pos + 1 < static_cast<int32_t>(src.hyps.size())) {
-          const Hyp &nxt = (*prev_hyps)[src.hyps[c.pos + 1]];
-          heap.push_back(Cand{nxt.total + ed.delta_total, c.edge, c.pos + 1});
-          std::push_heap(heap.begin(), heap.end());
+    size_t kept = 0;
+    for (size_t t = 0; t < nbk; ++t) {
+      Bucket bk = ws.next[t];
+      bk.begin = static_cast<int32_t>(hyps.size());
+      const int32_t e0 = ws.offsets[t], e1 = ws.offsets[t + 1];
+      if (p == 1) {
+        // One survivor: the best incoming edge applied to its source's best hypothesis.
+        int32_t best_e = -1;
+        double best = neg_inf;
+        for (int32_t e = e0; e < e1; ++e) {
+          const Edge &ed = ws.sorted_edges[e];
+          const double sc = (*prev)[ws.cur[ed.from].begin].total + ed.delta_total;
+          if (sc > best) {
+            best = sc;
+            best_e = e;
+          }
+        }
+        if (best_e >= 0) {
+          const Edge &ed = ws.sorted_edges[best_e];
+          const int32_t src = ws.cur[ed.from].begin;
+          const Hyp &par = (*prev)[src];
+          hyps.push_back(Hyp{best, par.head + head[i * k + ed.arc], par.lm + ed.delta_lm, src,
+                             ed.arc});
+        }
+      } else {
+        ws.heap.clear();
+        for (int32_t e = e0; e < e1; ++e) {
+          const Edge &ed = ws.sorted_edges[e];
+          ws.heap.push_back(
+              Workspace::Cand{(*prev)[ws.cur[ed.from].begin].total + ed.delta_total, e, 0});
+        }
+        std::make_heap(ws.heap.begin(), ws.heap.end());
+        int taken = 0;
+        while (!ws.heap.empty() && taken < p) {
+          std::pop_heap(ws.heap.begin(), ws.heap.end());
+          const Workspace::Cand c = ws.heap.back();
+          ws.heap.pop_back();
+          const Edge &ed = ws.sorted_edges[c.edge];
+          // This edge's later hypotheses score lower with the same future: drop them all.
+          if (bounded && c.score + fut[ed.arc] < lower_bound) continue;
+          const Bucket &src = ws.cur[ed.from];
+          const int32_t par_idx = src.begin + c.pos;
+          const Hyp &par = (*prev)[par_idx];
+          hyps.push_back(Hyp{c.score, par.head + head[i * k + ed.arc], par.lm + ed.delta_lm,
+                             par_idx, ed.arc});
+          ++taken;
+          if (par_idx + 1 < src.end) {
+            ws.heap.push_back(
+                Workspace::Cand{(*prev)[par_idx + 1].total + ed.delta_total, c.edge, c.pos + 1});
+            std::push_heap(ws.heap.begin(), ws.heap.end());
+          }
         }
       }
-      nbk.in.clear();
-      nbk.in.shrink_to_fit();
+      bk.end = static_cast<int32_t>(hyps.size());
+      if (bk.end > bk.begin) ws.next[kept++] = bk;
     }
+    ws.next.resize(kept);
     if (stats) {
-      stats[2 * i] = static_cast<int64_t>(next.size());
-      stats[2 * i + 1] = lookups;
+      stats[2 * i] += static_cast<int64_t>(kept);
+      stats[2 * i + 1] += lookups;
     }
-    std::swap(cur, next);
-    prev_hyps = &slots[i];
+    std::swap(ws.cur, ws.next);
+    prev = &ws.slots[i];
+    if (ws.cur.empty()) return 0;
   }
+  return static_cast<int>(ws.cur.size());
+}
 
-  // Final: the global p best over all buckets' lists (each sorted): one more p-way merge.
+// The global p best over the final buckets' sorted lists (one more p-way merge).
+static std::vector<int32_t> FinalBest(Workspace &ws, int h, int p) {
   std::vector<int32_t> best;
-  heap.clear();
-  for (int32_t b = 0; b < static_cast<int32_t>(cur.size()); ++b) {
-    heap.push_back(Cand{(*prev_hyps)[cur[b].hyps[0]].total, b, 0});
+  const std::vector<Hyp> &last = ws.slots[h - 1];
+  ws.heap.clear();
+  for (int32_t b = 0; b < static_cast<int32_t>(ws.cur.size()); ++b) {
+    ws.heap.push_back(Workspace::Cand{last[ws.cur[b].begin].total, b, ws.cur[b].begin});
   }
-  std::make_heap(heap.begin(), heap.end());
-  while (!heap.empty() && static_cast<int>(best.size()) < p) {
-    std::pop_heap(heap.begin(), heap.end());
-    Cand c = heap.back();
-    heap.pop_back();
-    best.push_back(cur[c.edge].hyps[c.pos]);
-    if (c.pos + 1 < static_cast<int32_t>(cur[c.edge].hyps.size())) {
-      heap.push_back(Cand{(*prev_hyps)[cur[c.edge].hyps[c.pos + 1]].total, c.edge, c.pos + 1});
-      std::push_heap(heap.begin(), heap.end());
+  std::make_heap(ws.heap.begin(), ws.heap.end());
+  while (!ws.heap.empty() && static_cast<int>(best.size()) < p) {
+    std::pop_heap(ws.heap.begin(), ws.heap.end());
+    const Workspace::Cand c = ws.heap.back();
+    ws.heap.pop_back();
+    best.push_back(c.pos);
+    if (c.pos + 1 < ws.cur[c.edge].end) {
+      ws.heap.push_back(Workspace::Cand{last[c.pos + 1].total, c.edge, c.pos + 1});
+      std::push_heap(ws.heap.begin(), ws.heap.end());
     }
   }
+  return best;
+}
+
+extern "C" {
+
+// Exact p-best search over a sausage lattice.
+//   words  [h*k]  KenLM word indices, row-major by slot; only the first counts[i] of slot i
+//                 are arcs (the rest are padding); arcs sorted by head score, best first
+//   head   [h*k]  head scores, nats
+//   unk_ln        if not NaN, the LM log-prob (nats, <= 0) given to words with index 0 (<unk>)
+//                 instead of KenLM's <unk> probability
+//   beam          width of the bounding pre-pass (0: none, plain exhaustive search); the
+//                 future bounds are tight when bd_build_bounds was called, else LM <= 0
+//   out_arcs [p*h] arc index per slot of each returned path, best first
+//   out_total/out_head/out_lm [p]
+//   stats [2*h]   per slot: LM states kept after it, LM lookups (both passes)
+// Returns the number of paths written (min(p, number of paths)), or -1 on error.
+int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
+             const uint32_t *words, const int32_t *counts, const double *head, double alpha,
+             double unk_ln, int p, int beam, int32_t *out_arcs, double *out_total,
+             double *out_head, double *out_lm, int64_t *stats) {
+  Handle *hd = static_cast<Handle *>(handle);
+  if (h <= 0 || k <= 0 || p <= 0 || alpha < 0) return -1;
+  for (int i = 0; i < h; ++i)
+    if (counts[i] <= 0 || counts[i] > k) return -1;
+  const bool penalize_unk = !std::isnan(unk_ln);
+  thread_local Workspace ws;
+  if (stats) std::fill(stats, stats + 2 * h, 0);
+  const lm::ngram::State start = StartState(hd, bos, ctx, nctx);
+  ComputeBounds(hd, ws, start, h, k, words, counts, head, alpha, penalize_unk, unk_ln);
+
+  double lower_bound = -std::numeric_limits<double>::infinity();
+  const auto *probing = dynamic_cast<const lm::ngram::ProbingModel *>(hd->model);
+  auto run = [&](int run_beam, double bound) {
+    if (probing) {
+      return Search(ProbingScorer{probing}, ws, start, h, k, words, counts, head, alpha,
+                    penalize_unk, unk_ln, p, run_beam, bound, stats);
+    }
+    return Search(VirtualScorer{hd->model}, ws, start, h, k, words, counts, head, alpha,
+                  penalize_unk, unk_ln, p, run_beam, bound, stats);
+  };
+  if (beam > 0) {
+    if (run(beam, lower_bound) > 0) {
+      std::vector<int32_t> pre = FinalBest(ws, h, p);
+      if (static_cast<int>(pre.size()) == p) {
+        // Its p-th best is a score that p distinct paths reach: a valid bound. Shave a
+        // rounding margin so that paths tied with it are never cut.
+        const double pth = ws.slots[h - 1][pre.back()].total;
+        lower_bound = pth - 1e-9 * (1.0 + std::fabs(pth));
+      }
+    }
+  }
+  run(0, lower_bound);
+  std::vector<int32_t> best = FinalBest(ws, h, p);
   for (size_t r = 0; r < best.size(); ++r) {
     int32_t idx = best[r];
-    const Hyp &fin = slots[h - 1][idx];
+    const Hyp &fin = ws.slots[h - 1][idx];
     out_total[r] = fin.total;
     out_head[r] = fin.head;
     out_lm[r] = fin.lm;
     for (int i = h - 1; i >= 0; --i) {
-      const Hyp &hy = slots[i][idx];
+      const Hyp &hy = ws.slots[i][idx];
       out_arcs[r * h + i] = hy.arc;
       idx = hy.parent;
     }

@@ -70,25 +70,8 @@ def arpa_lms(word_corpus: WordCorpus, lm_dir: Path) -> dict[int, Path]:
     return {o: train_ngram(word_corpus.train, lm_dir / f"w{o}", order=o).arpa for o in (2, 3, 4, 5)}
 
 
-def hits_lattice(
-    rng: np.random.Generator, truth: np.ndarray, k: int, unigram: np.ndarray,
-    certain_first: bool = False,
-) -> "SausageLattice":  # noqa: F821
-    """A lattice whose slot i holds ``truth[i]`` at a random rank among ``k - 1`` distractors
-    drawn by unigram frequency ("hits-heavy"), with random sorted log-prob scores."""
-    from blockdraft.lattice import PAD_TOKEN, SausageLattice
+def hits_lattice(rng, truth, k, unigram, certain_first=False):
+    """A hits-heavy lattice (see :func:`blockdraft.bench.lattices.hits_heavy`)."""
+    from blockdraft.bench.lattices import hits_heavy
 
-    h = truth.size
-    tokens = np.full((h, k), PAD_TOKEN, dtype=np.int64)
-    scores = np.full((h, k), -np.inf)
-    for i in range(h):
-        n = 1 if (certain_first and i == 0) else k
-        row = [int(truth[i])]
-        while len(row) < n:
-            c = int(rng.choice(unigram.size, p=unigram))
-            if c not in row:
-                row.append(c)
-        rng.shuffle(row)
-        tokens[i, :n] = row
-        scores[i, :n] = np.sort(np.log(rng.dirichlet(np.ones(n))))[::-1] if n > 1 else 0.0
-    return SausageLattice(tokens=tokens, scores=scores)
+    return hits_heavy(rng, truth, k, unigram, certain_first=certain_first)

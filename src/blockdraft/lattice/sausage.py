@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -226,10 +227,12 @@ class SausageLattice:
         """Maximum arcs per slot (the array width)."""
         return int(self.tokens.shape[1])
 
-    @property
+    @cached_property
     def counts(self) -> np.ndarray:
-        """int64 ``[h]``: real arcs per slot."""
-        return np.sum(self.tokens != PAD_TOKEN, axis=1).astype(np.int64)
+        """int64 ``[h]``: real arcs per slot (read-only)."""
+        c = np.sum(self.tokens != PAD_TOKEN, axis=1).astype(np.int64)
+        c.setflags(write=False)
+        return c
 
     @property
     def num_paths(self) -> int:

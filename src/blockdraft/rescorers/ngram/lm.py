@@ -107,6 +107,11 @@ class NgramLM:
         engine: ``"native"`` (blockdraft's C++ search linked with KenLM), ``"kenlm"`` (the
             ``kenlm`` Python module; slower, for cross-checks and machines without a compiler)
             or ``"auto"`` (native when built).
+        bounds: native engine only: build the exact search's pruning bounds from the ARPA
+            file (the LM itself, or ``<stem>.arpa`` beside a binary). ``"auto"`` builds them
+            when the ARPA file is there; ``True`` requires it. They cost one more read of the
+            ARPA file at load time and make p-best search several times faster; results are
+            identical with or without them.
 
     Attributes:
         path, order, engine, vocab_size (LM words including ``<unk>``, ``<s>``, ``</s>``),
@@ -124,6 +129,7 @@ class NgramLM:
         vocab: str | Path | dict[int, str] | None = None,
         unknown: str | float = "unk",
         engine: str = "auto",
+        bounds: bool | str = "auto",
     ) -> None:
         self.path = Path(path)
         if not self.path.is_file():
@@ -150,6 +156,14 @@ class NgramLM:
             self._native = native.NativeModel(self.path)
             self.order = self._native.order
             lm_words = self._native.words()
+            arpa = self.arpa_path()
+            if bounds is True and arpa is None:
+                raise RescorerError(
+                    f"bounds=True needs the ARPA file of {self.path} (the file itself or "
+                    f"{self.path.with_suffix('.arpa').name} beside it)"
+                )
+            if bounds in (True, "auto") and arpa is not None:
+                self._native.build_bounds(arpa)
         else:
             self.order = self.kenlm_model().order
             if not self.is_arpa:
@@ -164,6 +178,13 @@ class NgramLM:
         mapping = read_vocab_mapping(vocab) if isinstance(vocab, (str, Path)) else vocab
         self._table = self._build_table(lm_words, mapping)
         self.max_token_id = int(self._table.size - 1)
+
+    def arpa_path(self) -> Path | None:
+        """The ARPA file of this LM: the file itself, or ``<stem>.arpa`` beside a binary."""
+        if self.is_arpa:
+            return self.path
+        sibling = self.path.with_suffix(".arpa")
+        return sibling if sibling.is_file() and is_arpa(sibling) else None
 
     # ------------------------------------------------------------------ vocabulary
     def _build_table(self, lm_words: list[str], mapping: dict[int, str] | None) -> np.ndarray:

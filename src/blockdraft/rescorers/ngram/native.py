@@ -23,8 +23,6 @@ from blockdraft.rescorers.base import RescorerError
 _LIB_NAME = "libbdkenlm.so"
 
 _u32p = np.ctypeslib.ndpointer(dtype=np.uint32, flags="C_CONTIGUOUS")
-_i32p = np.ctypeslib.ndpointer(dtype=np.int32, flags="C_CONTIGUOUS")
-_i64p = np.ctypeslib.ndpointer(dtype=np.int64, flags="C_CONTIGUOUS")
 _f64p = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
 
 
@@ -57,15 +55,22 @@ def _load() -> ctypes.CDLL | None:
     lib.bd_score.argtypes = [
         ctypes.c_void_p, ctypes.c_int, _u32p, ctypes.c_int, _u32p, ctypes.c_int, _f64p,
     ]
+    lib.bd_build_bounds.restype = ctypes.c_int64
+    lib.bd_build_bounds.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+    lib.bd_has_bounds.restype = ctypes.c_int
+    lib.bd_has_bounds.argtypes = [ctypes.c_void_p]
     lib.bd_pbest.restype = ctypes.c_int
+    # Raw pointers (the arrays are made contiguous with the right dtype by the caller):
+    # ndpointer's per-argument checks cost more than the search on small lattices.
+    ptr = ctypes.c_void_p
     lib.bd_pbest.argtypes = [
-        ctypes.c_void_p,  # handle
+        ptr,  # handle
         ctypes.c_int,  # bos
-        _u32p, ctypes.c_int,  # context
+        ptr, ctypes.c_int,  # context
         ctypes.c_int, ctypes.c_int,  # h, k
-        _u32p, _i32p, _f64p,  # words, counts, head
-        ctypes.c_double, ctypes.c_double, ctypes.c_int,  # alpha, unk_ln, p
-        _i32p, _f64p, _f64p, _f64p, _i64p,  # outputs
+        ptr, ptr, ptr,  # words uint32, counts int32, head float64
+        ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.c_int,  # alpha, unk_ln, p, beam
+        ptr, ptr, ptr, ptr, ptr,  # out: arcs int32, total, head, lm float64, stats int64
     ]
     return lib
 
@@ -112,6 +117,25 @@ class NativeModel:
             out.append(w.decode("utf-8", errors="surrogateescape") if w is not None else "")
         return out
 
+    def build_bounds(self, arpa_path: str | Path) -> int:
+        """Read the LM's ARPA file once more to build the search's future bounds.
+
+        The table holds, per token pair (c, w), an upper bound on ln P(w | any context ending
+        in c); it makes branch-and-bound pruning tight (see native/kenlm_pbest.cc). Returns the
+        number of pairs.
+        """
+        err = ctypes.create_string_buffer(4096)
+        n = self._lib.bd_build_bounds(self._handle, str(arpa_path).encode(), err, len(err))
+        if n < 0:
+            msg = err.value.decode(errors="replace").strip()
+            raise RescorerError(f"could not build search bounds from {arpa_path}: {msg}")
+        return int(n)
+
+    @property
+    def has_bounds(self) -> bool:
+        """Whether :meth:`build_bounds` has run."""
+        return bool(self._lib.bd_has_bounds(self._handle))
+
     def index(self, word: str) -> int:
         """KenLM index of a word string (0 when unknown)."""
         return int(self._lib.bd_index(self._handle, word.encode("utf-8", "surrogateescape")))
@@ -140,6 +164,7 @@ class NativeModel:
         alpha: float,
         unk_ln: float | None,
         p: int,
+        beam: int = 8,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Exact p-best paths of a lattice given as KenLM indices.
 
@@ -152,27 +177,29 @@ class NativeModel:
             alpha: LM weight.
             unk_ln: LM log-prob (nats) for ``<unk>`` words, or None for KenLM's own.
             p: paths wanted.
+            beam: width of the bounding pre-pass (0 disables pruning; the result is exact
+                either way, only the work differs).
 
         Returns:
             ``(arcs [n, h] int32, total [n], head [n], lm [n], stats [h, 2] int64)`` with
-            ``n = min(p, paths)``; ``stats[i] = (distinct LM states after slot i, lookups)``.
+            ``n = min(p, paths)``; ``stats[i] = (LM states kept after slot i, LM lookups made
+            for slot i)``, summed over the pre-pass and the main pass.
         """
         h, k = words.shape
         w = np.ascontiguousarray(words, dtype=np.uint32)
         c = np.ascontiguousarray(context, dtype=np.uint32)
         cnt = np.ascontiguousarray(counts, dtype=np.int32)
-        hd = np.ascontiguousarray(head, dtype=np.float64)
-        hd = np.where(np.isfinite(hd), hd, 0.0)  # padding never read; keep the C side finite
-        arcs = np.zeros((p, h), dtype=np.int32)
-        total = np.zeros(p)
-        head_out = np.zeros(p)
-        lm_out = np.zeros(p)
-        stats = np.zeros((h, 2), dtype=np.int64)
+        hd = np.ascontiguousarray(head, dtype=np.float64)  # padding (-inf) is never read
+        arcs = np.empty((p, h), dtype=np.int32)
+        out = np.empty((3, p))  # total, head, lm
+        stats = np.empty((h, 2), dtype=np.int64)
         n = self._lib.bd_pbest(
-            self._handle, int(bos), c, c.size, h, k, w, cnt, hd, float(alpha),
-            float("nan") if unk_ln is None else float(unk_ln), int(p),
-            arcs, total, head_out, lm_out, stats,
+            self._handle, int(bos), c.ctypes.data, c.size, h, k, w.ctypes.data,
+            cnt.ctypes.data, hd.ctypes.data, float(alpha),
+            float("nan") if unk_ln is None else float(unk_ln), int(p), int(beam),
+            arcs.ctypes.data, out[0].ctypes.data, out[1].ctypes.data, out[2].ctypes.data,
+            stats.ctypes.data,
         )
         if n < 0:
             raise RescorerError(f"native p-best search rejected a lattice of shape {(h, k)}")
-        return arcs[:n], total[:n], head_out[:n], lm_out[:n], stats
+        return arcs[:n], out[0, :n], out[1, :n], out[2, :n], stats

@@ -59,6 +59,9 @@ class NgramRescorer:
         backend: ``"exact"`` or ``"wfst"``.
         wfst_cache: directory for the converted WFST (``"wfst"`` only; default: beside the ARPA
             file's cache in ``$BLOCKDRAFT_CACHE``).
+        prune_beam: native exact search only: width of a cheap beam pre-pass whose p-th best
+            complete path bounds the main search (a partial path whose score plus the best
+            possible future falls below it is dropped). Exact for any value; 0 disables it.
 
     The LM context is the last ``order - 1`` tokens of ``context``; an empty context starts
     from ``<s>``.
@@ -71,6 +74,7 @@ class NgramRescorer:
         backend: str = "exact",
         *,
         wfst_cache: Any = None,
+        prune_beam: int = 8,
     ) -> None:
         if not isinstance(lm, NgramLM):
             raise RescorerError(f"lm must be an NgramLM, got {type(lm).__name__}")
@@ -82,6 +86,9 @@ class NgramRescorer:
         self.lm = lm
         self.alpha = alpha
         self.backend = backend
+        if not isinstance(prune_beam, int) or prune_beam < 0:
+            raise RescorerError(f"prune_beam must be an integer >= 0, got {prune_beam!r}")
+        self.prune_beam = prune_beam
         self._wfst: Any = None
         if backend == "wfst":
             from blockdraft.rescorers.ngram.wfst import WfstRescorer
@@ -129,7 +136,8 @@ class NgramRescorer:
         words = lm.indices(np.where(lattice.tokens >= 0, lattice.tokens, 0))
         assert lm.native_model is not None
         arcs, total, head, lm_ln, stats = lm.native_model.pbest(
-            words, lattice.counts, lattice.scores, ctx_idx, bos, self.alpha, lm.unk_ln(), p
+            words, lattice.counts, lattice.scores, ctx_idx, bos, self.alpha, lm.unk_ln(),
+            min(p, lattice.num_paths), beam=self.prune_beam,
         )
         self.last_stats = SearchStats(states=stats[:, 0].copy(), lookups=stats[:, 1].copy())
         tokens = lattice.tokens[np.arange(lattice.h)[None, :], arcs]
