@@ -1,0 +1,5 @@
+import sys
+
+from blockdraft.cli import main
+
+sys.exit(main())

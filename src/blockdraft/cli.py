@@ -1,0 +1,360 @@
+"""The ``blockdraft`` command.
+
+Subcommands (``blockdraft COMMAND --help`` for each):
+
+    oracle TRACE            oracle block efficiency B_oracle(k) and the curve B_oracle(k)/B
+    repetition TRACE        consecutive repetition in drafts, vanilla vs n-gram rescored
+    entropy TRACE           head entropies, their means and h_max
+    rescore LATTICE         the p best drafts of a lattice file under an n-gram LM
+    lattice draw LATTICE    a drawing like Kim et al. Fig. 4 (DOT, SVG, PNG)
+    ngram train             an n-gram LM over token ids with lmplz + build_binary
+    bench rescore           p-best latency of the exact and WFST backends, side by side
+    demo                    the whole pipeline on a small corpus (default: Python's own docs)
+
+Human tables by default, ``--json`` for machines, ``--plot FILE.png`` where a picture helps.
+Exit codes: 0 success, 1 error (a message on stderr), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blockdraft.errors import BlockdraftError
+
+
+class CliError(BlockdraftError):
+    """A command could not run with the arguments it was given."""
+
+
+# --------------------------------------------------------------------------- output helpers
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]],
+                caption: str | None = None) -> None:
+    """A rich table on stdout."""
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption, caption_justify="left")
+    for i, c in enumerate(columns):
+        table.add_column(c, justify="left" if i == 0 else "right")
+    for r in rows:
+        table.add_row(*[_fmt(v) for v in r])
+    _console().print(table)
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def print_json(obj: object) -> None:
+    print(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.integer, np.floating)):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
+    """Wrap an iterable in a rich progress bar on stderr (silent when stderr is no TTY)."""
+
+    def wrap(items: Iterable[Any]) -> Iterable[Any]:
+        from rich.console import Console
+        from rich.progress import track
+
+        items = list(items)
+        console = Console(stderr=True)
+        return track(items, description=description, console=console,
+                     disable=not console.is_terminal, transient=True)
+
+    return wrap
+
+
+def int_list(text: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]`` (argparse type)."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def id_list(text: str) -> list[int]:
+    """``"17,4,99"`` -> token ids (may be empty)."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids, got {text!r}")
+    if any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"token ids must be >= 0, got {text!r}")
+    return vals
+
+
+def read_id_lines(path: Path) -> list[np.ndarray]:
+    """A file of whitespace-separated token ids, one sequence per line."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            try:
+                out.append(np.array([int(x) for x in parts], dtype=np.int64))
+            except ValueError as e:
+                raise CliError(f"{path}:{lineno}: not a line of integer token ids ({e})") from e
+    return out
+
+
+# --------------------------------------------------------------------------- ngram train
+def cmd_ngram_train(args: argparse.Namespace) -> int:
+    from blockdraft.rescorers.ngram import train_ngram
+    from blockdraft.signature import human_count
+
+    if args.ids:
+        seqs: list[np.ndarray] = []
+        for f in args.ids:
+            seqs += read_id_lines(Path(f))
+    else:
+        if not args.tokenizer:
+            raise CliError("--text needs --tokenizer (a tokenizer.json or GPT-2 vocab/merges dir)")
+        from blockdraft.models.tokenizer import Tokenizer
+
+        tok = Tokenizer.load(args.tokenizer)
+        lines = []
+        for f in args.text:
+            lines += [ln for ln in Path(f).read_text(encoding="utf-8").splitlines() if ln.strip()]
+        seqs = [np.asarray(ids, dtype=np.int64) for ids in tok.encode_batch(lines)]
+    r = train_ngram(seqs, args.output, order=args.order, prune=args.prune, memory=args.memory,
+                    binary=not args.no_binary)
+    if args.json:
+        print_json({"arpa": r.arpa, "binary": r.binary, "order": r.order, "counts": r.counts,
+                    "tokens": r.tokens, "discount_fallback": r.discount_fallback,
+                    "seconds": r.seconds, "command": r.command})
+        return 0
+    print_table(
+        f"n-gram LM ({human_count(r.num_ngrams)} n-grams, {human_count(r.tokens)} tokens)",
+        ["order", "n-grams"], [(i + 1, c) for i, c in enumerate(r.counts)],
+        caption=f"ARPA {r.arpa}\nbinary {r.binary}\n{r.command}"
+        + ("\n(--discount_fallback was needed)" if r.discount_fallback else ""),
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------- rescore
+def cmd_rescore(args: argparse.Namespace) -> int:
+    from blockdraft.lattice.io import load_lattice
+    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+
+    lf = load_lattice(args.lattice)
+    context = np.asarray(args.context, dtype=np.int64) if args.context is not None else lf.context
+    lm = NgramLM(args.lm)
+    drafts = NgramRescorer(lm, alpha=args.alpha, backend=args.backend).rescore(
+        lf.lattice, context, args.p
+    )
+    note = (f"the lattice has {lf.lattice.num_paths} paths, fewer than p = {args.p}: all returned"
+            if drafts.exhausted else None)
+    if args.json:
+        print_json({"tokens": drafts.tokens, "scores": drafts.scores,
+                    "head_scores": drafts.head_scores, "lm_scores": drafts.lm_scores,
+                    "alpha": drafts.alpha, "backend": args.backend, "requested": args.p,
+                    "exhausted": drafts.exhausted, "context": context})
+        return 0
+    print_table(
+        f"{drafts.p}-best drafts ({args.backend}, alpha={args.alpha}, order-{lm.order} LM)",
+        ["rank", "draft (token ids)", "score", "head", "LM"],
+        [(i + 1, " ".join(map(str, drafts.tokens[i].tolist())), drafts.scores[i],
+          drafts.head_scores[i], drafts.lm_scores[i]) for i in range(drafts.p)],
+        caption=note,
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------- lattice draw
+def cmd_lattice_draw(args: argparse.Namespace) -> int:
+    from blockdraft.lattice.draw import draw_lattice
+    from blockdraft.lattice.io import load_lattice
+
+    lf = load_lattice(args.lattice)
+    reference = lf.reference if args.reference is None else np.asarray(args.reference)
+    labels = None
+    if args.tokenizer:
+        from blockdraft.models.tokenizer import Tokenizer
+
+        tok = Tokenizer.load(args.tokenizer)
+
+        def labels(t: int) -> str:
+            return tok.decode([t])
+
+    draw_lattice(lf.lattice, args.output, reference=reference, labels=labels)
+    print(f"wrote {args.output}")
+    return 0
+
+
+# --------------------------------------------------------------------------- bench rescore
+def cmd_bench_rescore(args: argparse.Namespace) -> int:
+    from blockdraft.bench.rescore import bench_rescore, hits_source, random_source
+    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+    from blockdraft.signature import environment, format_signature
+
+    lm = NgramLM(args.lm)
+    backends: dict[str, Any] = {}
+    for b in args.backends.split(","):
+        if b == "exact":
+            backends[b] = NgramRescorer(lm, alpha=args.alpha)
+        elif b == "wfst":
+            backends[b] = NgramRescorer(NgramLM(args.arpa or args.lm), alpha=args.alpha,
+                                        backend="wfst")
+        else:
+            raise CliError(f"unknown backend {b!r}; choose from exact, wfst")
+    if args.kind == "hits":
+        if not args.heldout:
+            raise CliError("--kind hits needs --heldout FILE (held-out token ids)")
+        held = np.concatenate(read_id_lines(Path(args.heldout)))
+        unigram = np.bincount(held, minlength=int(held.max()) + 1).astype(np.float64)
+        source = hits_source(held, unigram / unigram.sum())
+    else:
+        source = random_source(lm.max_token_id + 1)
+    rows = bench_rescore(backends, source, kind=args.kind, hs=args.h, ks=args.k, ps=args.p,
+                         n=args.n, seed=args.seed,
+                         reference="exact" if "exact" in backends else None,
+                         progress=progress_bar("timing"))
+    sig = format_signature({"lm": Path(args.lm).name, "order": lm.order, "kind": args.kind,
+                            "alpha": args.alpha, "n": args.n, "seed": args.seed,
+                            **environment()})
+    if args.json:
+        print_json({"signature": sig, "rows": [r.to_dict() for r in rows]})
+        return 0
+    names = list(backends)
+    grid = sorted({(r.h, r.k, r.p) for r in rows})
+    by = {(r.h, r.k, r.p, r.backend): r for r in rows}
+    cols = ["h x k", "p"] + [f"{b} ms (median)" for b in names]
+    if "exact" in names and len(names) > 1:
+        cols += ["speedup", "agreement"]
+    table_rows = []
+    for h, k, p in grid:
+        cells: list[object] = [f"{h}x{k}", p] + [by[(h, k, p, b)].median_ms for b in names]
+        if "exact" in names and len(names) > 1:
+            other = [b for b in names if b != "exact"][0]
+            cells += [f"{by[(h, k, p, other)].median_ms / by[(h, k, p, 'exact')].median_ms:.1f}x",
+                      f"{by[(h, k, p, other)].agreement:.0%}"]
+        table_rows.append(cells)
+    print_table("p-best rescoring latency", cols, table_rows, caption=sig)
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="blockdraft",
+        description="Refine the block drafts of blockwise parallel decoding.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_: str, func: Callable[[argparse.Namespace], int],
+            parent: Any = sub) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("rescore", "the p best drafts of a lattice file under an n-gram LM", cmd_rescore)
+    p.add_argument("lattice", type=Path, help="lattice file (blockdraft.lattice JSON)")
+    p.add_argument("--lm", required=True, type=Path, help="ARPA file or KenLM binary")
+    p.add_argument("--p", type=int, default=16, help="drafts wanted (default 16)")
+    p.add_argument("--alpha", type=float, default=1.0, help="LM weight (default 1.0)")
+    p.add_argument("--backend", choices=["exact", "wfst"], default="exact")
+    p.add_argument("--context", type=id_list, default=None,
+                   help="comma-separated context token ids (default: the file's context)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    lat = sub.add_parser("lattice", help="lattice tools").add_subparsers(
+        dest="lattice_command", required=True, metavar="ACTION")
+    p = add("draw", "draw a lattice like Kim et al. Fig. 4", cmd_lattice_draw, lat)
+    p.add_argument("lattice", type=Path)
+    p.add_argument("-o", "--output", required=True, type=Path,
+                   help="output file: .dot, .svg, .png or .pdf")
+    p.add_argument("--reference", type=id_list, default=None,
+                   help="comma-separated token ids of a path to highlight (default: the "
+                        "file's reference)")
+    p.add_argument("--tokenizer", type=Path, default=None, help="label arcs with token text")
+
+    ng = sub.add_parser("ngram", help="n-gram LM tools").add_subparsers(
+        dest="ngram_command", required=True, metavar="ACTION")
+    p = add("train", "train an n-gram LM over token ids (lmplz + build_binary)",
+            cmd_ngram_train, ng)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", nargs="+", help="text files, one document per line")
+    src.add_argument("--ids", nargs="+", help="files of whitespace-separated token ids")
+    p.add_argument("--tokenizer", type=Path, help="tokenizer.json or a GPT-2 vocab/merges dir")
+    p.add_argument("--order", type=int, default=4, help="n-gram order, 2 to 5 (default 4)")
+    p.add_argument("-o", "--output", required=True, type=Path,
+                   help="output prefix: writes PREFIX.arpa and PREFIX.bin")
+    p.add_argument("--prune", type=int, nargs="+", default=None,
+                   help="lmplz --prune thresholds per order, e.g. 0 0 1 1")
+    p.add_argument("--memory", default="1G", help="lmplz memory cap -S (default 1G)")
+    p.add_argument("--no-binary", action="store_true", help="skip build_binary")
+    p.add_argument("--json", action="store_true")
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(
+        dest="bench_command", required=True, metavar="ACTION")
+    p = add("rescore", "p-best latency of the rescoring backends, side by side",
+            cmd_bench_rescore, bench)
+    p.add_argument("--lm", required=True, type=Path, help="ARPA file or KenLM binary")
+    p.add_argument("--arpa", type=Path, default=None,
+                   help="the ARPA file for the wfst backend when --lm is a binary")
+    p.add_argument("--h", type=int_list, default=[4, 8, 16], help="slots (default 4,8,16)")
+    p.add_argument("--k", type=int_list, default=[2, 4, 8, 16], help="arcs (default 2,4,8,16)")
+    p.add_argument("--p", type=int_list, default=[1, 2, 4, 8, 16],
+                   help="drafts (default 1,2,4,8,16)")
+    p.add_argument("--kind", choices=["hits", "random"], default="random",
+                   help="hits: true held-out tokens among frequency-drawn distractors "
+                        "(needs --heldout); random: uniformly random tokens")
+    p.add_argument("--heldout", type=Path, default=None,
+                   help="held-out token ids (whitespace-separated) for --kind hits")
+    p.add_argument("--backends", default="exact,wfst", help="comma-separated (default exact,wfst)")
+    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--n", type=int, default=100, help="lattices per (h, k) (default 100)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BlockdraftError as e:
+        print(f"blockdraft: error: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
+        print(f"blockdraft: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
