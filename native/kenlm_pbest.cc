@@ -127,12 +127,16 @@ struct Hyp {
   int32_t arc;     // index of the arc within this slot
 };
 
-// An edge into a new bucket: the hypotheses of bucket `from` extended by arc `arc`.
+// An edge into a new bucket: the hypotheses [src_begin, src_end) of a bucket of the previous
+// slot (best first) extended by arc `arc`. `first` is the score of the first of them extended,
+// so that merging needs no look-up of the source bucket.
 struct Edge {
-  int32_t from;
+  int32_t src_begin;
+  int32_t src_end;
   int32_t arc;
   double delta_total;
   double delta_lm;
+  double first;
 };
 
 // Partial paths that share one LM state. Their hypotheses are contiguous in the slot's
@@ -458,7 +462,8 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
           }
           slot = (slot + 1) & (cap - 1);
         }
-        ws.edges.push_back(Edge{b, a, delta, lm_ln});
+        ws.edges.push_back(
+            Edge{ws.cur[b].begin, ws.cur[b].end, a, delta, lm_ln, best_in + delta});
         ws.edge_to.push_back(nb);
       }
     }
@@ -484,8 +489,7 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
         int32_t best_e = -1;
         double best = neg_inf;
         for (int32_t e = e0; e < e1; ++e) {
-          const Edge &ed = ws.sorted_edges[e];
-          const double sc = (*prev)[ws.cur[ed.from].begin].total + ed.delta_total;
+          const double sc = ws.sorted_edges[e].first;
           if (sc > best) {
             best = sc;
             best_e = e;
@@ -493,18 +497,15 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
         }
         if (best_e >= 0) {
           const Edge &ed = ws.sorted_edges[best_e];
-          const int32_t src = ws.cur[ed.from].begin;
+          const int32_t src = ed.src_begin;
           const Hyp &par = (*prev)[src];
           hyps.push_back(Hyp{best, par.head + head[i * k + ed.arc], par.lm + ed.delta_lm, src,
                              ed.arc});
         }
       } else {
         ws.heap.clear();
-        for (int32_t e = e0; e < e1; ++e) {
-          const Edge &ed = ws.sorted_edges[e];
-          ws.heap.push_back(
-              Workspace::Cand{(*prev)[ws.cur[ed.from].begin].total + ed.delta_total, e, 0});
-        }
+        for (int32_t e = e0; e < e1; ++e)
+          ws.heap.push_back(Workspace::Cand{ws.sorted_edges[e].first, e, 0});
         std::make_heap(ws.heap.begin(), ws.heap.end());
         int taken = 0;
         while (!ws.heap.empty() && taken < p) {
@@ -514,13 +515,12 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
           const Edge &ed = ws.sorted_edges[c.edge];
           // This edge's later hypotheses score lower with the same future: drop them all.
           if (bounded && c.score + fut[ed.arc] < lower_bound) continue;
-          const Bucket &src = ws.cur[ed.from];
-          const int32_t par_idx = src.begin + c.pos;
+          const int32_t par_idx = ed.src_begin + c.pos;
           const Hyp &par = (*prev)[par_idx];
           hyps.push_back(Hyp{c.score, par.head + head[i * k + ed.arc], par.lm + ed.delta_lm,
                              par_idx, ed.arc});
           ++taken;
-          if (par_idx + 1 < src.end) {
+          if (par_idx + 1 < ed.src_end) {
             ws.heap.push_back(
                 Workspace::Cand{(*prev)[par_idx + 1].total + ed.delta_total, c.edge, c.pos + 1});
             std::push_heap(ws.heap.begin(), ws.heap.end());
