@@ -323,17 +323,19 @@ class SausageLattice:
         return lattice_to_fst(self)
 
     @classmethod
-    def from_fst(cls, fst: Any) -> SausageLattice:
-        """The lattice of a sausage-shaped acceptor made by :meth:`to_fst`."""
+    def from_fst(cls, fst: Any, **kwargs: Any) -> SausageLattice:
+        """The lattice of a sausage-shaped acceptor made by :meth:`to_fst` (keyword arguments
+        go to :func:`blockdraft.lattice.fst.lattice_from_fst`)."""
         from blockdraft.lattice.fst import lattice_from_fst
 
-        return lattice_from_fst(fst)
+        return lattice_from_fst(fst, **kwargs)
 
-    def save(self, path: Any, **meta: Any) -> None:
-        """Write the lattice file format of :mod:`blockdraft.lattice.io`."""
+    def save(self, path: Any, **kwargs: Any) -> None:
+        """Write the lattice file format of :mod:`blockdraft.lattice.io` (``context=``,
+        ``reference=``, ``meta=`` as in :func:`blockdraft.lattice.io.save_lattice`)."""
         from blockdraft.lattice.io import save_lattice
 
-        save_lattice(self, path, **meta)
+        save_lattice(self, path, **kwargs)
 
     @classmethod
     def load(cls, path: Any) -> SausageLattice:
