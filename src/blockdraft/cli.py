@@ -348,6 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # e.g. `blockdraft ... --json | head`
+        sys.stderr.close()
+        return 0
     except BlockdraftError as e:
         print(f"blockdraft: error: {e}", file=sys.stderr)
         return 1

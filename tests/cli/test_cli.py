@@ -1,0 +1,87 @@
+"""The CLI: exit codes, tables, JSON, and the commands end to end on tiny inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from blockdraft.cli import main
+from blockdraft.lattice import SausageLattice
+
+
+@pytest.fixture()
+def lattice_file(tmp_path, word_corpus):
+    held = word_corpus.held_out
+    rng = np.random.default_rng(0)
+    from blockdraft.bench.lattices import hits_heavy
+
+    lat = hits_heavy(rng, held[20:24], 3, word_corpus.unigram, certain_first=True)
+    path = tmp_path / "lat.json"
+    lat.save(path, context=held[:20], reference=held[20:24])
+    return path, lat, held[:20]
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["rescore"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "rescore", "--lm", "x", "--h", "0"])
+    assert e.value.code == 2
+
+
+def test_errors_exit_1_with_a_message(tmp_path, capsys):
+    assert main(["rescore", str(tmp_path / "missing.json"), "--lm", "x"]) == 1
+    assert "blockdraft: error" in capsys.readouterr().err
+
+
+def test_rescore_json_matches_the_library(lattice_file, arpa_lms, capsys):
+    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+
+    path, lat, ctx = lattice_file
+    assert main(["rescore", str(path), "--lm", str(arpa_lms[3]), "--p", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ref = NgramRescorer(NgramLM(arpa_lms[3])).rescore(lat, ctx, 5)
+    assert out["tokens"] == ref.tokens.tolist()
+    np.testing.assert_allclose(out["scores"], ref.scores)
+    assert out["exhausted"] is False
+    # More drafts than paths: all returned, and said so.
+    assert main(["rescore", str(path), "--lm", str(arpa_lms[3]), "--p", "1000"]) == 0
+    assert "fewer than p = 1000" in capsys.readouterr().out
+
+
+def test_lattice_draw_writes_the_file(lattice_file, tmp_path):
+    path, _, _ = lattice_file
+    out = tmp_path / "lat.svg"
+    assert main(["lattice", "draw", str(path), "-o", str(out)]) == 0
+    assert out.read_text().lstrip().startswith("<?xml")
+
+
+def test_ngram_train_from_ids(tmp_path, word_corpus, capsys):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(" ".join(map(str, line)) for line in word_corpus.train[:300]))
+    assert main(["ngram", "train", "--ids", str(ids), "--order", "3", "-o",
+                 str(tmp_path / "lm"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["order"] == 3 and len(out["counts"]) == 3
+    lat = SausageLattice(tokens=np.array([[int(word_corpus.train[0][0])]]),
+                         scores=np.zeros((1, 1)))
+    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+
+    assert NgramRescorer(NgramLM(out["binary"])).rescore(lat, [], 1).p == 1
+
+
+def test_bench_rescore_runs_both_backends(tmp_path, word_corpus, arpa_lms, capsys):
+    held = tmp_path / "held.txt"
+    held.write_text(" ".join(map(str, word_corpus.held_out[:2000])))
+    args = ["bench", "rescore", "--lm", str(arpa_lms[3]), "--h", "3", "--k", "3",
+            "--p", "1,4", "--n", "4", "--kind", "hits", "--heldout", str(held), "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["rows"]
+    assert {(r["backend"], r["p"]) for r in rows} == {(b, p) for b in ("exact", "wfst")
+                                                       for p in (1, 4)}
+    assert all(r["median_ms"] > 0 for r in rows)
+    assert "kind:hits" in out["signature"] and "commit:" in out["signature"]
