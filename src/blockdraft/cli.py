@@ -97,7 +97,9 @@ def int_list(text: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
     if not vals or any(v < 1 for v in vals):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return vals
@@ -108,7 +110,9 @@ def id_list(text: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated token ids, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated token ids, got {text!r}"
+        ) from None
     if any(v < 0 for v in vals):
         raise argparse.ArgumentTypeError(f"token ids must be >= 0, got {text!r}")
     return vals

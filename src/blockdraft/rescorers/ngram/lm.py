@@ -144,7 +144,9 @@ class NgramLM:
         else:
             unknown = float(unknown)
             if not math.isfinite(unknown) or unknown > 0:
-                raise RescorerError(f"unknown penalty must be a finite log-prob <= 0, got {unknown}")
+                raise RescorerError(
+                    f"unknown penalty must be a finite log-prob <= 0, got {unknown}"
+                )
         self.unknown: str | float = unknown
         if engine == "auto":
             engine = "native" if native.available() else "kenlm"

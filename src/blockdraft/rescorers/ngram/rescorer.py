@@ -98,7 +98,9 @@ class NgramRescorer:
                     f"the wfst backend converts an ARPA file; {lm.path} is a KenLM binary: "
                     "pass the ARPA file"
                 )
-            self._wfst = WfstRescorer.from_arpa(lm.path, alpha=alpha, cache_dir=wfst_cache)
+            self._wfst = WfstRescorer.from_arpa(
+                lm.path, alpha=alpha, cache_dir=wfst_cache, unknown=lm.unknown
+            )
         self.last_stats: SearchStats | None = None
 
     def __repr__(self) -> str:
@@ -187,7 +189,10 @@ class NgramRescorer:
                         lm_ln = unk
                     hs = float(scs[a])
                     delta = hs + self.alpha * lm_ln
-                    ext = [(t + delta, hd + hs, l + lm_ln, arcs + (a,)) for t, hd, l, arcs in paths]
+                    ext = [
+                        (tot + delta, hd + hs, lmp + lm_ln, arcs + (a,))
+                        for tot, hd, lmp, arcs in paths
+                    ]
                     states.setdefault(out, out)
                     incoming.setdefault(out, []).append(ext)
             buckets = [

@@ -22,8 +22,8 @@ Public surface:
         True when two batches hold the same token rows in the same order.
 
 Labels and weights (shared with :mod:`blockdraft.lattice.fst`): token id ``t`` is OpenFst
-label ``t + 1`` (label 0 is epsilon). Weights are tropical costs ``-ln p`` in nats: the ARPA
-file's log10 values are multiplied by ``-ln 10`` exactly once, here.
+label ``t + LABEL_OFFSET`` = ``t + 1`` (label 0 is epsilon). Weights are tropical costs
+``-ln p`` in nats: the ARPA file's log10 values are multiplied by ``-ln 10`` exactly once, here.
 
 The LM WFST (the OpenGrm NGram layout, an acceptor):
     - states: one per history, i.e. per word sequence that is the context of some longer
@@ -37,8 +37,10 @@ The LM WFST (the OpenGrm NGram layout, an acceptor):
       suffix that is a history, cost ``-ln 10 * log10 backoff`` (0 when the file has none).
     - every state is final with cost 0: a draft is the middle of a text, not its end.
     - no ``</s>`` arcs (drafts are never scored with ``</s>``, as in :class:`NgramLM`) and no
-      arcs ending in ``<s>``; n-grams that could only be reached through ``</s>``, through a
-      ``<s>`` that is not first, or through ``<unk>`` are dropped (unreachable).
+      arcs ending in ``<s>``; but an n-gram ending in ``</s>`` still makes its history a state,
+      since KenLM keeps that history (and charges its back-off weight). n-grams whose history
+      holds ``</s>``, ``<unk>`` or a ``<s>`` that is not first are dropped (unreachable: KenLM
+      resets its state after ``<unk>``).
     - ``<unk>``: the unigram state has an arc with the reserved label :data:`UNK_LABEL` and
       the ``<unk>`` unigram cost back to the unigram state (KenLM resets its state after an
       unknown word; KenLM's default ``-100`` log10 when the file has no ``<unk>``).
@@ -84,6 +86,7 @@ from typing import Any
 import numpy as np
 
 from blockdraft.drafts.batch import DraftBatch
+from blockdraft.lattice.fst import LABEL_OFFSET
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.rescorers.base import RescorerError, as_context, check_p
 from blockdraft.rescorers.ngram.arpa import arpa_header, read_arpa
@@ -93,8 +96,8 @@ LN10 = math.log(10.0)
 UNK_LABEL = 2**31 - 2
 """Reserved OpenFst label of the LM's ``<unk>`` word (the largest label, so arcs stay sorted)."""
 
-MAX_TOKEN_ID = UNK_LABEL - 2
-"""Largest token id this backend can label (``t + 1`` must stay below :data:`UNK_LABEL`)."""
+MAX_TOKEN_ID = UNK_LABEL - LABEL_OFFSET - 1
+"""Largest token id this backend can label (its label must stay below :data:`UNK_LABEL`)."""
 
 BOS_CODE, EOS_CODE, UNK_CODE = -1, -2, -3
 """Codes of ``<s>``, ``</s>``, ``<unk>`` in history word arrays (token ids are ``>= 0``)."""
@@ -145,6 +148,21 @@ def _hash_rows(words: np.ndarray) -> np.ndarray:
     return h
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _hash_words(words: Sequence[int]) -> int:
+    """:func:`_hash_rows` of one short row, in plain Python (no numpy call overhead)."""
+    h = int(_FNV_OFFSET) ^ len(words)
+    for w in words:
+        h = ((h ^ (w & _MASK64)) * int(_FNV_PRIME)) & _MASK64
+    h ^= h >> 30
+    h = (h * 0xBF58476D1CE4E5B9) & _MASK64
+    h ^= h >> 27
+    h = (h * 0x94D049BB133111EB) & _MASK64
+    return h ^ (h >> 31)
+
+
 # ---------------------------------------------------------------------------- context states
 @dataclass(frozen=True, eq=False)
 class ContextStates:
@@ -181,7 +199,13 @@ class ContextStates:
         if table.size == 0:
             return out
         h = _hash_rows(words)
-        pos = np.minimum(np.searchsorted(table, h), table.size - 1)
+        if n > 1024:  # sorted queries keep the binary searches in cache: ~4x faster
+            order = np.argsort(h)
+            pos = np.empty(n, dtype=np.int64)
+            pos[order] = np.searchsorted(table, h[order])
+        else:
+            pos = np.searchsorted(table, h)
+        pos = np.minimum(pos, table.size - 1)
         hit = table[pos] == h
         hit &= np.all(self.histories[length - 1][pos] == words, axis=1)
         out[hit] = self.states[length - 1][pos[hit]]
@@ -229,11 +253,15 @@ class ContextStates:
         unknown = np.flatnonzero(~self.known(ctx))
         if unknown.size:
             ctx = ctx[unknown[-1] + 1 :]
-        ctx = ctx[max(0, ctx.size - (self.order - 1)) :]
-        for cut in range(min(ctx.size, len(self.hashes)), 0, -1):
-            state = int(self.find(ctx[None, ctx.size - cut :])[0])
-            if state >= 0:
-                return state, tuple(int(t) for t in ctx[ctx.size - cut :])
+        words = ctx[max(0, ctx.size - (self.order - 1)) :].tolist()
+        for cut in range(min(len(words), len(self.hashes)), 0, -1):
+            suffix = words[len(words) - cut :]
+            table = self.hashes[cut - 1]
+            h = _hash_words(suffix)
+            pos = int(table.searchsorted(np.uint64(h)))
+            if pos < table.size and int(table[pos]) == h:
+                if self.histories[cut - 1][pos].tolist() == suffix:
+                    return int(self.states[cut - 1][pos]), tuple(suffix)
         return self.null_state, ()
 
     def lookup(self, context: Sequence[int] | np.ndarray | None) -> int:
@@ -252,7 +280,7 @@ class ContextStates:
             arrays[f"hash{i + 1}"] = h
             arrays[f"state{i + 1}"] = s
         with open(path, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, allow_pickle=False, **arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> ContextStates:
@@ -401,12 +429,14 @@ def build_ngram_wfst(arpa_path: str | Path) -> NgramWfst:
     path = Path(arpa_path)
     words_by, probs_by, backs_by = _read_orders(path)
     order = len(words_by)
-    # Rows reachable from a draft: no </s>, <s> only first, <unk> only last.
+    # n-grams whose history a draft can reach: no </s> or <unk> in it, <s> only first. An
+    # n-gram ending in </s> still makes its history a state (KenLM charges that history's
+    # back-off weight), it only gets no arc.
     keep = []
     for w in words_by:
-        k = ~np.any(w == EOS_CODE, axis=1)
-        k &= ~np.any(w[:, 1:] == BOS_CODE, axis=1)
-        k &= ~np.any(w[:, :-1] == UNK_CODE, axis=1)
+        prefix = w[:, :-1]
+        k = ~np.any((prefix == EOS_CODE) | (prefix == UNK_CODE), axis=1)
+        k &= ~np.any(prefix[:, 1:] == BOS_CODE, axis=1)
         keep.append(k)
     words_by = [w[k] for w, k in zip(words_by, keep, strict=True)]
     probs_by = [p[k] for p, k in zip(probs_by, keep, strict=True)]
@@ -449,13 +479,13 @@ def build_ngram_wfst(arpa_path: str | Path) -> NgramWfst:
     for n in range(1, order + 1):
         w, prob = words_by[n - 1], probs_by[n - 1]
         last = w[:, -1]
-        arc = (last != BOS_CODE) & np.isfinite(prob)
+        arc = (last != BOS_CODE) & (last != EOS_CODE) & np.isfinite(prob)
         w, last, src = w[arc], last[arc], src_by[n - 1][arc]
         is_unk = last == UNK_CODE
         dst = cstates.longest(w, order - 1)
         dst[is_unk] = null_state
         srcs.append(src)
-        labels.append(np.where(is_unk, UNK_LABEL, last + 1))
+        labels.append(np.where(is_unk, UNK_LABEL, last + LABEL_OFFSET))
         costs.append(-LN10 * prob[arc])
         dsts.append(dst)
     if not np.any(unigrams == UNK_CODE):
@@ -580,8 +610,12 @@ def load_ngram_wfst(arpa_path: str | Path, cache_dir: str | Path | None = None) 
 def _lattice_fst(lattice: SausageLattice, olabels: np.ndarray, alpha: float) -> Any:
     """The lattice as a transducer: slot ``i`` arcs go from state ``i`` to ``i + 1``.
 
-    Input label: token ``t`` as ``t + 1``; output label: ``olabels`` (the LM's label for the
-    token: ``t + 1``, or :data:`UNK_LABEL` for a token the LM does not know). Cost:
+    Input label: token ``t`` as ``t + LABEL_OFFSET``; output label: ``olabels`` (the LM's
+    label for the token: the same, or :data:`UNK_LABEL` for a token the LM does not know).
+
+    Not :func:`blockdraft.lattice.fst.lattice_to_fst`: that one is an acceptor with costs
+    ``-score``, and this needs a transducer (the ``<unk>`` output labels) with scaled,
+    shifted costs; building it directly costs the same as building that one. Cost:
     ``-(score - best score of the slot) / alpha`` (nats, >= 0): the per-slot shift is the same
     for every path, so it keeps the ranking of ``head + alpha * lm`` while keeping float32
     costs small. Arc-sorted on output labels for composition.
@@ -602,7 +636,7 @@ def _lattice_fst(lattice: SausageLattice, olabels: np.ndarray, alpha: float) -> 
         labs = olabels[i].tolist()
         out.reserve_arcs(i, int(counts[i]))
         for j in range(int(counts[i])):
-            out.add_arc(i, arc(toks[j] + 1, labs[j], costs[j], i + 1))
+            out.add_arc(i, arc(toks[j] + LABEL_OFFSET, labs[j], costs[j], i + 1))
     out.arcsort("olabel")
     return out
 
@@ -766,7 +800,7 @@ class WfstRescorer:
         real = tokens >= 0
         if real.any() and int(tokens.max()) > MAX_TOKEN_ID:
             raise RescorerError(f"token id {int(tokens.max())} exceeds {MAX_TOKEN_ID}")
-        olabels = np.where(real, tokens + 1, 0)
+        olabels = np.where(real, tokens + LABEL_OFFSET, 0)
         cs = self.context_states
         if cs is not None:
             unknown = real & ~cs.known(tokens)
@@ -798,14 +832,24 @@ class WfstRescorer:
             lattice's own p best and ``lm_scores`` zeros.
 
         Raises:
-            RescorerError: a bad argument, an unknown token with ``unknown="error"``, or a
-                user FST that accepts no path of the lattice.
+            RescorerError: a bad argument, an unknown token with ``unknown="error"`` (in the
+                lattice, or in the context's last ``order - 1`` tokens, as :class:`NgramLM`),
+                or a user FST that accepts no path of the lattice.
         """
         if not isinstance(lattice, SausageLattice):
             raise RescorerError(f"expected a SausageLattice, got {type(lattice).__name__}")
         p = check_p(p)
         ctx = as_context(context)
         olabels = self._olabels(lattice)
+        cs = self.context_states
+        if self.unknown == "error" and cs is not None and cs.order > 1 and ctx.size:
+            tail = ctx[-(cs.order - 1):]  # what NgramLM.start looks up
+            missing = tail[~cs.known(tail)]
+            if missing.size:
+                raise RescorerError(
+                    f"context token id {int(missing[0])} is not in the LM (unknown='error'); "
+                    "use unknown='unk' to score it as <unk>"
+                )
         if self.alpha == 0.0:
             best = lattice.best_paths(p)
             return DraftBatch(
@@ -817,8 +861,11 @@ class WfstRescorer:
         self._fst.set_start(self.start_state(ctx))
         composed = wrap.compose(lat, self._fst)
         composed.project("input")
-        composed.rmepsilon()
-        paths = _read_paths(wrap.shortestpath(composed, nshortest=p, unique=True))
+        if p == 1:  # one path is one string: no need to remove epsilons and determinize
+            paths = _read_paths(wrap.shortestpath(composed, nshortest=1))
+        else:
+            composed.rmepsilon()
+            paths = _read_paths(wrap.shortestpath(composed, nshortest=p, unique=True))
         if not paths:
             raise RescorerError(
                 "the WFST accepts no path of the lattice (a grammar that rejects every draft?)"
@@ -826,7 +873,8 @@ class WfstRescorer:
         paths.sort(key=lambda c: c[0])  # stable: OpenFst's order among float32 ties
         h = lattice.h
         cost = np.array([c for c, _ in paths], dtype=np.float64)
-        tokens = np.array([labels for _, labels in paths], dtype=np.int64).reshape(-1, h) - 1
+        labels = np.array([lab for _, lab in paths], dtype=np.int64).reshape(-1, h)
+        tokens = labels - LABEL_OFFSET
         arcs = np.empty_like(tokens)
         for i in range(h):
             slot_tokens = lattice.slot(i)[0]
