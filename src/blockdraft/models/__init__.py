@@ -1,0 +1,46 @@
+"""The models room: the reference blockwise parallel transformer, the small rescoring LM,
+the tokenizer, checkpoints, training and the greedy reference decoder.
+
+Anything with ``heads_logits(input_ids, past) -> (logits [B, T, h, V], past)`` can stand in
+for :class:`BlockwiseLM` in the rooms downstream (drafts, verify, oracle).
+"""
+
+from blockdraft.models.blockwise import BlockwiseLM, RescorerLM
+from blockdraft.models.cache import KVCache
+from blockdraft.models.checkpoint import load_model, load_tokenizer, read_model_config, save_model
+from blockdraft.models.config import PRESETS, BlockwiseConfig
+from blockdraft.models.errors import ModelError
+from blockdraft.models.generate import greedy_generate
+from blockdraft.models.protocol import DecoderCache, HeadsModel
+from blockdraft.models.tokenizer import Tokenizer
+from blockdraft.models.train import (
+    EvalResult,
+    TrainConfig,
+    TrainResult,
+    distill_targets,
+    evaluate,
+    train,
+)
+
+__all__ = [
+    "PRESETS",
+    "BlockwiseConfig",
+    "BlockwiseLM",
+    "DecoderCache",
+    "EvalResult",
+    "HeadsModel",
+    "KVCache",
+    "ModelError",
+    "RescorerLM",
+    "Tokenizer",
+    "TrainConfig",
+    "TrainResult",
+    "distill_targets",
+    "evaluate",
+    "greedy_generate",
+    "load_model",
+    "load_tokenizer",
+    "read_model_config",
+    "save_model",
+    "train",
+]

@@ -1,0 +1,482 @@
+"""The reference blockwise parallel transformer (Stern et al. 2018) and the small rescoring LM.
+
+A decoder-only pre-LayerNorm transformer with rotary position embeddings (RoPE). On top of the
+final (normed) hidden state ``x`` sit ``h`` prediction heads (SPEC sec. 1):
+
+    head 1:        z^1 = W_E x                         the base LM's next-token head
+    head i >= 2:   z^i = W_E (x + FFN_i(x))            Stern sec. 6: one hidden layer, residual
+
+where ``W_E`` is the input embedding matrix (tied vocabulary projection). Head ``i`` at
+position ``t`` predicts the token at ``t + i``. ``FFN_i``'s output layer starts at zero, so an
+untrained extra head copies head 1 (as in Medusa), a sensible start for training the heads on
+a frozen base.
+
+Public surface:
+    BlockwiseLM(config, device=None)
+        .heads_logits(input_ids, past=None, attention_mask=None, last_only=False)
+            -> (logits [B, T, h, V], KVCache)     raw logits; ``log_softmax`` gives nats
+        .hidden(...) -> (x [B, T, d], KVCache);  .head_states(x) -> [..., h, d];
+        .project(states) -> [..., V]             the pieces, for training
+    RescorerLM(config, device=None)              the same network with ``h = 1``
+        .logits(input_ids, past=None, ...) -> (logits [B, T, V], KVCache)
+
+Incremental decoding: pass the returned cache as ``past``; position ids continue from the
+cache. A batch-1 ``past`` under a ``B``-row input is broadcast (the verifier's ``p`` drafts on
+one prefix). Left-padded batches of prompts: pass ``attention_mask`` ([B, T], 1 = real token,
+0 = padding) at the prefill; the cache remembers the padding and later steps need no mask.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
+from torch import nn
+
+from blockdraft.models.cache import KVCache
+from blockdraft.models.config import BlockwiseConfig
+from blockdraft.models.errors import ModelError
+
+
+def rope_tables(config: BlockwiseConfig, device: torch.device | str | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE ``cos`` and ``sin`` tables, float32 ``[max_seq_len, head_dim // 2]`` each."""
+    half = config.head_dim // 2
+    inv_freq = 1.0 / (config.rope_base ** (torch.arange(half, dtype=torch.float64,
+                                                          device=device) / half))
+    pos = torch.arange(config.max_seq_len, dtype=torch.float64, device=device)
+    angles = torch.outer(pos, inv_freq)  # (max_seq_len, hs/2)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs ``(x[..., j], x[..., j + hs/2])`` of ``x [B, nh, T, hs]`` by the angles of
+    ``cos``/``sin`` ``[B or 1, 1, T, hs/2]`` (GPT-NeoX layout)."""
+    x1, x2 = x.chunk(2, dim=-1)  # (B, nh, T, hs/2) each
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, nh, T, hs)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with RoPE and a key/value cache."""
+
+    def __init__(self, config: BlockwiseConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.head_dim = config.head_dim
+        self.dropout = config.dropout
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.resid_drop = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        past_k: torch.Tensor | None,
+        past_v: torch.Tensor | None,
+        attn_mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x [B, T, d]`` -> (output ``[B, T, d]``, keys and values ``[B, nh, T_past+T, hs]``)."""
+        B, T, C = x.shape  # noqa: N806 - shape names as in the papers
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, d) each
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        if past_k is not None and past_v is not None:
+            k = torch.cat((past_k, k), dim=2)  # (B, nh, T_past + T, hs)
+            v = torch.cat((past_v, v), dim=2)  # (B, nh, T_past + T, hs)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+        )  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, d)
+        return self.resid_drop(self.proj(y)), k, v
+
+
+class MLP(nn.Module):
+    """The block's feed-forward layer: ``d -> d_ff -> d`` with GELU."""
+
+    def __init__(self, config: BlockwiseConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.proj = nn.Linear(config.d_ff, config.d_model, bias=False)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[..., d] -> [..., d]``."""
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: ``x + attn(ln(x))``, then ``x + mlp(ln(x))``."""
+
+    def __init__(self, config: BlockwiseConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.d_model)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.d_model)
+        self.mlp = MLP(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        past_k: torch.Tensor | None,
+        past_v: torch.Tensor | None,
+        attn_mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x [B, T, d]`` -> (``[B, T, d]``, this layer's keys and values)."""
+        a, k, v = self.attn(self.ln_1(x), cos, sin, past_k, past_v, attn_mask, is_causal)
+        x = x + a
+        x = x + self.mlp(self.ln_2(x))
+        return x, k, v
+
+
+class ResidualFFN(nn.Module):
+    """An extra head's transform (Stern sec. 6): ``x + W_2 gelu(W_1 x + b_1) + b_2``.
+
+    ``W_2`` and ``b_2`` start at zero, so the head starts as a copy of head 1.
+    """
+
+    def __init__(self, config: BlockwiseConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(config.d_model, config.head_hidden)
+        self.out = nn.Linear(config.head_hidden, config.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[..., d] -> [..., d]``."""
+        return x + self.out(F.gelu(self.fc(x)))
+
+
+class Transformer(nn.Module):
+    """The base LM's body: token embedding, blocks, final LayerNorm (no forward of its own;
+    :meth:`BlockwiseLM.hidden` runs it with the cache)."""
+
+    def __init__(self, config: BlockwiseConfig) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.d_model)
+
+
+class BlockwiseLM(nn.Module):
+    """A decoder-only transformer with ``h`` prediction heads (SPEC sec. 1).
+
+    Args:
+        config: the sizes (see :class:`BlockwiseConfig`).
+        device: where to build the parameters (default: the CPU / torch's default device).
+    """
+
+    kind: ClassVar[str] = "blockwise"
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
+    def __init__(self, config: BlockwiseConfig, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        if not isinstance(config, BlockwiseConfig):
+            raise ModelError(f"config must be a BlockwiseConfig, got {type(config).__name__}")
+        self.config = config
+        with torch.device(device if device is not None else "cpu"):
+            self.transformer = Transformer(config)
+            self.extra_heads = nn.ModuleList(ResidualFFN(config) for _ in range(config.h - 1))
+            self.lm_head = (
+                None if config.tie_embeddings
+                else nn.Linear(config.d_model, config.vocab_size, bias=False)
+            )
+            cos, sin = rope_tables(config)
+        self.register_buffer("rope_cos", cos, persistent=False)  # (max_seq_len, hs/2)
+        self.register_buffer("rope_sin", sin, persistent=False)  # (max_seq_len, hs/2)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer),
+        extra heads' output layers at zero."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        for name, p in self.transformer.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
+        for head in self.extra_heads:
+            assert isinstance(head, ResidualFFN)
+            nn.init.zeros_(head.out.weight)
+            nn.init.zeros_(head.out.bias)
+
+    # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def h(self) -> int:
+        """Prediction heads (head 1 included)."""
+        return self.config.h
+
+    @property
+    def device(self) -> torch.device:
+        """Where the parameters live."""
+        return self.transformer.wte.weight.device
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        """Parameter count (tied weights counted once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def base_parameters(self) -> list[nn.Parameter]:
+        """The base LM's parameters: embeddings, blocks, final norm (and an untied head 1)."""
+        params = list(self.transformer.parameters())
+        if self.lm_head is not None:
+            params += list(self.lm_head.parameters())
+        return params
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The extra heads' parameters (their residual FFNs; the projection is the base's)."""
+        return list(self.extra_heads.parameters())
+
+    # ---- the forward pass, in pieces ---------------------------------------------------------
+
+    def _check_inputs(
+        self, input_ids: Any, past: KVCache | None, attention_mask: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not isinstance(input_ids, torch.Tensor):
+            raise ModelError(
+                f"input_ids must be a torch LongTensor [B, T], got {type(input_ids).__name__}"
+            )
+        if input_ids.dtype.is_floating_point or input_ids.dtype in (torch.bool, torch.complex64,
+                                                                      torch.complex128):
+            raise ModelError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+        if input_ids.dim() != 2:
+            raise ModelError(
+                f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}; "
+                "add a batch dimension with ids[None]"
+            )
+        B, T = input_ids.shape  # noqa: N806
+        if B == 0 or T == 0:
+            raise ModelError(
+                f"input_ids is empty (shape {(B, T)}); the model needs at least one token per row"
+            )
+        if input_ids.device != self.device:
+            raise ModelError(
+                f"input_ids are on {input_ids.device} but the model is on {self.device}; "
+                "move them with .to(model.device)"
+            )
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ModelError(
+                f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size}); "
+                "was the text encoded with this model's tokenizer?"
+            )
+        t_past = 0
+        if past is not None:
+            if not isinstance(past, KVCache):
+                raise ModelError(f"past must be a KVCache or None, got {type(past).__name__}")
+            if past.n_layer != self.config.n_layer or past.keys[0].shape[1] != self.config.n_head \
+                    or past.keys[0].shape[3] != self.config.head_dim:
+                raise ModelError(
+                    f"past has {past.n_layer} layers of {tuple(past.keys[0].shape)}; this model "
+                    f"needs {self.config.n_layer} layers of [B, {self.config.n_head}, T, "
+                    f"{self.config.head_dim}] (was it made by another model?)"
+                )
+            if past.batch_size not in (1, B):
+                raise ModelError(
+                    f"past has {past.batch_size} rows but input_ids has {B}; pass a batch-1 "
+                    "cache (broadcast) or one with the same rows"
+                )
+            if past.device != self.device:
+                raise ModelError(f"past is on {past.device} but the model is on {self.device}")
+            t_past = past.length
+        if t_past + T > self.config.max_seq_len:
+            raise ModelError(
+                f"sequence too long: {t_past} cached + {T} new = {t_past + T} positions exceed "
+                f"max_seq_len = {self.config.max_seq_len}; shorten the prompt (keep its last "
+                f"{self.config.max_seq_len - t_past} tokens) or use a model with a longer context"
+            )
+        mask = None
+        if attention_mask is not None:
+            mask = torch.as_tensor(attention_mask, device=self.device)
+            if tuple(mask.shape) != (B, T):
+                raise ModelError(
+                    f"attention_mask must be [B, T] = {(B, T)} like input_ids, got "
+                    f"{tuple(mask.shape)}"
+                )
+            mask = mask.bool()
+        return input_ids.long(), mask
+
+    def hidden(
+        self,
+        input_ids: torch.Tensor,
+        past: KVCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, KVCache]:
+        """The final, normed hidden states.
+
+        Args:
+            input_ids: int ``[B, T]`` token ids, on the model's device.
+            past: the cache of the preceding positions (batch ``B`` or 1), or None.
+            attention_mask: ``[B, T]``, 1/True for real tokens, 0/False for left padding;
+                None means every new token is real.
+
+        Returns:
+            ``x`` float ``[B, T, d]`` and the cache of all ``T_past + T`` positions.
+
+        Raises:
+            ModelError: on bad ids (empty, wrong dtype/shape/device, outside the vocabulary),
+                a sequence longer than ``max_seq_len``, or a cache that does not fit.
+        """
+        input_ids, new_mask = self._check_inputs(input_ids, past, attention_mask)
+        B, T = input_ids.shape  # noqa: N806
+        dev = input_ids.device
+        if past is not None and past.batch_size != B:
+            past = past.expand(B)
+        t_past = 0 if past is None else past.length
+        t_all = t_past + T
+        key_mask: torch.Tensor | None = None
+        attn_mask: torch.Tensor | None = None
+        is_causal = False
+        if new_mask is None and (past is None or past.key_mask is None):
+            # Every position is real: position ids follow the cache length.
+            positions = torch.arange(t_past, t_all, device=dev)[None]  # (1, T)
+            if t_past == 0:
+                is_causal = bool(T > 1)
+            elif T > 1:
+                attn_mask = torch.ones(T, t_all, dtype=torch.bool, device=dev).tril(t_past)
+        else:
+            past_mask = (
+                torch.ones(B, t_past, dtype=torch.bool, device=dev)
+                if past is None or past.key_mask is None else past.key_mask
+            )  # (B, T_past)
+            if new_mask is None:
+                new_mask = torch.ones(B, T, dtype=torch.bool, device=dev)
+            key_mask = torch.cat((past_mask, new_mask), dim=1)  # (B, T_past + T)
+            # A token's position id counts the real tokens before it (left padding is skipped).
+            positions = (past_mask.sum(1, keepdim=True) + new_mask.long().cumsum(1) - 1
+                         ).clamp(min=0)  # (B, T)
+            causal = torch.ones(T, t_all, dtype=torch.bool, device=dev).tril(t_past)  # (T, Tk)
+            itself = torch.cat(
+                (torch.zeros(T, t_past, dtype=torch.bool, device=dev),
+                 torch.eye(T, dtype=torch.bool, device=dev)), dim=1,
+            )  # (T, Tk): a padding query attends to itself only, so no row is all masked
+            attn_mask = ((causal[None] & key_mask[:, None, :]) | itself[None])[:, None]
+            # attn_mask: (B, 1, T, Tk)
+        cos = self.rope_cos[positions][:, None]  # (B or 1, 1, T, hs/2)
+        sin = self.rope_sin[positions][:, None]  # (B or 1, 1, T, hs/2)
+        x = self.transformer.drop(self.transformer.wte(input_ids))  # (B, T, d)
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        for i, block in enumerate(self.transformer.blocks):
+            pk = None if past is None else past.keys[i]
+            pv = None if past is None else past.values[i]
+            x, k, v = block(x, cos, sin, pk, pv, attn_mask, is_causal)
+            keys.append(k)
+            values.append(v)
+        x = self.transformer.ln_f(x)  # (B, T, d)
+        return x, KVCache(keys=tuple(keys), values=tuple(values), key_mask=key_mask)
+
+    def head_states(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """The pre-projection state of each head: ``[..., d] -> [..., heads, d]``.
+
+        Head 1's state is ``x`` itself; head ``i >= 2``'s is ``x + FFN_i(x)``. ``heads``
+        (default ``h``) keeps heads ``1..heads``.
+        """
+        n = self.config.h if heads is None else heads
+        states = [x] + [ffn(x) for ffn in list(self.extra_heads)[: n - 1]]
+        return torch.stack(states, dim=-2)  # (..., heads, d)
+
+    def extra_head_states(self, x: torch.Tensor) -> torch.Tensor:
+        """Heads 2..h only: ``[..., d] -> [..., h - 1, d]`` (empty when ``h == 1``)."""
+        if self.config.h == 1:
+            return x.new_zeros(*x.shape[:-1], 0, x.shape[-1])
+        return torch.stack([ffn(x) for ffn in self.extra_heads], dim=-2)  # (..., h-1, d)
+
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """The vocabulary projection: ``[..., d] -> [..., V]`` raw logits."""
+        if self.lm_head is not None:
+            return self.lm_head(states)  # type: ignore[no-any-return]
+        return F.linear(states, self.transformer.wte.weight)
+
+    def heads_logits(
+        self,
+        input_ids: torch.Tensor,
+        past: KVCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        last_only: bool = False,
+    ) -> tuple[torch.Tensor, KVCache]:
+        """Every head's raw logits at every new position.
+
+        Args:
+            input_ids: int ``[B, T]`` token ids (on the model's device).
+            past: the preceding positions' cache (batch ``B``, or 1 to share it), or None.
+            attention_mask: ``[B, T]`` 1 = real / 0 = left padding, or None (all real).
+            last_only: return only the last position (``T = 1`` in the output): a prefill
+                that needs the next block's logits alone skips ``(T-1) h V`` projections.
+
+        Returns:
+            ``logits`` float ``[B, T, h, V]`` (raw; ``log_softmax`` gives natural-log
+            probabilities): ``logits[b, t, i - 1]`` is head ``i``'s prediction of the token
+            at position ``t + i``; and the cache of all positions.
+
+        Raises:
+            ModelError: see :meth:`hidden`.
+        """
+        x, cache = self.hidden(input_ids, past, attention_mask)  # (B, T, d)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, d)
+        return self.project(self.head_states(x)), cache  # (B, T, h, V)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        past: KVCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        last_only: bool = False,
+    ) -> tuple[torch.Tensor, KVCache]:
+        """Same as :meth:`heads_logits`."""
+        return self.heads_logits(input_ids, past, attention_mask, last_only)
+
+
+class RescorerLM(BlockwiseLM):
+    """A small autoregressive LM for local neural rescoring (Kim Alg. 2): ``h = 1``.
+
+    Args:
+        config: sizes with ``h == 1`` (e.g. ``BlockwiseConfig.tiny(h=1)``).
+        device: where to build the parameters.
+
+    Raises:
+        ModelError: when ``config.h != 1``.
+    """
+
+    kind: ClassVar[str] = "rescorer"
+
+    def __init__(self, config: BlockwiseConfig, device: torch.device | str | None = None) -> None:
+        if isinstance(config, BlockwiseConfig) and config.h != 1:
+            raise ModelError(
+                f"a RescorerLM has one head, got h = {config.h}; use dataclasses.replace(config, "
+                "h=1) or BlockwiseLM for a model with extra heads"
+            )
+        super().__init__(config, device)
+
+    def logits(
+        self,
+        input_ids: torch.Tensor,
+        past: KVCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        last_only: bool = False,
+    ) -> tuple[torch.Tensor, KVCache]:
+        """Next-token raw logits ``[B, T, V]`` (position ``t`` predicts ``t + 1``) and the cache.
+
+        Same arguments and errors as :meth:`BlockwiseLM.heads_logits`.
+        """
+        x, cache = self.hidden(input_ids, past, attention_mask)  # (B, T, d)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, d)
+        return self.project(x), cache  # (B, T, V)

@@ -1,0 +1,214 @@
+"""Model directories: ``config.json`` + ``model.safetensors`` (+ ``tokenizer.json``).
+
+Public surface:
+    save_model(model, directory, tokenizer=None, extra_meta=None) -> Path
+    load_model(directory, device="cpu") -> BlockwiseLM | RescorerLM
+    load_tokenizer(directory) -> Tokenizer
+    read_model_config(directory) -> (kind, BlockwiseConfig, meta)
+
+``config.json`` is ``{"format": "blockdraft-model", "format_version": 1, "kind":
+"blockwise" | "rescorer", "config": {...BlockwiseConfig...}, "meta": {...}}``. The model and
+its tokenizer load separately (``load_model`` + ``load_tokenizer``) because a model is useful
+without one (token-id benchmarks) and a tokenizer without the model; ``load_model`` still checks
+that a ``tokenizer.json`` beside it has the model's vocabulary size. Every file is written to a
+temporary name and renamed, so an interrupted save never leaves a half-written file under the
+real name.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockdraft.models.blockwise import BlockwiseLM, RescorerLM
+from blockdraft.models.config import BlockwiseConfig
+from blockdraft.models.errors import ModelError
+from blockdraft.models.tokenizer import TOKENIZER_FILE, Tokenizer
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT = "blockdraft-model"
+FORMAT_VERSION = 1
+MODEL_KINDS: dict[str, type[BlockwiseLM]] = {"blockwise": BlockwiseLM, "rescorer": RescorerLM}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def save_model(
+    model: BlockwiseLM,
+    directory: str | Path,
+    tokenizer: Tokenizer | None = None,
+    extra_meta: dict[str, Any] | None = None,
+) -> Path:
+    """Write a model directory (created if needed; existing files are replaced).
+
+    Args:
+        model: a :class:`BlockwiseLM` or :class:`RescorerLM`.
+        directory: where to write ``config.json``, ``model.safetensors`` and, with a
+            tokenizer, ``tokenizer.json``.
+        tokenizer: the model's tokenizer; its ``vocab_size`` must equal the model's.
+        extra_meta: JSON-serialisable facts to keep under ``"meta"`` (training data, steps,
+            held-out loss...).
+
+    Returns:
+        The directory.
+
+    Raises:
+        ModelError: on a model of an unknown class, a tokenizer of another vocabulary size, or
+            ``extra_meta`` that JSON cannot hold.
+    """
+    from safetensors.torch import save_file
+
+    if not isinstance(model, BlockwiseLM) or model.kind not in MODEL_KINDS:
+        raise ModelError(
+            f"save_model expects a BlockwiseLM or RescorerLM, got {type(model).__name__}"
+        )
+    if tokenizer is not None and tokenizer.vocab_size != model.config.vocab_size:
+        raise ModelError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is "
+            f"{model.config.vocab_size}; save the tokenizer the model was trained with"
+        )
+    meta = dict(extra_meta or {})
+    try:
+        json.dumps(meta)
+    except (TypeError, ValueError) as e:
+        raise ModelError(f"extra_meta must be JSON-serialisable: {e}") from e
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
+    tmp = directory / (WEIGHTS_FILE + ".tmp")
+    save_file(state, str(tmp), metadata={"format": FORMAT, "kind": model.kind})
+    tmp.replace(directory / WEIGHTS_FILE)
+    _write_json(directory / CONFIG_FILE, {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": model.kind,
+        "config": model.config.to_dict(),
+        "meta": meta,
+    })
+    if tokenizer is not None:
+        tokenizer.save(directory)
+    return directory
+
+
+def read_model_config(directory: str | Path) -> tuple[str, BlockwiseConfig, dict[str, Any]]:
+    """The ``kind``, config and meta of a model directory, without loading weights.
+
+    Raises:
+        ModelError: when ``config.json`` is missing or unreadable, is not a blockdraft model
+            config, has a newer format version, an unknown kind, or bad config fields.
+    """
+    directory = Path(directory)
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        hint = (" (it looks like a Hugging Face model; load it with an adapter)"
+                if (directory / "pytorch_model.bin").exists() else "")
+        raise ModelError(
+            f"no {CONFIG_FILE} in {directory}: not a blockdraft model directory{hint}; "
+            "write one with save_model(model, directory)"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelError(f"cannot read {path}: {e}; re-save the model with save_model") from e
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ModelError(
+            f"{path} is not a blockdraft model config (expected \"format\": \"{FORMAT}\")"
+        )
+    version = data.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ModelError(
+            f"{path} has format_version {version!r}; this blockdraft reads versions up to "
+            f"{FORMAT_VERSION}: upgrade blockdraft"
+        )
+    kind = data.get("kind")
+    if kind not in MODEL_KINDS:
+        raise ModelError(
+            f"{path} has unknown model kind {kind!r}; expected one of {sorted(MODEL_KINDS)}"
+        )
+    try:
+        config = BlockwiseConfig.from_dict(data.get("config"))  # type: ignore[arg-type]
+    except ModelError as e:
+        raise ModelError(f"{path}: {e}") from e
+    meta = data.get("meta") or {}
+    return str(kind), config, dict(meta)
+
+
+def load_model(directory: str | Path, device: torch.device | str = "cpu") -> BlockwiseLM:
+    """The model saved in ``directory`` (a :class:`BlockwiseLM` or :class:`RescorerLM`, by
+    ``kind``), in eval mode, on ``device``.
+
+    Raises:
+        ModelError: see :func:`read_model_config`; also when ``model.safetensors`` is missing
+            or unreadable, its tensors do not match the config (missing, unexpected or
+            differently shaped; the message names them), or a ``tokenizer.json`` beside it has
+            another vocabulary size.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    kind, config, _ = read_model_config(directory)
+    weights = directory / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ModelError(
+            f"no {WEIGHTS_FILE} in {directory} (its {CONFIG_FILE} is there): the save was "
+            "interrupted or the file was removed; save the model again with save_model"
+        )
+    try:
+        state = load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError) as e:
+        raise ModelError(f"cannot read {weights}: {e}; save the model again") from e
+    model = MODEL_KINDS[kind](config, device="cpu")
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    mismatched = [
+        f"{name}: file {tuple(state[name].shape)} vs config {tuple(expected[name].shape)}"
+        for name in sorted(set(state) & set(expected))
+        if state[name].shape != expected[name].shape
+    ]
+    if missing or unexpected or mismatched:
+        parts = []
+        if mismatched:
+            parts.append("shape mismatch " + "; ".join(mismatched[:5]))
+        if missing:
+            parts.append(f"missing tensors {missing[:5]}")
+        if unexpected:
+            parts.append(f"unexpected tensors {unexpected[:5]}")
+        raise ModelError(
+            f"{weights} does not match {directory / CONFIG_FILE}: " + ", ".join(parts)
+            + "; the two files come from different models: save the model again"
+        )
+    model.load_state_dict(state)
+    tok_file = directory / TOKENIZER_FILE
+    if tok_file.is_file():
+        tokenizer = Tokenizer.load(tok_file)
+        if tokenizer.vocab_size != config.vocab_size:
+            raise ModelError(
+                f"{tok_file} has {tokenizer.vocab_size} tokens but {directory / CONFIG_FILE} "
+                f"says vocab_size = {config.vocab_size}; put the model's own tokenizer beside it"
+            )
+    return model.to(device).eval()
+
+
+def load_tokenizer(directory: str | Path) -> Tokenizer:
+    """The tokenizer saved beside a model (``directory/tokenizer.json``).
+
+    Raises:
+        ModelError: when there is none (save the model with ``tokenizer=``) or it is invalid.
+    """
+    path = Path(directory) / TOKENIZER_FILE
+    if not path.is_file():
+        raise ModelError(
+            f"no {TOKENIZER_FILE} in {directory}; save the model with "
+            "save_model(model, directory, tokenizer=tok) or load a tokenizer with Tokenizer.load"
+        )
+    return Tokenizer.load(path)

@@ -1,0 +1,100 @@
+"""Greedy decoding with head 1: the reference output of the lossless guarantee (SPEC sec. 1).
+
+Public surface:
+    greedy_generate(model, prompt_ids, max_new_tokens, eos_id=None) -> list[int]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from blockdraft.models.blockwise import BlockwiseLM
+from blockdraft.models.errors import ModelError
+
+
+def as_prompt(prompt_ids: Sequence[int] | np.ndarray | torch.Tensor) -> list[int]:
+    """A prompt as a list of ints (from a list, 1-D numpy array or 1-D tensor).
+
+    Raises:
+        ModelError: when the prompt is empty or not one-dimensional.
+    """
+    if isinstance(prompt_ids, torch.Tensor):
+        prompt_ids = prompt_ids.detach().cpu().numpy()
+    arr = np.asarray(prompt_ids)
+    if arr.ndim != 1:
+        raise ModelError(f"a prompt must be a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ModelError(
+            "the prompt is empty; decoding needs at least one token (start with the EOS id "
+            "as a beginning-of-text token)"
+        )
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ModelError(f"prompt ids must be integers, got dtype {arr.dtype}")
+    return [int(i) for i in arr]
+
+
+@torch.no_grad()
+def greedy_generate(
+    model: BlockwiseLM,
+    prompt_ids: Sequence[int] | np.ndarray | torch.Tensor,
+    max_new_tokens: int,
+    eos_id: int | None = None,
+) -> list[int]:
+    """Plain greedy decoding with head 1 and the KV cache: the greedy reference ``y``.
+
+    One prefill on the prompt, then one step per token; the model runs on its own device.
+
+    Args:
+        model: any model with ``heads_logits(input_ids [1, T], past) -> ([1, T, h, V], past)``
+            (a :class:`BlockwiseLM` or :class:`RescorerLM`).
+        prompt_ids: the prompt ``x`` (non-empty).
+        max_new_tokens: at most this many tokens are generated (``>= 0``).
+        eos_id: stop after generating this token (it is included in the output); None never
+            stops early.
+
+    Returns:
+        The generated ids ``y_1 .. y_m`` (the prompt not included), ``m <= max_new_tokens``.
+        Ties in the argmax go to the smallest token id (``torch.argmax``).
+
+    Raises:
+        ModelError: on an empty prompt, a negative ``max_new_tokens``, or when the model would
+            have to read more than ``max_seq_len`` positions (``len(prompt) + max_new_tokens
+            - 1`` of them: the last generated token is never fed back).
+    """
+    prompt = as_prompt(prompt_ids)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            or max_new_tokens < 0:
+        raise ModelError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    if max_new_tokens == 0:
+        return []
+    config = getattr(model, "config", None)
+    max_len = getattr(config, "max_seq_len", None)
+    if max_len is not None and len(prompt) + max_new_tokens - 1 > max_len:
+        raise ModelError(
+            f"prompt of {len(prompt)} tokens + max_new_tokens = {max_new_tokens} needs "
+            f"{len(prompt) + max_new_tokens - 1} positions, more than max_seq_len = {max_len}; "
+            f"use max_new_tokens <= {max_len - len(prompt) + 1} or a shorter prompt"
+        )
+    was_training = bool(getattr(model, "training", False))
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    device = getattr(model, "device", torch.device("cpu"))
+    kwargs: dict[str, Any] = {"last_only": True} if isinstance(model, BlockwiseLM) else {}
+    try:
+        ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, T)
+        logits, past = model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
+        out: list[int] = []
+        while True:
+            token = int(torch.argmax(logits[0, -1, 0]))
+            out.append(token)
+            if len(out) >= max_new_tokens or (eos_id is not None and token == eos_id):
+                return out
+            step = torch.tensor([[token]], dtype=torch.long, device=device)  # (1, 1)
+            logits, past = model.heads_logits(step, past, **kwargs)  # (1, 1, h, V)
+    finally:
+        if was_training and isinstance(model, torch.nn.Module):
+            model.train()
