@@ -36,7 +36,7 @@ class LatticeError(BlockdraftError, ValueError):
     """A lattice was built from, or asked about, invalid input."""
 
 
-def _as_numpy(x: Any) -> np.ndarray:
+def as_numpy(x: Any) -> np.ndarray:
     """A numpy view of a numpy array or a torch tensor (without importing torch)."""
     if hasattr(x, "detach") and hasattr(x, "cpu"):
         x = x.detach().float().cpu().numpy()
@@ -76,8 +76,8 @@ class SausageLattice:
     scores: np.ndarray
 
     def __post_init__(self) -> None:
-        tokens = _as_numpy(self.tokens)
-        scores = _as_numpy(self.scores)
+        tokens = as_numpy(self.tokens)
+        scores = as_numpy(self.scores)
         if tokens.ndim != 2:
             raise LatticeError(f"tokens must be a 2-D [h, k] array, got shape {tokens.shape}")
         if scores.shape != tokens.shape:
@@ -163,7 +163,7 @@ class SausageLattice:
             LatticeError: on a bad shape, NaN/+inf logits, a slot with every logit ``-inf``,
                 or ``k`` outside ``[1, V]``.
         """
-        z = _as_numpy(logits)
+        z = as_numpy(logits)
         if z.ndim != 2:
             raise LatticeError(
                 f"from_logits expects [h, V] logits, got shape {z.shape}; use "
@@ -176,7 +176,7 @@ class SausageLattice:
         cls, logits: Any, k: int, certain_first: bool = True
     ) -> list[SausageLattice]:
         """One lattice per row of ``[B, h, V]`` logits (see :meth:`from_logits`)."""
-        z = _as_numpy(logits)
+        z = as_numpy(logits)
         if z.ndim != 3:
             raise LatticeError(f"from_logits_batch expects [B, h, V] logits, got {z.shape}")
         b, h, v = z.shape

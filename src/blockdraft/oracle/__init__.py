@@ -1,0 +1,83 @@
+"""The oracle room: trace once, simulate many (SPEC sec. 5-7).
+
+A :class:`Trace` holds one teacher-forced pass per example (greedy ids, every head's top-K
+log-probs and entropy per position); :func:`simulate` walks BPD with exact verification over
+it for any drafting strategy and gives the block efficiency ``B``; the analyses compute the
+oracle curve, head entropies, draft repetition and wins/ties/losses.
+
+Public surface (details in each module):
+    Trace.open(path) / trace[i] -> TraceExample / TraceWriter(path, h=, K=, V=)    (trace)
+    synthetic_trace(path, ...) -> Trace                                             (trace)
+    simulate(trace, strategy) -> SimulationResult; Oracle(k)                        (simulate)
+    simulate_at_positions(trace, strategy, example, t) -> StepRecords               (simulate)
+    repetition, head_entropy, h_max, wins_ties_losses, compare_steps, oracle_curve  (analysis)
+    plot_oracle_curve, plot_entropy_densities                                       (plots)
+    OracleError, TraceFormatError                                                   (errors)
+"""
+
+from blockdraft.oracle.analysis import (
+    EntropyStats,
+    OracleCurve,
+    RepetitionStats,
+    WinTieLoss,
+    compare_steps,
+    h_max,
+    has_repetition,
+    head_entropy,
+    max_runs,
+    oracle_curve,
+    repetition,
+    wins_ties_losses,
+)
+from blockdraft.oracle.plots import plot_entropy_densities, plot_oracle_curve
+from blockdraft.oracle.simulate import (
+    DraftStrategy,
+    Oracle,
+    SimulationResult,
+    StepRecords,
+    TraceMismatchWarning,
+    accept_lengths,
+    oracle_accept_lengths,
+    simulate,
+    simulate_at_positions,
+)
+from blockdraft.oracle.trace import (
+    OracleError,
+    Trace,
+    TraceExample,
+    TraceFormatError,
+    TraceWriter,
+    synthetic_trace,
+)
+
+__all__ = [
+    "DraftStrategy",
+    "EntropyStats",
+    "Oracle",
+    "OracleCurve",
+    "OracleError",
+    "RepetitionStats",
+    "SimulationResult",
+    "StepRecords",
+    "Trace",
+    "TraceExample",
+    "TraceFormatError",
+    "TraceMismatchWarning",
+    "TraceWriter",
+    "WinTieLoss",
+    "accept_lengths",
+    "compare_steps",
+    "h_max",
+    "has_repetition",
+    "head_entropy",
+    "max_runs",
+    "oracle_accept_lengths",
+    "oracle_curve",
+    "plot_entropy_densities",
+    "plot_oracle_curve",
+    "repetition",
+    "simulate",
+    "simulate_at_positions",
+    "synthetic_trace",
+    "wins_ties_losses",
+]
