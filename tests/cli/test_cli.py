@@ -85,3 +85,46 @@ def test_bench_rescore_runs_both_backends(tmp_path, word_corpus, arpa_lms, capsy
                                                        for p in (1, 4)}
     assert all(r["median_ms"] > 0 for r in rows)
     assert "kind:hits" in out["signature"] and "commit:" in out["signature"]
+
+
+@pytest.fixture()
+def trace_dir(tmp_path):
+    from blockdraft.oracle import synthetic_trace
+
+    synthetic_trace(tmp_path / "trace", num_examples=6, h=4, K=8, V=40, seed=3)
+    return tmp_path / "trace"
+
+
+def test_oracle_command_matches_the_library(trace_dir, tmp_path, capsys):
+    from blockdraft.oracle import Trace, oracle_curve
+
+    png = tmp_path / "curve.png"
+    assert main(["oracle", str(trace_dir), "--k", "1,2,4", "--json", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ref = oracle_curve(Trace.open(trace_dir), ks=[1, 2, 4])
+    np.testing.assert_allclose([row["b_oracle"] for row in out["curve"]], ref.b_oracle)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["oracle", str(trace_dir)]) == 0
+    assert "B_oracle(k)" in capsys.readouterr().out
+
+
+def test_entropy_and_repetition_commands(trace_dir, tmp_path, capsys):
+    png = tmp_path / "ent.png"
+    assert main(["entropy", str(trace_dir), "--plot", str(png), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["mean"]) == 4 and 1 <= out["h_max"] <= 4 and png.stat().st_size > 0
+    assert main(["repetition", str(trace_dir), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["drafts"] == "vanilla" and 0 <= rows[0]["pct_consecutive"] <= 100
+
+
+def test_repetition_with_an_lm_of_another_vocabulary_fails_clearly(trace_dir, arpa_lms,
+                                                                   capsys):
+    # The fixture LMs know word ids far above the trace's V = 40.
+    assert main(["repetition", str(trace_dir), "--lm", str(arpa_lms[2])]) == 1
+    assert "outside the model's vocabulary" in capsys.readouterr().err
+
+
+def test_trace_commands_reject_a_missing_trace(tmp_path, capsys):
+    assert main(["oracle", str(tmp_path / "nope")]) == 1
+    assert "blockdraft: error" in capsys.readouterr().err

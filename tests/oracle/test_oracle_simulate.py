@@ -227,17 +227,26 @@ def check_invariants(trace: Trace, r: SimulationResult) -> None:
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**16), h=st.integers(1, 5), K=st.integers(1, 4))
 def test_oracle_bounds_every_p1_strategy(seed: int, h: int, K: int) -> None:
+    """Per position, n_oracle(t, k) bounds every p = 1 strategy's n and grows with k.
+
+    (Block efficiency itself is not a strict bound: a strategy that accepts fewer tokens can
+    land on a luckier position. Random traces show it rarely, so B is not asserted here.)
+    """
     with tempfile.TemporaryDirectory() as d:
         trace = synthetic_trace(Path(d) / "t", num_examples=3, h=h, K=K, V=10,
                                 length=(1, 16), repeat=0.5, seed=seed)
         van = simulate(trace, vanilla())
         check_invariants(trace, van)
-        prev = 0.0
+        every_t = [(j, t) for j in range(len(trace)) for t in range(trace[j].m)]
+        ex = np.array([j for j, _ in every_t], dtype=np.int64)
+        ts = np.array([t for _, t in every_t], dtype=np.int64)
+        prev_n = np.zeros(len(every_t), dtype=np.int64)
         for k in range(1, K + 1):
             orc = simulate(trace, Oracle(k))
             check_invariants(trace, orc)
-            assert orc.block_efficiency >= prev - 1e-12  # monotone in k
-            prev = orc.block_efficiency
+            n_k = simulate_at_positions(trace, Oracle(k), ex, ts).n
+            assert np.all(n_k >= prev_n)  # monotone in k at every position
+            prev_n = n_k
             if k == 1:  # oracle(1) == vanilla, step for step
                 np.testing.assert_array_equal(orc.steps.t, van.steps.t)
                 np.testing.assert_array_equal(orc.steps.n, van.steps.n)
@@ -245,8 +254,7 @@ def test_oracle_bounds_every_p1_strategy(seed: int, h: int, K: int) -> None:
             for strat in (HeadDrafter(k=k), HeadDrafter(k=k, rescorer=BigramRescorer(10, 2.0))):
                 r = simulate(trace, strat)
                 check_invariants(trace, r)
-                assert orc.block_efficiency >= r.block_efficiency - 1e-12
-                # stronger: at every position the strategy visits, n <= n_oracle(t, k)
+                # at every position the strategy visits, n <= n_oracle(t, k)
                 at = simulate_at_positions(trace, Oracle(k), r.steps.example, r.steps.t)
                 assert np.all(r.steps.n <= at.n)
         del trace

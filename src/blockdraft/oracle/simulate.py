@@ -62,7 +62,15 @@ class DraftStrategy(Protocol):
 @dataclass(frozen=True)
 class Oracle:
     """The oracle path of the top-``k`` lattice (SPEC sec. 5): at every step it accepts
-    ``n_oracle(t, k)``, an upper bound for any ``p = 1`` strategy drafting from that lattice.
+    ``n_oracle(t, k)``, an upper bound on the ``n`` of any ``p = 1`` strategy drafting from
+    that lattice *at that position*.
+
+    ``B_oracle(k)`` is, as in SPEC and Kim et al., ``B`` when every step uses that draft. It is
+    not a strict upper bound on another strategy's ``B`` over a whole text: a strategy that
+    accepts fewer tokens lands on a different position, which can happen to have a better
+    lattice (random synthetic traces show this on about 2 in 1,000 comparisons; see
+    tests/oracle/test_oracle_simulate.py). Nor is ``B_oracle(k)`` monotone in ``k`` for the same
+    reason, though ``n_oracle(t, k)`` is at every position.
 
     Attributes:
         k: arcs per slot, ``>= 1``.
