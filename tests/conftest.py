@@ -7,24 +7,15 @@ The last ``HELD_OUT`` tokens are held out of LM training for lattices built from
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ngram_testlib import WordCorpus
+
 HELD_OUT = 5000
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-@dataclass(frozen=True)
-class WordCorpus:
-    """Word ids of the pydoc corpus: ``train`` (lines of ids) and ``held_out`` (one array)."""
-
-    train: list[np.ndarray]
-    held_out: np.ndarray
-    vocab_size: int
-    unigram: np.ndarray  # float64 [vocab_size], training frequencies (sums to 1)
 
 
 @pytest.fixture(scope="session")
@@ -68,10 +59,3 @@ def arpa_lms(word_corpus: WordCorpus, lm_dir: Path) -> dict[int, Path]:
     except RescorerError as e:
         pytest.skip(f"KenLM's lmplz is not built ({e}); run `make setup`")
     return {o: train_ngram(word_corpus.train, lm_dir / f"w{o}", order=o).arpa for o in (2, 3, 4, 5)}
-
-
-def hits_lattice(rng, truth, k, unigram, certain_first=False):
-    """A hits-heavy lattice (see :func:`blockdraft.bench.lattices.hits_heavy`)."""
-    from blockdraft.bench.lattices import hits_heavy
-
-    return hits_heavy(rng, truth, k, unigram, certain_first=certain_first)

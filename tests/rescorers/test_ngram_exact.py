@@ -9,10 +9,10 @@ import kenlm
 import numpy as np
 import pytest
 
+from blockdraft.bench.lattices import hits_heavy as hits_lattice
 from blockdraft.lattice import SausageLattice
 from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 from blockdraft.rescorers.ngram import native as native_mod
-from conftest import hits_lattice
 
 LN10 = math.log(10.0)
 

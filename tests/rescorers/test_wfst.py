@@ -17,6 +17,7 @@ import pywrapfst
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from blockdraft.bench.lattices import hits_heavy as hits_lattice
 from blockdraft.lattice import SausageLattice
 from blockdraft.rescorers.base import Rescorer, RescorerError
 from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
@@ -32,7 +33,7 @@ from blockdraft.rescorers.ngram.wfst import (
     default_cache_dir,
     load_ngram_wfst,
 )
-from conftest import WordCorpus, hits_lattice
+from ngram_testlib import WordCorpus
 
 LN10 = math.log(10.0)
 TOL = 1e-4  # nats: OpenFst weights are float32
