@@ -163,7 +163,7 @@ def run_demo(
     trace = Trace.open(trace_dir)
 
     rescorer = NgramRescorer(lm, alpha=1.0)
-    strategies = [
+    strategies: list[tuple[str, Oracle | HeadDrafter]] = [
         ("vanilla BPD", HeadDrafter(k=1, p=1)),
         ("16-best 0-gram", HeadDrafter(k=DEMO_K, p=16)),
         ("4-gram rescored", HeadDrafter(k=DEMO_K, p=1, rescorer=rescorer)),

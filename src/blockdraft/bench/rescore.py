@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -91,10 +92,9 @@ def bench_rescore(
         progress: wraps the (h, k) loop, e.g. a rich/tqdm progress bar.
     """
     rows: list[LatencyRow] = []
-    grid = [(h, k) for h in hs for k in ks]
-    it: Iterable[object] = progress(grid) if progress else grid
-    for item in it:
-        h, k = item  # type: ignore[misc]
+    grid: list[tuple[int, int]] = [(int(h), int(k)) for h in hs for k in ks]
+    it: Iterable[Any] = progress(grid) if progress else grid
+    for h, k in it:
         rng = np.random.default_rng([seed, h, k])
         cases = [source(rng, h, k) for _ in range(n)]
         for p in ps:

@@ -366,8 +366,8 @@ def _fix_boundary_ties(
     kth = scores[..., -1]
     n_ge = np.sum(logp >= kth[..., None], axis=-1)
     rows = np.argwhere(n_ge > k)
-    for idx in rows:
-        idx = tuple(idx)
+    for found in rows:
+        idx = tuple(int(i) for i in found)
         row = logp[idx]
         order = np.lexsort((np.arange(row.size), -row))[:k]
         ids[idx] = order

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,13 @@ class NgramLM:
         self.unknown: str | float = unknown
         if engine == "auto":
             engine = "native" if native.available() else "kenlm"
+            if engine == "kenlm":
+                warnings.warn(
+                    f"blockdraft's native KenLM search is not built ({native.library_path()}); "
+                    "the exact search runs in Python over the kenlm module, exact but about "
+                    "100x slower. Run `make setup` (scripts/build_kenlm.sh) to build it.",
+                    RuntimeWarning, stacklevel=2,
+                )
         self.engine = engine
         self.is_arpa = is_arpa(self.path)
         self._native: native.NativeModel | None = None

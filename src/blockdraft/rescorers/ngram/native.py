@@ -99,7 +99,7 @@ class NativeModel:
         if not handle:
             msg = err.value.decode(errors="replace").strip()
             raise RescorerError(f"KenLM could not load {path}: {msg}")
-        self._handle = ctypes.c_void_p(handle)
+        self._handle: ctypes.c_void_p | None = ctypes.c_void_p(handle)
         self.order: int = int(lib.bd_order(self._handle))
 
     def __del__(self) -> None:

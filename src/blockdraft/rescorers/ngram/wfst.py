@@ -753,7 +753,7 @@ class WfstRescorer:
         alpha: float = 1.0,
         cache_dir: str | Path | None = None,
         *,
-        unknown: str = "unk",
+        unknown: str | float = "unk",
     ) -> WfstRescorer:
         """A rescorer for an ARPA LM over token ids, converted once and cached.
 
