@@ -7,6 +7,7 @@ The last ``HELD_OUT`` tokens are held out of LM training for lattices built from
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -59,3 +60,15 @@ def arpa_lms(word_corpus: WordCorpus, lm_dir: Path) -> dict[int, Path]:
     except RescorerError as e:
         pytest.skip(f"KenLM's lmplz is not built ({e}); run `make setup`")
     return {o: train_ngram(word_corpus.train, lm_dir / f"w{o}", order=o).arpa for o in (2, 3, 4, 5)}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread() -> Iterator[None]:
+    """Tiny models run fastest on one intra-op thread, and far faster than on two threads
+    fighting other processes for the same two cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

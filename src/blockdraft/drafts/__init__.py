@@ -8,12 +8,18 @@ from typing import Any
 
 from blockdraft.drafts.batch import DraftBatch, DraftError
 
-__all__ = ["DraftBatch", "DraftError", "HeadDrafter", "vanilla"]
+__all__ = [
+    "CombinedDrafter", "DraftBatch", "DraftError", "HeadDrafter", "InputCopyDrafter",
+    "row_source", "vanilla",
+]
+
+_LAZY = {"HeadDrafter": "heads", "vanilla": "heads", "InputCopyDrafter": "iad",
+         "CombinedDrafter": "iad", "row_source": "iad"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("HeadDrafter", "vanilla"):
-        from blockdraft.drafts import heads
+    if name in _LAZY:
+        import importlib
 
-        return getattr(heads, name)
+        return getattr(importlib.import_module(f"blockdraft.drafts.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'blockdraft.drafts' has no attribute {name!r}")

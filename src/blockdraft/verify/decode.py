@@ -1,0 +1,530 @@
+"""The decode loop of blockwise parallel decoding: predict -> verify -> accept (SPEC sec. 2).
+
+Public surface:
+    decode(model, prompt_ids, rescorer=None, k=16, p=1, criterion="exact",
+           max_new_tokens=64, eos_id=None, drafter=None, device="cpu", iad=False)
+        -> DecodeResult (one prompt) | list[DecodeResult] (a list of prompts)
+    predict(drafter, head_logits, k, context) -> DraftBatch     step 1, no model call
+    accept(outcome, remaining, eos_id) -> tuple[int, ...]        step 3, the tokens a call yields
+    DecodeResult, DecodeStep                                     frozen result records
+
+The loop reads as the paper (Stern et al. 2018, sec. 3-4) and as Medusa's ``medusa_generate``::
+
+    head_logits, past = verifier.prefill(prompt)          # call 1: d_1 is certain
+    tokens = [argmax head_logits[head 1]]
+    while not done:
+        drafts  = predict(drafter, head_logits, k, context)   # lattice -> drafter -> [p, h]
+        outcome = verifier.verify(past, drafts)               # one batched call
+        tokens += accept(outcome, remaining, eos_id)          # d_2..d_{1+n}, next certain token
+        past, head_logits = outcome.past, outcome.next_logits
+
+Counting (SPEC sec. 2): the prefill yields 1 token (``d_1``), every verification call
+``1 + n`` (``d_2 .. d_{1+n}`` and the next certain token), cut after EOS and at
+``max_new_tokens``: a step yields ``min(1 + n, remaining)`` tokens, the offline simulator's
+rule. ``block_efficiency = len(tokens) / calls``.
+
+``n`` is the offline simulator's too (SPEC sec. 6): draft tokens after a draft's EOS are never
+accepted, and the last step verifies ``remaining + 1`` columns, exactly the draft tokens that
+can count. One exception: when the model's context is full (``len(prompt) + max_new_tokens -
+1 == max_seq_len``) the last step feeds one column fewer, so its ``n`` may be one less (same
+tokens, same ``B``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, overload
+
+import numpy as np
+import torch
+
+from blockdraft.drafts.batch import DraftBatch
+from blockdraft.drafts.heads import HeadDrafter
+from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
+from blockdraft.errors import BlockdraftError
+from blockdraft.lattice.sausage import SausageLattice
+from blockdraft.verify.criteria import Criterion, VerifyError
+from blockdraft.verify.verifier import (
+    HeadsModel,
+    Verifier,
+    VerifyOutcome,
+    model_device,
+    synchronize,
+)
+
+Prompt = Sequence[int] | np.ndarray | torch.Tensor
+"""One prompt: a 1-D sequence of token ids."""
+
+
+class Drafter(Protocol):
+    """A draft source: ``propose(lattice, context) -> DraftBatch`` whose rows start with the
+    lattice's certain token (``context``: the committed prefix before it, oldest first)."""
+
+    def propose(
+        self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
+    ) -> DraftBatch: ...
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeStep:
+    """One verification call of the decode loop.
+
+    Attributes:
+        position: index in :attr:`DecodeResult.tokens` of this step's certain token ``d_1``.
+        drafts: the drafts proposed (``[p, h]``, before the last step's cut to the columns
+            that can count).
+        n: accepted draft tokens of the winner (none after its EOS; see the module doc).
+        winner: row of the winning draft.
+        source: where the winning draft came from (``"iad"`` for an input copy, else the
+            batch's source such as ``"lattice"`` or ``"ngram-exact"``).
+        accept_lengths: ``n`` of every draft verified.
+        tokens: the tokens this call yielded: ``d_2 .. d_{1+n}`` then the next certain token,
+            cut after EOS and at ``max_new_tokens`` (``min(1 + n, remaining)`` of them).
+        forward_s: wall seconds in the model's forward pass.
+        draft_s: wall seconds building the lattice and drafting (rescoring included).
+        other_s: wall seconds elsewhere in the step (criterion, cache selection, book-keeping).
+    """
+
+    position: int
+    drafts: DraftBatch
+    n: int
+    winner: int
+    source: str
+    accept_lengths: tuple[int, ...]
+    tokens: tuple[int, ...]
+    forward_s: float
+    draft_s: float
+    other_s: float
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeResult:
+    """The output of :func:`decode` for one prompt.
+
+    Attributes:
+        tokens: the generated ids ``y_1 .. y_m`` (the prompt excluded; EOS included when it
+            stopped the decode). A list, like :func:`~blockdraft.models.greedy_generate`'s,
+            so the two compare with ``==``.
+        calls: serial calls of the model, the prefill included (0 when nothing was asked).
+        steps: one record per verification call.
+        prompt_length: tokens in the prompt.
+        stopped: ``"eos"``, ``"max_new_tokens"``, or ``"empty"`` (``max_new_tokens == 0``).
+        criterion: the acceptance criterion, as a string (``"exact"`` is lossless).
+        drafter: the draft strategy's name.
+        prefill_s: wall seconds of the prompt's forward pass.
+        wall_s: wall seconds of the whole decode.
+    """
+
+    tokens: list[int]
+    calls: int
+    steps: tuple[DecodeStep, ...]
+    prompt_length: int
+    stopped: str
+    criterion: str
+    drafter: str
+    prefill_s: float
+    wall_s: float
+
+    @property
+    def block_efficiency(self) -> float:
+        """``B = len(tokens) / calls`` (SPEC sec. 2), ``1 <= B <= h``; 0.0 without calls."""
+        return len(self.tokens) / self.calls if self.calls else 0.0
+
+    @property
+    def accept_lengths(self) -> list[int]:
+        """The winner's ``n`` of every step."""
+        return [s.n for s in self.steps]
+
+    @property
+    def forward_s(self) -> float:
+        """Wall seconds in the model's forward passes, the prefill included."""
+        return self.prefill_s + sum(s.forward_s for s in self.steps)
+
+    @property
+    def draft_s(self) -> float:
+        """Wall seconds building lattices and drafting (rescoring included)."""
+        return sum(s.draft_s for s in self.steps)
+
+
+# ---- the three steps -----------------------------------------------------------------------------
+
+
+def predict(
+    drafter: Drafter, head_logits: torch.Tensor, k: int, context: Sequence[int] | np.ndarray
+) -> DraftBatch:
+    """Step 1 (no model call): the drafts of one step.
+
+    Args:
+        drafter: the draft source.
+        head_logits: float ``[h, V]``, raw head logits at the last committed position.
+        k: arcs per slot of the sausage lattice (slot 1 holds the certain token alone).
+        context: the committed prefix before the certain token (prompt included).
+
+    Returns:
+        The drafter's ``[p, h]`` drafts; column 0 is the certain token ``argmax z^1``.
+    """
+    lattice = SausageLattice.from_logits(head_logits, k, certain_first=True)
+    return drafter.propose(lattice, context)
+
+
+def accept(outcome: VerifyOutcome, remaining: int, eos_id: int | None) -> tuple[int, ...]:
+    """Step 3: the tokens one verification call yields.
+
+    ``d_2 .. d_{1+n}`` of the winner (``d_1`` was yielded by the call before) and the next
+    certain token ``argmax z^1`` at ``d_{1+n}``'s position, cut after the first EOS and at
+    ``remaining`` tokens.
+    """
+    new = [*outcome.tokens[1:], outcome.next_token]
+    if eos_id is not None and eos_id in new:
+        new = new[: new.index(eos_id) + 1]
+    return tuple(new[:remaining])
+
+
+def first_columns(drafts: DraftBatch, width: int) -> DraftBatch:
+    """The drafts cut to their first ``width`` tokens (the last step needs no more)."""
+    if width >= drafts.h:
+        return drafts
+    return DraftBatch(
+        tokens=drafts.tokens[:, :width],
+        scores=drafts.scores,
+        head_scores=drafts.head_scores,
+        lm_scores=drafts.lm_scores,
+        alpha=drafts.alpha,
+        requested=drafts.requested,
+        source=drafts.source,
+    )
+
+
+# ---- the loop ------------------------------------------------------------------------------------
+
+
+def _block_width(h: int, remaining: int, cached: int, max_seq_len: int | None) -> int:
+    """Columns to verify when ``remaining`` tokens are still wanted after ``d_1``.
+
+    ``remaining + 1`` columns check ``d_2 .. d_{1+remaining}``, every draft token that can
+    count, so ``n`` is the offline simulator's. Feeding them needs ``cached + remaining + 1``
+    positions, one more than the decode was validated for: when the model's context is full,
+    one column fewer is fed (then ``n <= remaining - 1``: the same tokens and ``B``, but the
+    last step's ``n`` may be one less than the simulator's).
+    """
+    width = min(h, remaining + 1)
+    if max_seq_len is not None:
+        width = min(width, max_seq_len - cached)
+    return width
+
+
+def _done(tokens: list[int], max_new_tokens: int, eos_id: int | None) -> bool:
+    return len(tokens) >= max_new_tokens or (eos_id is not None and tokens[-1] == eos_id)
+
+
+def _decode_prompt(
+    verifier: Verifier,
+    drafter: Drafter,
+    k: int,
+    prompt: list[int],
+    max_new_tokens: int,
+    eos_id: int | None,
+) -> DecodeResult:
+    """BPD on one validated prompt."""
+    wall_start = time.perf_counter()
+    name = str(getattr(drafter, "name", "") or type(drafter).__name__)
+    if max_new_tokens == 0:
+        return DecodeResult(tokens=[], calls=0, steps=(), prompt_length=len(prompt),
+                            stopped="empty", criterion=str(verifier.criterion), drafter=name,
+                            prefill_s=0.0, wall_s=time.perf_counter() - wall_start)
+    device = verifier.device
+    start = time.perf_counter()
+    head_logits, past = verifier.prefill(prompt)  # (h, V): call 1, d_1 becomes certain
+    synchronize(device)
+    prefill_s = time.perf_counter() - start
+    tokens = [int(torch.argmax(head_logits[0]))]
+    steps: list[DecodeStep] = []
+    while not _done(tokens, max_new_tokens, eos_id):
+        step_start = time.perf_counter()
+        certain = tokens[-1]
+        # 1. predict: lattice of the head logits -> drafter (rescorer) -> [p, h] drafts
+        drafts = predict(drafter, head_logits, k, np.asarray(prompt + tokens[:-1]))
+        draft_s = time.perf_counter() - step_start
+        if not isinstance(drafts, DraftBatch):
+            raise VerifyError(f"{name}.propose returned {type(drafts).__name__}, not a DraftBatch")
+        if (drafts.tokens[:, 0] != certain).any():
+            raise VerifyError(
+                f"{name} proposed drafts starting with {drafts.tokens[:, 0].tolist()}; every "
+                f"draft must start with the certain token d_1 = {certain} (the lattice's slot 1)"
+            )
+        # 2. verify: all p drafts in one serial call (no more columns than can count)
+        width = _block_width(drafts.h, max_new_tokens - len(tokens), past.length,
+                             verifier.max_seq_len)
+        outcome = verifier.verify(past, first_columns(drafts, width), eos_id)
+        # 3. accept: commit d_1 .. d_{1+n}; the next certain token comes with the same call
+        new = accept(outcome, max_new_tokens - len(tokens), eos_id)
+        steps.append(DecodeStep(
+            position=len(tokens) - 1,
+            drafts=drafts,
+            n=outcome.n,
+            winner=outcome.winner,
+            source=row_source(drafts, outcome.winner),
+            accept_lengths=outcome.accept_lengths,
+            tokens=new,
+            forward_s=outcome.forward_s,
+            draft_s=draft_s,
+            other_s=max(0.0, time.perf_counter() - step_start - draft_s - outcome.forward_s),
+        ))
+        tokens.extend(new)
+        past, head_logits = outcome.past, outcome.next_logits
+    stopped = "eos" if eos_id is not None and tokens[-1] == eos_id else "max_new_tokens"
+    return DecodeResult(
+        tokens=tokens,
+        calls=1 + len(steps),
+        steps=tuple(steps),
+        prompt_length=len(prompt),
+        stopped=stopped,
+        criterion=str(verifier.criterion),
+        drafter=name,
+        prefill_s=prefill_s,
+        wall_s=time.perf_counter() - wall_start,
+    )
+
+
+@overload
+def decode(
+    model: HeadsModel, prompt_ids: Sequence[int], rescorer: Any = ..., k: int = ...,
+    p: int = ..., criterion: Criterion | str = ..., max_new_tokens: int = ...,
+    eos_id: int | None = ..., drafter: Drafter | None = ..., device: str | torch.device = ...,
+    iad: bool = ...,
+) -> DecodeResult: ...
+
+
+@overload
+def decode(
+    model: HeadsModel, prompt_ids: Sequence[Sequence[int]], rescorer: Any = ..., k: int = ...,
+    p: int = ..., criterion: Criterion | str = ..., max_new_tokens: int = ...,
+    eos_id: int | None = ..., drafter: Drafter | None = ..., device: str | torch.device = ...,
+    iad: bool = ...,
+) -> list[DecodeResult]: ...
+
+
+@overload
+def decode(
+    model: HeadsModel, prompt_ids: np.ndarray | torch.Tensor | Sequence[Prompt],
+    rescorer: Any = ..., k: int = ..., p: int = ..., criterion: Criterion | str = ...,
+    max_new_tokens: int = ..., eos_id: int | None = ..., drafter: Drafter | None = ...,
+    device: str | torch.device = ..., iad: bool = ...,
+) -> DecodeResult | list[DecodeResult]: ...
+
+
+@torch.no_grad()
+def decode(
+    model: HeadsModel,
+    prompt_ids: Prompt | Sequence[Prompt],
+    rescorer: Any = None,
+    k: int = 16,
+    p: int = 1,
+    criterion: Criterion | str = "exact",
+    max_new_tokens: int = 64,
+    eos_id: int | None = None,
+    drafter: Drafter | None = None,
+    device: str | torch.device = "cpu",
+    iad: bool = False,
+) -> DecodeResult | list[DecodeResult]:
+    """Blockwise parallel decoding with draft refinement (SPEC sec. 2).
+
+    With ``rescorer=None, p=1`` this is vanilla BPD (the argmax of every head); with a
+    rescorer it is (p-best) rescored BPD; ``p > 1`` without a rescorer is p-best 0-gram BPD.
+    With ``criterion="exact"`` (the default) the output equals greedy decoding with head 1
+    (:func:`~blockdraft.models.greedy_generate`) token for token; every other criterion may
+    change the output.
+
+    Several prompts (a list of sequences, or a 2-D array / tensor of rows) are decoded one at
+    a time: drafts of different prompts accept different lengths, so a batch of prompts would
+    need ragged caches (each row cropped to its own length every step), which is out of scope.
+
+    Args:
+        model: a blockwise LM (``heads_logits(input_ids [B, T], past) -> ([B, T, h, V],
+            cache)``) on ``device``; it is put in eval mode for the call.
+        prompt_ids: one prompt (1-D token ids, non-empty) or a list of prompts. An EOS id
+            inside a prompt is ordinary context (e.g. a beginning-of-text or document
+            separator token); only a generated EOS stops decoding.
+        rescorer: a :class:`~blockdraft.rescorers.Rescorer` ranking the lattice's paths, or
+            None (head scores alone). An n-gram rescorer's LM must fit the model's vocabulary.
+        k: arcs per lattice slot, ``1 <= k <= V``.
+        p: drafts verified per call, ``>= 1``.
+        criterion: a :class:`Criterion` or its string (``"exact"``, ``"topk:k=4"``, ...).
+        max_new_tokens: at most this many tokens are generated (``>= 0``).
+        eos_id: stop after generating this id (it is included); None never stops early.
+        drafter: a draft source (a :class:`~blockdraft.drafts.heads.HeadDrafter` or anything
+            with ``propose(lattice, context)``); it overrides ``k`` (its own ``.k``, when it
+            has one, is the lattice width), ``p`` and ``rescorer`` (passing both a drafter and
+            a rescorer is an error).
+        device: where the model lives (``"cpu"``, ``"cuda"``, ``"cuda:1"``...); checked, never
+            changed: move the model there first.
+        iad: add an input-guided draft (copy of the prompt after a unique match, SPEC sec. 9)
+            as one more path beside the heads' drafts.
+
+    Returns:
+        A :class:`DecodeResult` per prompt (a list for a list of prompts).
+
+    Raises:
+        VerifyError: on an empty prompt, a token outside the vocabulary, a prompt longer than
+            ``max_seq_len`` or one that leaves no room for ``max_new_tokens`` (``len(prompt) +
+            max_new_tokens - 1`` positions are read), a bad ``k``, ``p``, ``max_new_tokens``,
+            ``eos_id`` or criterion, a rescorer LM trained on another vocabulary, a model on
+            another device, or a drafter whose drafts do not start with the certain token.
+    """
+    verifier = Verifier(model, criterion)
+    vocab_size = verifier.vocab_size
+    _check_device(model, device)
+    k = _positive_int("k", k)
+    p = _positive_int("p", p)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
+            or max_new_tokens < 0:
+        raise VerifyError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    max_new_tokens = int(max_new_tokens)
+    if eos_id is not None and (
+        isinstance(eos_id, bool) or not isinstance(eos_id, (int, np.integer))
+        or eos_id < 0 or (vocab_size is not None and eos_id >= vocab_size)
+    ):
+        raise VerifyError(f"eos_id must be None or a token id in [0, {vocab_size}), got {eos_id!r}")
+    if drafter is None:
+        if rescorer is not None and not callable(getattr(rescorer, "rescore", None)):
+            raise VerifyError(
+                f"rescorer must have rescore(lattice, context, p), got {type(rescorer).__name__}"
+            )
+        base: Drafter = HeadDrafter(k=k, p=p, rescorer=rescorer)
+    else:
+        if rescorer is not None:
+            raise VerifyError(
+                "pass either a drafter or a rescorer, not both (the drafter carries its own "
+                "rescorer: HeadDrafter(k, p, rescorer))"
+            )
+        if not callable(getattr(drafter, "propose", None)):
+            raise VerifyError(
+                f"drafter must have propose(lattice, context), got {type(drafter).__name__}"
+            )
+        base = drafter
+    lattice_k = _positive_int("the drafter's k", getattr(base, "k", k))
+    if vocab_size is not None and lattice_k > vocab_size:
+        raise VerifyError(
+            f"k = {lattice_k} exceeds the model's vocabulary size V = {vocab_size}; "
+            f"use k <= {vocab_size}"
+        )
+    _check_rescorer_vocab(base, rescorer, vocab_size)
+
+    prompts, batched = _split_prompts(prompt_ids)
+    checked = [
+        _as_prompt(x, vocab_size, verifier.max_seq_len, max_new_tokens,
+                   f"prompt {i}: " if batched else "")
+        for i, x in enumerate(prompts)
+    ]
+    was_training = bool(getattr(model, "training", False))
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    try:
+        results = [
+            _decode_prompt(
+                verifier,
+                CombinedDrafter(base, InputCopyDrafter(prompt)) if iad else base,
+                lattice_k, prompt, max_new_tokens, eos_id,
+            )
+            for prompt in checked
+        ]
+    finally:
+        if was_training and isinstance(model, torch.nn.Module):
+            model.train()
+    return results if batched else results[0]
+
+
+# ---- input checks --------------------------------------------------------------------------------
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise VerifyError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _check_device(model: Any, device: str | torch.device) -> None:
+    try:
+        want = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise VerifyError(f"device {device!r} is not a torch device") from e
+    have = model_device(model)
+    if have.type != want.type or (want.index is not None and have.index != want.index):
+        raise VerifyError(
+            f"the model is on {have} but device = {str(want)!r}; move it first with "
+            f"model.to({str(want)!r})"
+        )
+
+
+def _check_rescorer_vocab(drafter: Any, rescorer: Any, vocab_size: int | None) -> None:
+    """An n-gram LM trained on another tokenizer scores silently wrong: refuse it."""
+    if vocab_size is None:
+        return
+    candidates = [rescorer, getattr(drafter, "rescorer", None),
+                  getattr(getattr(drafter, "heads", None), "rescorer", None)]
+    for r in candidates:
+        check = getattr(getattr(r, "lm", None), "check_vocab", None)
+        if callable(check):
+            try:
+                check(vocab_size)
+            except BlockdraftError as e:
+                raise VerifyError(f"the rescorer's LM does not fit the model: {e}") from e
+
+
+def _is_sequence_of_prompts(x: Any) -> bool:
+    if not isinstance(x, (list, tuple)) or len(x) == 0:
+        return False
+    return all(
+        isinstance(e, (list, tuple)) or (isinstance(e, (np.ndarray, torch.Tensor)) and e.ndim > 0)
+        for e in x
+    )
+
+
+def _split_prompts(prompt_ids: Any) -> tuple[list[Any], bool]:
+    """``(prompts, batched)``: a 2-D array / tensor or a list of sequences is a batch."""
+    if isinstance(prompt_ids, torch.Tensor):
+        prompt_ids = prompt_ids.detach().cpu().numpy()
+    if isinstance(prompt_ids, np.ndarray) and prompt_ids.ndim == 2:
+        return list(prompt_ids), True
+    if _is_sequence_of_prompts(prompt_ids):
+        return list(prompt_ids), True
+    return [prompt_ids], False
+
+
+def _as_prompt(
+    ids: Any, vocab_size: int | None, max_seq_len: int | None, max_new_tokens: int, where: str
+) -> list[int]:
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    arr = np.asarray(ids)
+    if arr.size == 0:
+        raise VerifyError(
+            f"{where}the prompt is empty; decoding needs at least one token (start with a "
+            "beginning-of-text id, e.g. the EOS id)"
+        )
+    if arr.ndim != 1:
+        raise VerifyError(f"{where}a prompt must be 1-D token ids, got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise VerifyError(f"{where}prompt ids must be integers, got dtype {arr.dtype}")
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or (vocab_size is not None and hi >= vocab_size):
+        raise VerifyError(
+            f"{where}token id {lo if lo < 0 else hi} is outside the model's vocabulary "
+            f"[0, {vocab_size}); was the text encoded with this model's tokenizer?"
+        )
+    if max_seq_len is not None:
+        if arr.size > max_seq_len:
+            raise VerifyError(
+                f"{where}the prompt has {arr.size} tokens, more than the model's context "
+                f"max_seq_len = {max_seq_len}; truncate it"
+            )
+        if max_new_tokens and arr.size + max_new_tokens - 1 > max_seq_len:
+            raise VerifyError(
+                f"{where}a prompt of {arr.size} tokens + max_new_tokens = {max_new_tokens} "
+                f"needs {arr.size + max_new_tokens - 1} positions, more than max_seq_len = "
+                f"{max_seq_len}; use max_new_tokens <= {max_seq_len - arr.size + 1} or a "
+                "shorter prompt"
+            )
+    return [int(t) for t in arr]

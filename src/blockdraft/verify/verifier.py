@@ -1,0 +1,235 @@
+"""The verifier: ``p`` drafts checked in one batched forward pass (SPEC sec. 2, steps 2-3).
+
+Public surface:
+    Verifier(model, criterion="exact")
+        .prefill(prompt_ids) -> (next_logits [h, V], past)   the prompt's one serial call
+        .verify(past, drafts) -> VerifyOutcome               one serial call for p drafts
+    VerifyOutcome    frozen: n, winner, tokens, next_logits, past, accept_lengths, timings
+
+One verification call feeds the ``p`` drafts ``d_1 .. d_h`` (``d_1`` is the certain token,
+the same in every draft) as a ``[p, h]`` batch on top of the shared prefix cache, expanded
+from batch 1 to ``p`` rows without copying: the prefix is never recomputed. The criterion gives
+each draft's accepted length ``n``; the winner is the draft with the largest ``n`` (ties: the
+lowest index, i.e. the best-scored draft, since a :class:`DraftBatch` is ordered best first).
+Only the winner's cache row survives, cropped to the prefix and ``d_1 .. d_{1+n}``; the next
+block's head logits come from the same call, at the input position of ``d_{1+n}`` (their
+``argmax z^1`` is the next certain token, SPEC sec. 2).
+
+The model is anything with ``heads_logits(input_ids [B, T], past) -> (logits [B, T, h, V],
+cache)`` whose cache offers the operations of :class:`blockdraft.models.KVCache` (``length``,
+``batch_size``, ``expand``, ``select_row``, ``crop``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from blockdraft.drafts.batch import DraftBatch
+from blockdraft.verify.criteria import Criterion, VerifyError
+
+
+class HeadsModel(Protocol):
+    """What the verifier needs of a model: every head's raw logits at every new position."""
+
+    def heads_logits(self, input_ids: torch.Tensor, past: Any = None) -> tuple[torch.Tensor, Any]:
+        """``input_ids`` int ``[B, T]`` -> (raw logits ``[B, T, h, V]``, cache)."""
+        ...
+
+
+def model_device(model: Any) -> torch.device:
+    """The device a model's parameters live on (``model.device`` when it has one)."""
+    dev = getattr(model, "device", None)
+    if isinstance(dev, torch.device):
+        return dev
+    if isinstance(model, torch.nn.Module):
+        for param in model.parameters():
+            return param.device
+    return torch.device("cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so wall-clock timings measure it (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True, eq=False)
+class VerifyOutcome:
+    """What one verification call decided.
+
+    Attributes:
+        n: accepted draft tokens of the winner, ``0 <= n <= w - 1`` (none after its EOS when
+            ``verify`` was given ``eos_id``).
+        winner: row of the winning draft in the :class:`DraftBatch`.
+        tokens: the committed tokens ``d_1 .. d_{1+n}`` of the winner (``1 + n`` ids).
+        next_logits: float ``[h, V]``, raw logits of every head at the input position of
+            ``d_{1+n}``: the next step's lattice; ``argmax`` of row 0 is the next certain token.
+        past: the cache of the prefix and ``tokens`` (batch 1, ``length = old + 1 + n``).
+        accept_lengths: ``n`` of every draft, in batch order.
+        forward_s: wall seconds in the model's forward pass (device synchronised).
+        accept_s: wall seconds applying the criterion and selecting the winner's cache.
+    """
+
+    n: int
+    winner: int
+    tokens: tuple[int, ...]
+    next_logits: torch.Tensor
+    past: Any
+    accept_lengths: tuple[int, ...]
+    forward_s: float
+    accept_s: float
+
+    @property
+    def next_token(self) -> int:
+        """The next certain token: ``argmax`` of the base head at ``d_{1+n}``'s position."""
+        return int(torch.argmax(self.next_logits[0]))
+
+
+class Verifier:
+    """Verify ``p`` drafts in one batched forward pass and keep the best (SPEC sec. 2).
+
+    Args:
+        model: a blockwise LM (see :class:`HeadsModel`); put it in eval mode (dropout off).
+        criterion: a :class:`Criterion` or its string form (``"exact"``, ``"topk:k=4"``, ...).
+            Only ``exact`` guarantees the greedy output.
+
+    Raises:
+        VerifyError: on a model without ``heads_logits`` or an invalid criterion.
+    """
+
+    def __init__(self, model: HeadsModel, criterion: Criterion | str = "exact") -> None:
+        if not callable(getattr(model, "heads_logits", None)):
+            raise VerifyError(
+                f"the model must have heads_logits(input_ids, past), got {type(model).__name__}"
+            )
+        self.model = model
+        self.criterion = Criterion.parse(criterion)
+        config = getattr(model, "config", None)
+        self.vocab_size: int | None = getattr(config, "vocab_size", None)
+        self.max_seq_len: int | None = getattr(config, "max_seq_len", None)
+        self.h: int | None = getattr(model, "h", None) or getattr(config, "h", None)
+
+    @property
+    def device(self) -> torch.device:
+        """The model's device; drafts are moved there."""
+        return model_device(self.model)
+
+    def __repr__(self) -> str:
+        return f"Verifier({type(self.model).__name__}, criterion={str(self.criterion)!r})"
+
+    # ---- the prompt --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def prefill(self, prompt_ids: Sequence[int] | np.ndarray) -> tuple[torch.Tensor, Any]:
+        """The prompt's serial call: ``(next_logits [h, V], past)``.
+
+        ``next_logits`` are the raw head logits at the prompt's last position (their
+        ``argmax z^1`` is the first certain token ``d_1``); ``past`` is the batch-1 cache of
+        the prompt. The prompt is validated by the model.
+        """
+        ids = torch.as_tensor(np.asarray(prompt_ids, dtype=np.int64),
+                              device=self.device).reshape(1, -1)  # (1, T)
+        kwargs = {"last_only": True} if _has_last_only(self.model) else {}
+        logits, past = self.model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
+        return logits[0, -1].clone(), past  # (h, V)
+
+    # ---- one verification call ---------------------------------------------------------------
+
+    @torch.no_grad()
+    def verify(self, past: Any, drafts: DraftBatch, eos_id: int | None = None) -> VerifyOutcome:
+        """Feed the ``p`` drafts in one batched call on ``past``; accept the best one.
+
+        Args:
+            past: the batch-1 cache of the committed prefix (every token before ``d_1``).
+            drafts: ``p`` drafts ``[p, w]`` (``w`` is usually ``h``; fewer columns verify a
+                shorter block) sharing the certain token ``d_1`` in column 0.
+            eos_id: when given, a draft's tokens after its first EOS (among ``d_2 ..``) are
+                never accepted: decoding ends there, so they cannot count (as in the offline
+                simulator, SPEC sec. 6). The EOS itself is accepted like any token.
+
+        Returns:
+            A :class:`VerifyOutcome`: the winner's ``n``, committed ``d_1 .. d_{1+n}``, the
+            next block's head logits and the cache of prefix + committed tokens.
+
+        Raises:
+            VerifyError: when ``drafts`` is not a :class:`DraftBatch`, the drafts disagree on
+                ``d_1``, a token is outside the vocabulary, the block would run past the
+                model's ``max_seq_len``, or ``past`` is missing or has more than one row.
+        """
+        if not isinstance(drafts, DraftBatch):
+            raise VerifyError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
+        if past is None or not hasattr(past, "expand"):
+            raise VerifyError(
+                "verify needs the prefix cache as past (from prefill or the previous verify), "
+                f"got {type(past).__name__}"
+            )
+        if past.batch_size != 1:
+            raise VerifyError(
+                f"past must hold one row (the shared prefix), got {past.batch_size}; keep "
+                "the winner's row with select_row(j)"
+            )
+        p, width = drafts.tokens.shape
+        first = drafts.tokens[:, 0]
+        if (first != first[0]).any():
+            raise VerifyError(
+                f"all drafts must start with the same certain token d_1, got {first.tolist()}"
+            )
+        lo, hi = int(drafts.tokens.min()), int(drafts.tokens.max())
+        if lo < 0 or (self.vocab_size is not None and hi >= self.vocab_size):
+            raise VerifyError(
+                f"draft token id {lo if lo < 0 else hi} is outside the model's vocabulary "
+                f"[0, {self.vocab_size})"
+            )
+        if self.max_seq_len is not None and past.length + width > self.max_seq_len:
+            raise VerifyError(
+                f"verifying {width} tokens after {past.length} cached positions needs "
+                f"{past.length + width} > max_seq_len = {self.max_seq_len} positions; verify "
+                f"at most {self.max_seq_len - past.length} columns (drafts.tokens[:, :w])"
+            )
+        device = self.device
+        tokens = torch.tensor(drafts.tokens, dtype=torch.long, device=device)  # (p, w)
+
+        start = time.perf_counter()
+        logits, cache = self.model.heads_logits(tokens, past.expand(p))  # (p, w, h, V)
+        synchronize(device)
+        forward_s = time.perf_counter() - start
+
+        start = time.perf_counter()
+        n_all = self.criterion.accept_lengths(tokens, logits[:, :, 0])  # (p,)
+        if eos_id is not None and width > 1:
+            slot = torch.arange(1, width, device=device)  # (w-1,): i of d_{1+i}
+            first_eos = torch.where(tokens[:, 1:] == eos_id, slot, width).min(-1).values  # (p,)
+            n_all = torch.minimum(n_all, first_eos)
+        lengths = n_all.tolist()  # [p]
+        winner = lengths.index(max(lengths))  # the first maximum: the best-scored draft
+        n = int(lengths[winner])
+        next_logits = logits[winner, n].clone()  # (h, V)
+        new_past = cache.select_row(winner).crop(past.length + 1 + n)
+        committed = tuple(int(t) for t in drafts.tokens[winner, : 1 + n])
+        synchronize(device)
+        accept_s = time.perf_counter() - start
+        return VerifyOutcome(
+            n=n,
+            winner=winner,
+            tokens=committed,
+            next_logits=next_logits,
+            past=new_past,
+            accept_lengths=tuple(int(x) for x in lengths),
+            forward_s=forward_s,
+            accept_s=accept_s,
+        )
+
+
+def _has_last_only(model: Any) -> bool:
+    """Whether ``heads_logits`` takes ``last_only`` (the reference model does)."""
+    try:
+        return "last_only" in inspect.signature(model.heads_logits).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return False
