@@ -104,10 +104,13 @@ struct Bounds {
       i = (i + 1) & mask;
     }
   }
-  // Bound (log10) on ln P(w | state) for a state whose most recent word is c.
-  float After(uint32_t c, uint32_t w) {
+  // Bound (log10) on ln P(w | state) for a state whose most recent word is c. `ends` tells
+  // whether any n-gram of order >= 2 ends in (c, w); when none does, KenLM's longest match
+  // for w after such a state is the unigram.
+  float After(uint32_t c, uint32_t w, bool &ends) {
     const float backoff_route = uni[w] + (c < bo1.size() ? bo1[c] : 0.f);
     const float *v = Slot(Key(c, w), false);
+    ends = v != nullptr;
     return (v ? std::max(*v, backoff_route) : backoff_route) + margin;
   }
 };
@@ -325,6 +328,16 @@ struct Workspace {
   //   any[i][a]:        the same when the previous state has no words
   //   future[i][a]:     the best score slots i+1.. can add after arc a of slot i
   std::vector<std::vector<double>> ub, any, future;
+  //   ends[i][x * k + a]: whether an n-gram of order >= 2 ends in (word of x, word of a); when
+  //                       not, the lookup needs no KenLM probe (see Search); all 1 without
+  //                       bounds
+  std::vector<std::vector<uint8_t>> ends;
+  // LM lookups made by the beam pass, reused by the main pass: per slot, the states the beam
+  // pass expanded and, for each, every arc's log10 prob and next state.
+  std::vector<std::vector<lm::ngram::State>> memo_in, memo_out;
+  std::vector<std::vector<float>> memo_prob;
+  std::vector<float> uni_prob;              // per arc of the current slot: unigram match
+  std::vector<lm::ngram::State> uni_out;
 };
 
 // LM lookups through the virtual interface (any KenLM model type) ...
@@ -351,10 +364,12 @@ static void ComputeBounds(Handle *hd, Workspace &ws, const lm::ngram::State &sta
   ws.ub.resize(h);
   ws.any.resize(h);
   ws.future.resize(h);
+  ws.ends.resize(h);
   for (int i = 0; i < h; ++i) {
     const int na = counts[i];
     const int np = i == 0 ? 1 : counts[i - 1];
     ws.ub[i].assign(static_cast<size_t>(np) * k, 0.0);
+    ws.ends[i].assign(static_cast<size_t>(np) * k, 1);
     ws.any[i].assign(k, 0.0);
     for (int a = 0; a < na; ++a) {
       const uint32_t w = words[i * k + a];
@@ -376,7 +391,9 @@ static void ComputeBounds(Handle *hd, Workspace &ws, const lm::ngram::State &sta
         } else {
           prev_word = words[(i - 1) * k + x];
         }
-        ws.ub[i][x * k + a] = scale * std::min(0.f, b->After(prev_word, w));
+        bool ends = true;
+        ws.ub[i][x * k + a] = scale * std::min(0.f, b->After(prev_word, w, ends));
+        ws.ends[i][x * k + a] = ends;
       }
     }
   }
@@ -406,12 +423,21 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
   ws.slots.resize(h);
   ws.cur.clear();
   ws.cur.push_back(Bucket{start, 0, 1, start.length ? 0 : -1});
+  const bool record = beam > 0;  // the beam pass records its lookups for the main pass
   const std::vector<Hyp> *prev = &ws.root;
   const bool bounded = lower_bound > -std::numeric_limits<double>::infinity();
   const double neg_inf = -std::numeric_limits<double>::infinity();
 
+  lm::ngram::State null_state;
+  null_state.length = 0;
   for (int i = 0; i < h; ++i) {
     const int n_arcs = counts[i];
+    // Each arc's score and state after a context-free (null) state: KenLM's unigram match.
+    ws.uni_prob.resize(k);
+    ws.uni_out.resize(k);
+    for (int a = 0; a < n_arcs; ++a)
+      ws.uni_prob[a] = score_fn(null_state, words[i * k + a], ws.uni_out[a]);
+    const uint8_t *ends = ws.ends[i].data();
     const double *fut = ws.future[i].data();
     const double *ub = ws.ub[i].data();
     const double *any = ws.any[i].data();
@@ -435,14 +461,48 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
       const double best_in = ob.first;
       const int32_t x = ws.cur[b].last_arc;
       const double *row = x >= 0 ? ub + static_cast<size_t>(x) * k : any;
+      const uint8_t *ends_row = x >= 0 ? ends + static_cast<size_t>(x) * k : nullptr;
       const lm::ngram::State &in_state = ws.cur[b].state;
+      // Lookups the beam pass already made from this state, if any.
+      int memo = -1;
+      if (record) {
+        ws.memo_in[i].push_back(in_state);
+        ws.memo_prob[i].resize(ws.memo_in[i].size() * k);
+        ws.memo_out[i].resize(ws.memo_in[i].size() * k);
+      } else {
+        const auto &seen = ws.memo_in[i];
+        for (size_t m = 0; m < seen.size(); ++m)
+          if (seen[m] == in_state) {
+            memo = static_cast<int>(m);
+            break;
+          }
+      }
       for (int a = 0; a < n_arcs; ++a) {
         const double hs = head[i * k + a];
         if (bounded && best_in + hs + row[a] + fut[a] < lower_bound) continue;
         const uint32_t w = words[i * k + a];
         lm::ngram::State out_state;
-        double lm_ln = static_cast<double>(score_fn(in_state, w, out_state)) * kLn10;
-        ++lookups;
+        float prob;
+        if (memo >= 0) {
+          prob = ws.memo_prob[i][memo * k + a];
+          out_state = ws.memo_out[i][memo * k + a];
+        } else if (ends_row == nullptr || !ends_row[a]) {
+          // No n-gram of order >= 2 ends in (the state's last word, w), or the state has no
+          // words: KenLM matches the unigram, adds the state's backoffs in order, and leaves
+          // the unigram's state. The same float operations, without the probes.
+          prob = ws.uni_prob[a];
+          for (unsigned char j = 0; j < in_state.length; ++j) prob += in_state.backoff[j];
+          out_state = ws.uni_out[a];
+        } else {
+          prob = score_fn(in_state, w, out_state);
+          ++lookups;
+        }
+        if (record) {
+          const size_t at = (ws.memo_in[i].size() - 1) * k + a;
+          ws.memo_prob[i][at] = prob;
+          ws.memo_out[i][at] = out_state;
+        }
+        double lm_ln = static_cast<double>(prob) * kLn10;
         if (penalize_unk && w == 0) lm_ln = unk_ln;
         const double delta = hs + alpha * lm_ln;
         if (bounded && best_in + delta + fut[a] < lower_bound) continue;
@@ -591,6 +651,15 @@ int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
   if (stats) std::fill(stats, stats + 2 * h, 0);
   const lm::ngram::State start = StartState(hd, bos, ctx, nctx);
   ComputeBounds(hd, ws, start, h, k, words, counts, head, alpha, penalize_unk, unk_ln);
+  // No lookups are shared from an earlier lattice: the memo is filled by this call's beam pass.
+  ws.memo_in.resize(h);
+  ws.memo_out.resize(h);
+  ws.memo_prob.resize(h);
+  for (int i = 0; i < h; ++i) {
+    ws.memo_in[i].clear();
+    ws.memo_out[i].clear();
+    ws.memo_prob[i].clear();
+  }
 
   double lower_bound = -std::numeric_limits<double>::infinity();
   const auto *probing = dynamic_cast<const lm::ngram::ProbingModel *>(hd->model);
