@@ -76,7 +76,9 @@ def main() -> None:
     sig_fields = {
         "lm": Path(meta["binary"]).name, "ngrams": human_count(meta["num_ngrams"]),
         "order": meta["order"], "tokenizer": meta["tokenizer"], "heldout": "wikitext2-test",
-        "alpha": args.alpha, "n": n, **env,
+        "alpha": args.alpha, "n": n,
+        "exact": f"native,bounds:{lm_exact.native_model.has_bounds},beam:{exact.prune_beam}",
+        "wfst": "pynini-eps-backoff", **env,
     }
     signature = format_signature(sig_fields)
     write_results(pbest, sizes, rand_rows, signature, sig_fields, meta, wfst_load)

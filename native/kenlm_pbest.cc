@@ -338,6 +338,8 @@ struct Workspace {
   std::vector<std::vector<float>> memo_prob;
   std::vector<float> uni_prob;              // per arc of the current slot: unigram match
   std::vector<lm::ngram::State> uni_out;
+  std::vector<int32_t> uni_bucket;          // per arc: the bucket of its unigram-match state
+  std::vector<Edge> best_edge;              // p = 1: per new bucket, its best incoming edge
 };
 
 // LM lookups through the virtual interface (any KenLM model type) ...
@@ -435,6 +437,7 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
     // Each arc's score and state after a context-free (null) state: KenLM's unigram match.
     ws.uni_prob.resize(k);
     ws.uni_out.resize(k);
+    ws.uni_bucket.assign(k, -1);
     for (int a = 0; a < n_arcs; ++a)
       ws.uni_prob[a] = score_fn(null_state, words[i * k + a], ws.uni_out[a]);
     const uint8_t *ends = ws.ends[i].data();
@@ -444,6 +447,7 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
     ws.next.clear();
     ws.edges.clear();
     ws.edge_to.clear();
+    ws.best_edge.clear();
     size_t cap = 64;
     while (cap < 2 * (ws.cur.size() * n_arcs + 1)) cap <<= 1;
     ws.table.assign(cap, -1);
@@ -483,6 +487,7 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
         const uint32_t w = words[i * k + a];
         lm::ngram::State out_state;
         float prob;
+        bool unigram_match = false;
         if (memo >= 0) {
           prob = ws.memo_prob[i][memo * k + a];
           out_state = ws.memo_out[i][memo * k + a];
@@ -492,7 +497,7 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
           // the unigram's state. The same float operations, without the probes.
           prob = ws.uni_prob[a];
           for (unsigned char j = 0; j < in_state.length; ++j) prob += in_state.backoff[j];
-          out_state = ws.uni_out[a];
+          unigram_match = true;
         } else {
           prob = score_fn(in_state, w, out_state);
           ++lookups;
@@ -500,34 +505,46 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
         if (record) {
           const size_t at = (ws.memo_in[i].size() - 1) * k + a;
           ws.memo_prob[i][at] = prob;
-          ws.memo_out[i][at] = out_state;
+          ws.memo_out[i][at] = unigram_match ? ws.uni_out[a] : out_state;
         }
         double lm_ln = static_cast<double>(prob) * kLn10;
         if (penalize_unk && w == 0) lm_ln = unk_ln;
         const double delta = hs + alpha * lm_ln;
         if (bounded && best_in + delta + fut[a] < lower_bound) continue;
-        size_t slot = lm::ngram::hash_value(out_state) & (cap - 1);
-        int32_t nb;
-        while (true) {
-          const int32_t t = ws.table[slot];
-          if (t < 0) {
-            nb = static_cast<int32_t>(ws.next.size());
-            ws.table[slot] = nb;
-            ws.next.push_back(Bucket{out_state, 0, 0, out_state.length ? a : -1});
-            break;
+        int32_t nb = unigram_match ? ws.uni_bucket[a] : -1;
+        if (nb < 0) {
+          if (unigram_match) out_state = ws.uni_out[a];
+          size_t slot = lm::ngram::hash_value(out_state) & (cap - 1);
+          while (true) {
+            const int32_t t = ws.table[slot];
+            if (t < 0) {
+              nb = static_cast<int32_t>(ws.next.size());
+              ws.table[slot] = nb;
+              ws.next.push_back(Bucket{out_state, 0, 0, out_state.length ? a : -1});
+              break;
+            }
+            if (ws.next[t].state == out_state) {
+              nb = t;
+              break;
+            }
+            slot = (slot + 1) & (cap - 1);
           }
-          if (ws.next[t].state == out_state) {
-            nb = t;
-            break;
-          }
-          slot = (slot + 1) & (cap - 1);
+          // Every unigram match of this arc leaves the same state: remember its bucket.
+          if (unigram_match) ws.uni_bucket[a] = nb;
         }
-        ws.edges.push_back(
-            Edge{ws.cur[b].begin, ws.cur[b].end, a, delta, lm_ln, best_in + delta});
-        ws.edge_to.push_back(nb);
+        const Edge edge{ws.cur[b].begin, ws.cur[b].end, a, delta, lm_ln, best_in + delta};
+        if (p == 1) {
+          // One survivor per bucket: keep only the best edge (the first of equals).
+          if (static_cast<size_t>(nb) >= ws.best_edge.size())
+            ws.best_edge.resize(nb + 1, Edge{0, 0, -1, 0.0, 0.0, neg_inf});
+          if (edge.first > ws.best_edge[nb].first) ws.best_edge[nb] = edge;
+        } else {
+          ws.edges.push_back(edge);
+          ws.edge_to.push_back(nb);
+        }
       }
     }
-    // Group edges by target bucket (counting sort).
+    // Group edges by target bucket (counting sort; p = 1 kept the best edge already).
     const size_t nbk = ws.next.size();
     ws.offsets.assign(nbk + 1, 0);
     for (int32_t t : ws.edge_to) ++ws.offsets[t + 1];
@@ -546,21 +563,12 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
       const int32_t e0 = ws.offsets[t], e1 = ws.offsets[t + 1];
       if (p == 1) {
         // One survivor: the best incoming edge applied to its source's best hypothesis.
-        int32_t best_e = -1;
-        double best = neg_inf;
-        for (int32_t e = e0; e < e1; ++e) {
-          const double sc = ws.sorted_edges[e].first;
-          if (sc > best) {
-            best = sc;
-            best_e = e;
-          }
-        }
-        if (best_e >= 0) {
-          const Edge &ed = ws.sorted_edges[best_e];
+        const Edge &ed = ws.best_edge[t];
+        if (ed.arc >= 0) {
           const int32_t src = ed.src_begin;
           const Hyp &par = (*prev)[src];
-          hyps.push_back(Hyp{best, par.head + head[i * k + ed.arc], par.lm + ed.delta_lm, src,
-                             ed.arc});
+          hyps.push_back(Hyp{ed.first, par.head + head[i * k + ed.arc],
+                             par.lm + ed.delta_lm, src, ed.arc});
         }
       } else {
         ws.heap.clear();
