@@ -5,6 +5,8 @@ Subcommands (``blockdraft COMMAND --help`` for each):
     oracle TRACE            oracle block efficiency B_oracle(k) and the curve B_oracle(k)/B
     repetition TRACE        consecutive repetition in drafts, vanilla vs n-gram rescored
     entropy TRACE           head entropies, their means and h_max
+    train                   train a BlockwiseLM (or RescorerLM) and its tokenizer
+    trace                   greedy-decode prompts with a model and record a trace
     rescore LATTICE         the p best drafts of a lattice file under an n-gram LM
     lattice draw LATTICE    a drawing like Kim et al. Fig. 4 (DOT, SVG, PNG)
     ngram train             an n-gram LM over token ids with lmplz + build_binary
@@ -359,6 +361,100 @@ def cmd_entropy(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- train / trace
+def _read_texts(files: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for f in files:
+        path = Path(f)
+        if not path.is_file():
+            raise CliError(f"corpus file {path} does not exist")
+        out += [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if not out:
+        raise CliError("the corpus has no non-empty lines")
+    return out
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from blockdraft.models import (
+        BlockwiseConfig,
+        BlockwiseLM,
+        RescorerLM,
+        Tokenizer,
+        TrainConfig,
+        save_model,
+        train,
+    )
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lines = _read_texts(args.corpus)
+    if args.tokenizer:
+        tok = Tokenizer.load(args.tokenizer)
+    else:
+        print(f"training a {args.vocab_size}-token BPE on {len(lines)} lines", file=sys.stderr)
+        tok = Tokenizer.train(lines, vocab_size=args.vocab_size)
+    ids = [i for line in tok.encode_batch(lines) for i in (*line, tok.eos_id)]
+    stream = np.asarray(ids, dtype=np.int64)
+    n_eval = int(stream.size * args.eval_fraction)
+    train_ids, eval_ids = stream[: stream.size - n_eval], stream[stream.size - n_eval:]
+    overrides: dict[str, Any] = {"vocab_size": tok.vocab_size}
+    if args.rescorer:
+        overrides["h"] = 1
+    elif args.h:
+        overrides["h"] = args.h
+    config = BlockwiseConfig.preset(args.preset, **overrides)
+    model = (RescorerLM if args.rescorer else BlockwiseLM)(config, device=args.device)
+    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
+                      lr=args.lr)
+    mode: Any = "base" if args.rescorer else args.mode
+    result = train(model, train_ids, cfg, eval_ids=eval_ids if n_eval else None, mode=mode,
+                   seed=args.seed, checkpoint_dir=args.out, resume=args.resume, tokenizer=tok)
+    save_model(model, args.out, tokenizer=tok, extra_meta={
+        "train": {"mode": mode, "steps": result.steps, "seed": args.seed,
+                  "corpus": [str(c) for c in args.corpus], "tokens": int(train_ids.size)}})
+    if args.json:
+        print_json({"out": args.out, "steps": result.steps, "final_loss": result.final_loss,
+                    "tokens_per_s": result.tokens_per_s, "wall_s": result.wall_s})
+        return 0
+    rows = [("steps", result.steps), ("final training loss (nats)", result.final_loss),
+            ("tokens/s", result.tokens_per_s), ("wall time (s)", result.wall_s)]
+    if result.evals:
+        last = result.evals[-1]
+        rows += [(f"held-out loss head {i + 1} (nats)", float(x)) for i, x in
+                 enumerate(last.loss)]
+        rows += [(f"held-out top-1 head {i + 1}", float(x)) for i, x in
+                 enumerate(last.accuracy)]
+    print_table(f"trained {args.preset} {'RescorerLM' if args.rescorer else 'BlockwiseLM'}",
+                ["", "value"], rows, caption=f"checkpoint: {args.out}")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from blockdraft.models import load_model, load_tokenizer
+    from blockdraft.oracle.record import record_trace
+    from blockdraft.signature import environment
+
+    model = load_model(args.model, device=args.device)
+    if args.ids:
+        prompts = [p.tolist() for p in read_id_lines(Path(args.prompts))]
+        eos = args.eos_id
+    else:
+        tok = load_tokenizer(args.model)
+        lines = _read_texts([args.prompts])
+        prompts = [tok.encode(line) for line in lines]
+        eos = tok.eos_id if args.eos_id is None else args.eos_id
+    sig = {"model": Path(args.model).name, "prompts": Path(args.prompts).name,
+           "max_new_tokens": args.max_new_tokens, **environment(args.device)}
+    trace = record_trace(model, prompts, args.output, max_new_tokens=args.max_new_tokens,
+                         eos_id=eos, K=args.K, signature=sig, overwrite=args.overwrite,
+                         progress=progress_bar("tracing"))
+    print(f"wrote {args.output}: {trace.num_examples} examples, {trace.num_positions} "
+          f"positions, h={trace.h}, K={trace.K}")
+    return 0
+
+
 # --------------------------------------------------------------------------- demo
 def cmd_demo(args: argparse.Namespace) -> int:
     from blockdraft.demo import run_demo
@@ -419,6 +515,45 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every position, not only those vanilla BPD visits")
     p.add_argument("--plot", type=Path, default=None, help="write densities per head as a PNG")
     p.add_argument("--json", action="store_true")
+
+    p = add("train", "train a BlockwiseLM (or a RescorerLM) and its BPE tokenizer", cmd_train)
+    p.add_argument("--corpus", nargs="+", required=True, help="text files, one document a line")
+    p.add_argument("-o", "--out", required=True, type=Path, help="checkpoint directory")
+    p.add_argument("--preset", default="small", choices=["tiny", "small", "base"])
+    p.add_argument("--h", type=int, default=None, help="prediction heads (default: preset's)")
+    p.add_argument("--rescorer", action="store_true",
+                   help="train a RescorerLM (h = 1) for local neural rescoring")
+    p.add_argument("--mode", default="base-then-heads",
+                   choices=["joint", "heads", "base", "base-then-heads"],
+                   help="joint (Kim App. C.1), heads on a frozen base (Stern), base only, or "
+                        "base then heads (default)")
+    p.add_argument("--tokenizer", type=Path, default=None,
+                   help="reuse a tokenizer (tokenizer.json or GPT-2 files) instead of training")
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--eval-fraction", type=float, default=0.01,
+                   help="tail of the corpus held out for evaluation (default 0.01)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", action="store_true")
+
+    p = add("trace", "greedy-decode prompts and record a trace (SPEC sec. 6)", cmd_trace)
+    p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
+    p.add_argument("--prompts", required=True, type=Path,
+                   help="one prompt per line (text, or token ids with --ids)")
+    p.add_argument("-o", "--output", required=True, type=Path, help="trace directory")
+    p.add_argument("--ids", action="store_true", help="prompts are token ids")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--eos-id", type=int, default=None,
+                   help="end-of-text id (default: the tokenizer's)")
+    p.add_argument("--K", type=int, default=16, help="top-K kept per head (default 16)")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--device", default="cpu")
 
     p = add("demo", "the pipeline on a small corpus (default: Python's own docs)", cmd_demo)
     p.add_argument("--corpus", type=Path, default=None,

@@ -128,3 +128,29 @@ def test_repetition_with_an_lm_of_another_vocabulary_fails_clearly(trace_dir, ar
 def test_trace_commands_reject_a_missing_trace(tmp_path, capsys):
     assert main(["oracle", str(tmp_path / "nope")]) == 1
     assert "blockdraft: error" in capsys.readouterr().err
+
+
+def test_train_then_trace_then_oracle(tmp_path, capsys):
+    """`blockdraft train` (tiny) -> `blockdraft trace` -> `blockdraft oracle`, end to end."""
+    from pydoc_data.topics import topics
+
+    paras = [" ".join(p.split()) for k in sorted(topics)[:60] for p in topics[k].split("\n\n")
+             if p.strip()]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(paras[:-5]))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(p[:60] for p in paras[-5:]))
+    out = tmp_path / "model"
+    assert main(["train", "--corpus", str(corpus), "-o", str(out), "--preset", "tiny",
+                 "--steps", "5", "--vocab-size", "300", "--batch-size", "4", "--seq-len", "32",
+                 "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["steps"] == 5 and np.isfinite(res["final_loss"])
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    assert main(["trace", "--model", str(out), "--prompts", str(prompts), "-o",
+                 str(tmp_path / "trace"), "--max-new-tokens", "12", "--K", "4"]) == 0
+    assert "5 examples" in capsys.readouterr().out
+    assert main(["oracle", str(tmp_path / "trace"), "--json"]) == 0
+    curve = json.loads(capsys.readouterr().out)["curve"]
+    assert [row["k"] for row in curve] == [1, 2, 4]
+    assert main(["train", "--corpus", str(tmp_path / "missing.txt"), "-o", str(out)]) == 1

@@ -541,7 +541,10 @@ def train(
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[info]}"), TimeRemainingColumn())
     try:
-        with Progress(*columns, disable=not progress) as bar:
+        from rich.console import Console
+
+        # On stderr, so that a caller's stdout (tables, JSON) stays clean.
+        with Progress(*columns, disable=not progress, console=Console(stderr=True)) as bar:
             task = bar.add_task(f"train ({mode})", total=cfg.steps, completed=start, info="")
             for step in range(start, cfg.steps):
                 phase, phase_step, phase_len = _phase_at(phases, step)
