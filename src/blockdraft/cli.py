@@ -94,30 +94,24 @@ def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
     return wrap
 
 
-def int_list(text: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]`` (argparse type)."""
+def _csv_ints(text: str, what: str, minimum: int, allow_empty: bool) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not vals or any(v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+    if (not vals and not allow_empty) or any(v < minimum for v in vals):
+        raise argparse.ArgumentTypeError(f"expected {what} >= {minimum}, got {text!r}")
     return vals
+
+
+def int_list(text: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]`` (argparse type): positive integers, at least one."""
+    return _csv_ints(text, "positive integers", 1, allow_empty=False)
 
 
 def id_list(text: str) -> list[int]:
-    """``"17,4,99"`` -> token ids (may be empty)."""
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated token ids, got {text!r}"
-        ) from None
-    if any(v < 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"token ids must be >= 0, got {text!r}")
-    return vals
+    """``"17,4,99"`` -> token ids (argparse type; may be empty)."""
+    return _csv_ints(text, "token ids", 0, allow_empty=True)
 
 
 def read_id_lines(path: Path) -> list[np.ndarray]:

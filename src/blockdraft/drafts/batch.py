@@ -11,17 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from blockdraft.arrays import readonly
 from blockdraft.errors import BlockdraftError
 
 
 class DraftError(BlockdraftError, ValueError):
     """A draft batch or draft source was given inconsistent input."""
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    a = np.array(a, copy=True)
-    a.setflags(write=False)
-    return a
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,9 +63,9 @@ class DraftBatch:
             if np.isnan(arr).any():
                 raise DraftError(f"DraftBatch.{name} contains NaN: {arr}")
             fields[name] = arr
-        object.__setattr__(self, "tokens", _readonly(tokens.astype(np.int64)))
+        object.__setattr__(self, "tokens", readonly(tokens.astype(np.int64)))
         for name, arr in fields.items():
-            object.__setattr__(self, name, _readonly(arr))
+            object.__setattr__(self, name, readonly(arr))
         object.__setattr__(self, "alpha", float(self.alpha))
         object.__setattr__(self, "requested", int(self.requested) if self.requested else p)
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from blockdraft.arrays import as_numpy, readonly
 from blockdraft.drafts.batch import DraftBatch
 from blockdraft.errors import BlockdraftError
 
@@ -34,19 +35,6 @@ PAD_TOKEN = -1
 
 class LatticeError(BlockdraftError, ValueError):
     """A lattice was built from, or asked about, invalid input."""
-
-
-def as_numpy(x: Any) -> np.ndarray:
-    """A numpy view of a numpy array or a torch tensor (without importing torch)."""
-    if hasattr(x, "detach") and hasattr(x, "cpu"):
-        x = x.detach().float().cpu().numpy()
-    return np.asarray(x)
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    a = np.array(a, copy=True)
-    a.setflags(write=False)
-    return a
 
 
 def log_softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -140,8 +128,8 @@ class SausageLattice:
                     f"slot {i + 1}: token {int(vals[cnt > 1][0])} appears more than once; "
                     "tokens within a slot must be distinct"
                 )
-        object.__setattr__(self, "tokens", _readonly(tokens))
-        object.__setattr__(self, "scores", _readonly(scores))
+        object.__setattr__(self, "tokens", readonly(tokens))
+        object.__setattr__(self, "scores", readonly(scores))
 
     # ------------------------------------------------------------------ construction
     @classmethod

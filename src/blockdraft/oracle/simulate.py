@@ -36,6 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from blockdraft.arrays import readonly
 from blockdraft.drafts.batch import DraftBatch
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.oracle.trace import OracleError, Trace, TraceExample
@@ -89,12 +90,6 @@ class Oracle:
         return f"oracle (k={self.k})"
 
 
-def _readonly(a: Any, dtype: Any = np.int64) -> np.ndarray:
-    arr = np.array(a, dtype=dtype, copy=True)
-    arr.setflags(write=False)
-    return arr
-
-
 @dataclass(frozen=True, eq=False)
 class StepRecords:
     """One row per simulated step (a verification call), in walk order.
@@ -122,11 +117,11 @@ class StepRecords:
     def __post_init__(self) -> None:
         s = np.asarray(self.example).shape[0]
         for name in ("example", "t", "n", "tokens", "winner", "num_drafts"):
-            arr = _readonly(getattr(self, name))
+            arr = readonly(getattr(self, name), np.int64)
             if arr.shape != (s,):
                 raise OracleError(f"StepRecords.{name} must have shape ({s},), got {arr.shape}")
             object.__setattr__(self, name, arr)
-        drafts = _readonly(self.drafts)
+        drafts = readonly(self.drafts, np.int64)
         if drafts.ndim != 2 or drafts.shape[0] != s:
             raise OracleError(f"StepRecords.drafts must be [{s}, h], got {drafts.shape}")
         object.__setattr__(self, "drafts", drafts)
@@ -171,7 +166,7 @@ class SimulationResult:
 
     def __post_init__(self) -> None:
         for name in ("examples", "generated", "calls", "mismatch_example", "mismatch_t"):
-            object.__setattr__(self, name, _readonly(getattr(self, name)))
+            object.__setattr__(self, name, readonly(getattr(self, name), np.int64))
         object.__setattr__(self, "signature", MappingProxyType(dict(self.signature)))
 
     @property

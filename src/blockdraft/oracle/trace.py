@@ -56,14 +56,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from blockdraft.arrays import as_numpy
 from blockdraft.errors import BlockdraftError
-from blockdraft.lattice.sausage import (
-    PAD_TOKEN,
-    LatticeError,
-    SausageLattice,
-    as_numpy,
-    log_softmax,
-)
+from blockdraft.lattice.sausage import PAD_TOKEN, LatticeError, SausageLattice, log_softmax
 
 FORMAT_NAME = "blockdraft.trace"
 """The ``format`` field of ``meta.json``."""
