@@ -339,7 +339,23 @@ struct Workspace {
   std::vector<float> uni_prob;              // per arc of the current slot: unigram match
   std::vector<lm::ngram::State> uni_out;
   std::vector<int32_t> uni_bucket;          // per arc: the bucket of its unigram-match state
-  std::vector<Edge> best_edge;              // p = 1: per new bucket, its best incoming edge
+  std::vector<Edge> best_edge;              // per new bucket, its best incoming edge
+  // p > 1: per slot, every edge grouped by target bucket: edges [off[t], off[t+1]) enter t.
+  std::vector<std::vector<Edge>> edges_by_slot;
+  std::vector<std::vector<int32_t>> offsets_by_slot;
+  // The lazy k-best enumeration (Jimenez & Marzal's recursive enumeration algorithm): per
+  // slot and bucket, the paths found so far, best first, and the candidate heap.
+  struct PathRef {
+    double total, head, lm;
+    int32_t edge;  // into edges_by_slot[slot]
+    int32_t rank;  // of the path in the edge's source bucket
+  };
+  struct LazyNode {
+    std::vector<PathRef> found;
+    std::vector<Cand> heap;
+    bool started = false;
+  };
+  std::vector<std::vector<LazyNode>> lazy;
 };
 
 // LM lookups through the virtual interface (any KenLM model type) ...
@@ -423,6 +439,8 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
                   double alpha, bool penalize_unk, double unk_ln, int p, int beam,
                   double lower_bound, int64_t *stats) {
   ws.slots.resize(h);
+  ws.edges_by_slot.resize(h);
+  ws.offsets_by_slot.resize(h);
   ws.cur.clear();
   ws.cur.push_back(Bucket{start, 0, 1, start.length ? 0 : -1});
   const bool record = beam > 0;  // the beam pass records its lookups for the main pass
@@ -533,70 +551,43 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
           if (unigram_match) ws.uni_bucket[a] = nb;
         }
         const Edge edge{ws.cur[b].begin, ws.cur[b].end, a, delta, lm_ln, best_in + delta};
-        if (p == 1) {
-          // One survivor per bucket: keep only the best edge (the first of equals).
-          if (static_cast<size_t>(nb) >= ws.best_edge.size())
-            ws.best_edge.resize(nb + 1, Edge{0, 0, -1, 0.0, 0.0, neg_inf});
-          if (edge.first > ws.best_edge[nb].first) ws.best_edge[nb] = edge;
-        } else {
+        // Each bucket's best partial path comes from its best edge (the first of equals); for
+        // p > 1 every edge is kept too, for the lazy k-best enumeration at the end.
+        if (static_cast<size_t>(nb) >= ws.best_edge.size())
+          ws.best_edge.resize(nb + 1, Edge{0, 0, -1, 0.0, 0.0, neg_inf});
+        if (edge.first > ws.best_edge[nb].first) ws.best_edge[nb] = edge;
+        if (p > 1) {
           ws.edges.push_back(edge);
           ws.edge_to.push_back(nb);
         }
       }
     }
-    // Group edges by target bucket (counting sort; p = 1 kept the best edge already).
+    // p > 1: group every edge by its target bucket (counting sort), kept for the k-best pass.
     const size_t nbk = ws.next.size();
-    ws.offsets.assign(nbk + 1, 0);
-    for (int32_t t : ws.edge_to) ++ws.offsets[t + 1];
-    for (size_t t = 0; t < nbk; ++t) ws.offsets[t + 1] += ws.offsets[t];
-    ws.sorted_edges.resize(ws.edges.size());
-    ws.fill.assign(ws.offsets.begin(), ws.offsets.end() - 1);
-    for (size_t e = 0; e < ws.edges.size(); ++e)
-      ws.sorted_edges[ws.fill[ws.edge_to[e]]++] = ws.edges[e];
-    // Merge: each new bucket keeps the p best of its incoming sorted lists.
+    if (p > 1) {
+      std::vector<int32_t> &off = ws.offsets_by_slot[i];
+      std::vector<Edge> &sorted = ws.edges_by_slot[i];
+      off.assign(nbk + 1, 0);
+      for (int32_t t : ws.edge_to) ++off[t + 1];
+      for (size_t t = 0; t < nbk; ++t) off[t + 1] += off[t];
+      sorted.resize(ws.edges.size());
+      ws.fill.assign(off.begin(), off.end() - 1);
+      for (size_t e = 0; e < ws.edges.size(); ++e) sorted[ws.fill[ws.edge_to[e]]++] = ws.edges[e];
+    }
+    // Each bucket's best partial path: its best edge applied to its source's best path. Every
+    // bucket has at least one edge, so bucket t holds hypothesis t.
     std::vector<Hyp> &hyps = ws.slots[i];
     hyps.clear();
     size_t kept = 0;
     for (size_t t = 0; t < nbk; ++t) {
       Bucket bk = ws.next[t];
       bk.begin = static_cast<int32_t>(hyps.size());
-      const int32_t e0 = ws.offsets[t], e1 = ws.offsets[t + 1];
-      if (p == 1) {
-        // One survivor: the best incoming edge applied to its source's best hypothesis.
-        const Edge &ed = ws.best_edge[t];
-        if (ed.arc >= 0) {
-          const int32_t src = ed.src_begin;
-          const Hyp &par = (*prev)[src];
-          hyps.push_back(Hyp{ed.first, par.head + head[i * k + ed.arc],
-                             par.lm + ed.delta_lm, src, ed.arc});
-        }
-      } else {
-        ws.heap.clear();
-        for (int32_t e = e0; e < e1; ++e)
-          ws.heap.push_back(Workspace::Cand{ws.sorted_edges[e].first, e, 0});
-        std::make_heap(ws.heap.begin(), ws.heap.end());
-        int taken = 0;
-        while (!ws.heap.empty() && taken < p) {
-          std::pop_heap(ws.heap.begin(), ws.heap.end());
-          const Workspace::Cand c = ws.heap.back();
-          ws.heap.pop_back();
-          const Edge &ed = ws.sorted_edges[c.edge];
-          // This edge's later hypotheses score lower with the same future: drop them all.
-          if (bounded && c.score + fut[ed.arc] < lower_bound) continue;
-          const int32_t par_idx = ed.src_begin + c.pos;
-          const Hyp &par = (*prev)[par_idx];
-          hyps.push_back(Hyp{c.score, par.head + head[i * k + ed.arc], par.lm + ed.delta_lm,
-                             par_idx, ed.arc});
-          ++taken;
-          if (par_idx + 1 < ed.src_end) {
-            ws.heap.push_back(
-                Workspace::Cand{(*prev)[par_idx + 1].total + ed.delta_total, c.edge, c.pos + 1});
-            std::push_heap(ws.heap.begin(), ws.heap.end());
-          }
-        }
-      }
-      bk.end = static_cast<int32_t>(hyps.size());
-      if (bk.end > bk.begin) ws.next[kept++] = bk;
+      const Edge &ed = ws.best_edge[t];
+      const Hyp &par = (*prev)[ed.src_begin];
+      hyps.push_back(Hyp{ed.first, par.head + head[i * k + ed.arc], par.lm + ed.delta_lm,
+                         ed.src_begin, ed.arc});
+      bk.end = bk.begin + 1;
+      ws.next[kept++] = bk;
     }
     ws.next.resize(kept);
     if (stats) {
@@ -608,6 +599,93 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
     if (ws.cur.empty()) return 0;
   }
   return static_cast<int>(ws.cur.size());
+}
+
+// The m-th best path (0-based) into bucket t of slot i, or nullptr when it has fewer paths.
+// Paths into a bucket are its edges applied to the paths of their source buckets; the next
+// best is popped from a heap holding, per edge, the best path not yet taken through it, and
+// the edge's following source path is asked for only then, recursively.
+static const Workspace::PathRef *NthPath(Workspace &ws, const double *head, int k, int i,
+                                         int32_t t, size_t m) {
+  Workspace::LazyNode &nd = ws.lazy[i][t];
+  const std::vector<Edge> &edges = ws.edges_by_slot[i];
+  if (!nd.started) {
+    nd.started = true;
+    const std::vector<int32_t> &off = ws.offsets_by_slot[i];
+    for (int32_t e = off[t]; e < off[t + 1]; ++e)
+      nd.heap.push_back(Workspace::Cand{edges[e].first, e, 0});
+    std::make_heap(nd.heap.begin(), nd.heap.end());
+  }
+  while (nd.found.size() <= m) {
+    if (nd.heap.empty()) return nullptr;
+    std::pop_heap(nd.heap.begin(), nd.heap.end());
+    const Workspace::Cand c = nd.heap.back();
+    nd.heap.pop_back();
+    const Edge &ed = edges[c.edge];
+    double src_head = 0.0, src_lm = 0.0;
+    if (i > 0) {
+      const Workspace::PathRef *src = NthPath(ws, head, k, i - 1, ed.src_begin, c.pos);
+      src_head = src->head;
+      src_lm = src->lm;
+    }
+    nd.found.push_back(Workspace::PathRef{c.score, src_head + head[i * k + ed.arc],
+                                          src_lm + ed.delta_lm, c.edge, c.pos});
+    if (i > 0) {
+      const Workspace::PathRef *next = NthPath(ws, head, k, i - 1, ed.src_begin, c.pos + 1);
+      if (next) {
+        nd.heap.push_back(Workspace::Cand{next->total + ed.delta_total, c.edge, c.pos + 1});
+        std::push_heap(nd.heap.begin(), nd.heap.end());
+      }
+    }
+  }
+  return &nd.found[m];
+}
+
+// The p best complete paths (p > 1): a last merge over the final buckets' lazy lists.
+// Writes arcs [n*h] and total/head/lm [n] when out_total is given; always sets *last_total
+// to the n-th path's total. Returns n.
+static int LazyBest(Workspace &ws, const double *head, int h, int k, int p, int32_t *out_arcs,
+                    double *out_total, double *out_head, double *out_lm, double *last_total) {
+  ws.lazy.resize(h);
+  for (int i = 0; i < h; ++i) {
+    ws.lazy[i].clear();
+    ws.lazy[i].resize(ws.slots[i].size());
+  }
+  std::vector<Workspace::Cand> heap;
+  for (int32_t t = 0; t < static_cast<int32_t>(ws.slots[h - 1].size()); ++t) {
+    const Workspace::PathRef *b = NthPath(ws, head, k, h - 1, t, 0);
+    if (b) heap.push_back(Workspace::Cand{b->total, t, 0});
+  }
+  std::make_heap(heap.begin(), heap.end());
+  int n = 0;
+  while (!heap.empty() && n < p) {
+    std::pop_heap(heap.begin(), heap.end());
+    const Workspace::Cand c = heap.back();
+    heap.pop_back();
+    const Workspace::PathRef &fin = ws.lazy[h - 1][c.edge].found[c.pos];
+    *last_total = fin.total;
+    if (out_total) {
+      out_total[n] = fin.total;
+      out_head[n] = fin.head;
+      out_lm[n] = fin.lm;
+      int32_t node = c.edge;
+      size_t rank = c.pos;
+      for (int i = h - 1; i >= 0; --i) {
+        const Workspace::PathRef &pr = ws.lazy[i][node].found[rank];
+        const Edge &ed = ws.edges_by_slot[i][pr.edge];
+        out_arcs[n * h + i] = ed.arc;
+        node = ed.src_begin;
+        rank = pr.rank;
+      }
+    }
+    ++n;
+    const Workspace::PathRef *next = NthPath(ws, head, k, h - 1, c.edge, c.pos + 1);
+    if (next) {
+      heap.push_back(Workspace::Cand{next->total, c.edge, c.pos + 1});
+      std::push_heap(heap.begin(), heap.end());
+    }
+  }
+  return n;
 }
 
 // The global p best over the final buckets' sorted lists (one more p-way merge).
@@ -669,7 +747,8 @@ int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
     ws.memo_prob[i].clear();
   }
 
-  double lower_bound = -std::numeric_limits<double>::infinity();
+  const double neg_inf_d = -std::numeric_limits<double>::infinity();
+  double lower_bound = neg_inf_d;
   const auto *probing = dynamic_cast<const lm::ngram::ProbingModel *>(hd->model);
   auto run = [&](int run_beam, double bound) {
     if (probing) {
@@ -681,16 +760,25 @@ int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
   };
   if (beam > 0) {
     if (run(beam, lower_bound) > 0) {
-      std::vector<int32_t> pre = FinalBest(ws, h, p);
-      if (static_cast<int>(pre.size()) == p) {
-        // Its p-th best is a score that p distinct paths reach: a valid bound. Shave a
-        // rounding margin so that paths tied with it are never cut.
-        const double pth = ws.slots[h - 1][pre.back()].total;
-        lower_bound = pth - 1e-9 * (1.0 + std::fabs(pth));
+      // The beam pass's p-th best is a score that p distinct paths reach: a valid bound.
+      // Shave a rounding margin so that paths tied with it are never cut.
+      double pth = neg_inf_d;
+      if (p == 1) {
+        std::vector<int32_t> pre = FinalBest(ws, h, 1);
+        if (!pre.empty()) pth = ws.slots[h - 1][pre.back()].total;
+      } else {
+        double last = neg_inf_d;
+        if (LazyBest(ws, head, h, k, p, nullptr, nullptr, nullptr, nullptr, &last) == p)
+          pth = last;
       }
+      if (pth > neg_inf_d) lower_bound = pth - 1e-9 * (1.0 + std::fabs(pth));
     }
   }
   run(0, lower_bound);
+  if (p > 1) {
+    double last = neg_inf_d;
+    return LazyBest(ws, head, h, k, p, out_arcs, out_total, out_head, out_lm, &last);
+  }
   std::vector<int32_t> best = FinalBest(ws, h, p);
   for (size_t r = 0; r < best.size(); ++r) {
     int32_t idx = best[r];
