@@ -104,6 +104,11 @@ struct Bounds {
       i = (i + 1) & mask;
     }
   }
+  // Start fetching the table entry of (c, w) into the cache (the probes of one slot are
+  // independent, so their memory latencies overlap).
+  void Prefetch(uint32_t c, uint32_t w) const {
+    __builtin_prefetch(&table[Mix(Key(c, w)) & mask]);
+  }
   // Bound (log10) on ln P(w | state) for a state whose most recent word is c. `ends` tells
   // whether any n-gram of order >= 2 ends in (c, w); when none does, KenLM's longest match
   // for w after such a state is the unigram.
@@ -389,6 +394,11 @@ static void ComputeBounds(Handle *hd, Workspace &ws, const lm::ngram::State &sta
     ws.ub[i].assign(static_cast<size_t>(np) * k, 0.0);
     ws.ends[i].assign(static_cast<size_t>(np) * k, 1);
     ws.any[i].assign(k, 0.0);
+    if (b && (i > 0 || start.length > 0)) {
+      for (int a = 0; a < na; ++a)
+        for (int x = 0; x < np; ++x)
+          b->Prefetch(i == 0 ? start.words[0] : words[(i - 1) * k + x], words[i * k + a]);
+    }
     for (int a = 0; a < na; ++a) {
       const uint32_t w = words[i * k + a];
       if (penalize_unk && w == 0) {
