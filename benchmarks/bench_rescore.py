@@ -105,7 +105,8 @@ def write_results(pbest: list[LatencyRow], sizes: list[LatencyRow], rand_rows: l
         f"({', '.join(f'{c:,}' for c in meta['counts'])}) over {meta['tokens']:,} BPE tokens, "
         f"`{meta['command'].split(' -T ')[0]}`. WFST backend: ARPA converted to an OpenFst "
         f"WFST with epsilon backoff arcs (cached), load {wfst_load:.1f} s. Times: median of "
-        "single `rescore` calls (ms), one process, 2-core machine.",
+        "single `rescore` calls (ms), one process, 2-core shared VM: medians of the same "
+        "configuration vary by about 10-20% between runs.",
         "",
         "## p-best latency vs p (Kim et al. Table 12), hits-heavy lattices",
         "",
@@ -178,11 +179,13 @@ def plot(pbest: list[LatencyRow], sizes: list[LatencyRow], signature: str) -> No
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     ax = axes[0]
+    colors = {4: "tab:green", 8: "tab:blue", 16: "tab:red"}
     for backend, style in (("exact", "o-"), ("wfst", "s--")):
         for h in (8, 16):
             pts = sorted((r.p, r.median_ms) for r in pbest if r.h == h and r.backend == backend)
             if pts:
-                ax.plot(*zip(*pts, strict=True), style, label=f"{backend} {h}x16")
+                ax.plot(*zip(*pts, strict=True), style, color=colors[h],
+                        label=f"{backend} {h}x16")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("p (drafts)")
@@ -195,7 +198,8 @@ def plot(pbest: list[LatencyRow], sizes: list[LatencyRow], signature: str) -> No
         for h in sorted({r.h for r in sizes}):
             pts = sorted((r.k, r.median_ms) for r in sizes if r.h == h and r.backend == backend)
             if len(pts) > 1:
-                ax.plot(*zip(*pts, strict=True), style, label=f"{backend} h={h}")
+                ax.plot(*zip(*pts, strict=True), style, color=colors.get(h),
+                        label=f"{backend} h={h}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("k (arcs per slot)")

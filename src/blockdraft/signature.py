@@ -20,7 +20,8 @@ from blockdraft import __version__
 @lru_cache(maxsize=1)
 def git_commit() -> str:
     """Short commit of the blockdraft checkout (``"unknown"`` outside a git checkout); a
-    ``+dirty`` suffix marks uncommitted changes."""
+    ``+dirty`` suffix marks uncommitted changes to tracked files other than benchmark results
+    (which a benchmark run itself rewrites)."""
     root = Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(
@@ -28,7 +29,8 @@ def git_commit() -> str:
             capture_output=True, text=True, check=True, timeout=5,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+             ".", ":!benchmarks/results"],
             capture_output=True, text=True, check=True, timeout=5,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
