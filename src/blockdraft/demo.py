@@ -34,6 +34,7 @@ DEMO_K = 16
 PROMPT_LEN = 24
 GEN_LEN = 48
 VOCAB = 2048
+DEMO_VERSION = 1  # part of the cache key: bump when what the demo caches changes meaning
 
 
 class DemoError(BlockdraftError):
@@ -110,7 +111,9 @@ def run_demo(
     t_start = time.perf_counter()
     paras = default_corpus() if corpus is None else read_corpus(corpus)
     name = "pydoc_data.topics" if corpus is None else corpus.name
-    digest = hashlib.sha256("\n".join(paras).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(
+        f"v{DEMO_VERSION}|{VOCAB}\n".encode() + "\n".join(paras).encode()
+    ).hexdigest()[:12]
     cache = cache_root() / "demo" / digest
     cache.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
