@@ -6,9 +6,6 @@ which a second conftest.py here would shadow.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import numpy as np
 import torch
 
@@ -44,15 +41,3 @@ def word_stream(n_words: int, seed: int = 0, vocab: int = VOCAB) -> np.ndarray:
     rng = np.random.default_rng(seed)
     words = [rng.integers(2, vocab, size=6) for _ in range(4)]
     return np.concatenate([words[i] for i in rng.integers(0, 4, size=n_words)]).astype(np.int64)
-
-
-@contextlib.contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Run tiny models on one thread: faster for them, and on a CPU shared with other jobs two
-    OpenMP threads spin-wait for a busy core (measured: 2-5x slower training)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

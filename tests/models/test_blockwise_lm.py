@@ -4,13 +4,12 @@ input errors, and RescorerLM."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from models_testlib import VOCAB, one_torch_thread, tiny_config, tiny_model
+from models_testlib import VOCAB, tiny_config, tiny_model
 
 from blockdraft.models import (
     BlockwiseConfig,
@@ -24,12 +23,6 @@ from blockdraft.models import (
 from blockdraft.models.blockwise import ResidualFFN
 
 ATOL = 1e-5
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    with one_torch_thread():
-        yield
 
 
 @pytest.fixture(name="model")

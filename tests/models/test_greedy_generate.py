@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import torch
-from models_testlib import one_torch_thread, tiny_config, tiny_model
+from models_testlib import tiny_config, tiny_model
 
 from blockdraft.models import BlockwiseLM, ModelError, RescorerLM, greedy_generate
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    with one_torch_thread():
-        yield
 
 
 @pytest.fixture(name="model")

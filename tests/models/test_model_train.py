@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from models_testlib import one_torch_thread, tiny_config, word_stream
+from models_testlib import tiny_config, word_stream
 
 from blockdraft.models import (
     BlockwiseConfig,
@@ -28,12 +27,6 @@ from blockdraft.models import (
 
 # The package exports the function `train`, which shadows the module's attribute name.
 train_module = importlib.import_module("blockdraft.models.train")
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    with one_torch_thread():
-        yield
-
 
 QUICK = TrainConfig(steps=8, batch_size=4, seq_len=16, lr=3e-3, warmup_steps=2, eval_batches=1)
 
