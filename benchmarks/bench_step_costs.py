@@ -1,0 +1,120 @@
+"""Per-step costs of the decode loop, independent of what the weights learned.
+
+    .venv/bin/python benchmarks/bench_step_costs.py [--repeats 30]
+
+Compute does not depend on the values of the weights, so these timings use randomly
+initialised models of the presets' sizes (labelled "random weights" in every signature):
+
+- one verification call of a `small` BlockwiseLM (h = 9, V = 4,096) on a 256-token prefix
+  cache, for p = 1, 4 and 16 drafts in one batch, relative to p = 1 (issue 3, item 7);
+- one local neural rescoring step (Kim Alg. 2, h = 9, k = 16) with RescorerLMs of two sizes,
+  torch and ONNX Runtime, relative to the p = 1 verification call (target: <= 1/4).
+
+Block efficiency and end-to-end speedups need trained models: see the models and evaluation
+benchmarks. Writes benchmarks/results/step_costs.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from blockdraft.drafts import DraftBatch
+from blockdraft.lattice import SausageLattice
+from blockdraft.models import BlockwiseConfig, BlockwiseLM, RescorerLM
+from blockdraft.rescorers.neural import NeuralRescorer
+from blockdraft.rescorers.neural.rescorer import time_step
+from blockdraft.signature import environment, format_signature
+from blockdraft.verify import Verifier
+
+RESULTS = Path(__file__).resolve().parent / "results"
+V, H, K, PREFIX = 4096, 9, 16, 256
+RESCORERS = {  # name -> BlockwiseConfig overrides (h = 1)
+    "rescorer-mini (2L d128)": dict(n_layer=2, n_head=2, d_model=128, d_ff=512),
+    "rescorer-small (4L d256)": dict(n_layer=4, n_head=4, d_model=256, d_ff=1024),
+}
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts) * 1e3)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+
+    model = BlockwiseLM(BlockwiseConfig.small(vocab_size=V, h=H)).eval()
+    verifier = Verifier(model)
+    prompt = rng.integers(0, V, size=PREFIX)
+    logits, past = verifier.prefill(prompt)
+    d1 = int(torch.argmax(logits[0]))
+    verify_ms: dict[int, float] = {}
+    for p in (1, 4, 16):
+        toks = rng.integers(0, V, size=(p, H))
+        toks[:, 0] = d1
+        batch = DraftBatch(tokens=toks, scores=-np.arange(p, dtype=float),
+                           head_scores=-np.arange(p, dtype=float), lm_scores=np.zeros(p))
+        with torch.no_grad():
+            verify_ms[p] = median_ms(lambda b=batch: verifier.verify(past, b), args.repeats)
+
+    lat = SausageLattice.from_logits(rng.normal(size=(H, V)), k=K)
+    context = rng.integers(0, V, size=PREFIX)
+    rescore_ms: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, over in RESCORERS.items():
+            rmodel = RescorerLM(BlockwiseConfig.small(vocab_size=V, h=1, **over)).eval()
+            rescore_ms[name] = {}
+            for backend in ("torch", "onnx"):
+                r = NeuralRescorer(rmodel, alpha=1.0, backend=backend,
+                                   onnx_path=Path(tmp) / f"{len(rescore_ms)}.onnx",
+                                   intra_op_threads=args.threads)
+                rescore_ms[name][backend] = time_step(r, lat, context, repeats=args.repeats,
+                                                      new_tokens=2)
+
+    fields = {"model": "small(h=9,V=4096)", "weights": "random (timing only)", "prefix": PREFIX,
+              "h": H, "k": K, "threads": args.threads, "repeats": args.repeats,
+              **environment()}
+    sig = format_signature(fields)
+    lines = [
+        "# Decode-step costs (random weights: compute only)", "",
+        "Command: `.venv/bin/python benchmarks/bench_step_costs.py`", "",
+        f"Signature: `{sig}`", "",
+        "## Verifying p drafts in one batched call (small BlockwiseLM, 256-token prefix cache)",
+        "", "| p | ms per call | relative to p = 1 |", "|---|---|---|",
+    ]
+    for p, ms in verify_ms.items():
+        lines.append(f"| {p} | {ms:.2f} | {ms / verify_ms[1]:.2f}x |")
+    lines += ["", "## One local neural rescoring step (h = 9, k = 16, 2 new context tokens)",
+              "", "| rescoring LM | torch ms | ONNX Runtime ms | ONNX / p=1 verification |",
+              "|---|---|---|---|"]
+    for name, d in rescore_ms.items():
+        lines.append(f"| {name} | {d['torch']:.2f} | {d['onnx']:.2f} | "
+                     f"{d['onnx'] / verify_ms[1]:.2f} |")
+    lines += ["", "Target (issue 3): ONNX rescoring step <= 0.25 of one p = 1 verification.", ""]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "step_costs.md").write_text("\n".join(lines))
+    (RESULTS / "step_costs.json").write_text(json.dumps(
+        {"signature": sig, "fields": fields, "verify_ms": verify_ms,
+         "rescore_ms": rescore_ms}, indent=1))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
