@@ -4,7 +4,7 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.blockdraft-installed
 
-.PHONY: setup test test-all demo lint bench-rescore clean
+.PHONY: setup test test-all demo lint bench-rescore bench-steps clean
 
 setup: $(STAMP) build/kenlm/.stamp
 
@@ -32,6 +32,9 @@ lint: setup
 
 bench-rescore: setup
 	$(PY) benchmarks/bench_rescore.py
+
+bench-steps: setup
+	$(PY) benchmarks/bench_step_costs.py
 
 clean:
 	rm -rf build .venv .pytest_cache
