@@ -7,6 +7,7 @@ Subcommands (``blockdraft COMMAND --help`` for each):
     entropy TRACE           head entropies, their means and h_max
     train                   train a BlockwiseLM (or RescorerLM) and its tokenizer
     trace                   greedy-decode prompts with a model and record a trace
+    decode                  decode a prompt with BPD (any drafter, rescorer, criterion)
     rescore LATTICE         the p best drafts of a lattice file under an n-gram LM
     lattice draw LATTICE    a drawing like Kim et al. Fig. 4 (DOT, SVG, PNG)
     ngram train             an n-gram LM over token ids with lmplz + build_binary
@@ -449,6 +450,59 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_decode(args: argparse.Namespace) -> int:
+    from blockdraft.models import greedy_generate, load_model, load_tokenizer
+    from blockdraft.verify import Criterion, decode
+
+    model = load_model(args.model, device=args.device)
+    tok = load_tokenizer(args.model)
+    prompt = tok.encode(args.prompt)
+    rescorer: Any = None
+    if args.lm:
+        from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+
+        lm = NgramLM(args.lm)
+        lm.check_vocab(tok.vocab_size)
+        rescorer = NgramRescorer(lm, alpha=args.alpha)
+    elif args.rescorer_model:
+        from blockdraft.rescorers.neural import NeuralRescorer
+
+        rescorer = NeuralRescorer(str(args.rescorer_model), alpha=args.alpha,
+                                  backend=args.neural_backend)
+    criterion = Criterion.parse(args.criterion)
+    res = decode(model, prompt, rescorer=rescorer, k=args.k, p=args.p, criterion=criterion,
+                 max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, device=args.device,
+                 iad=args.iad)
+    assert not isinstance(res, list)
+    greedy_s = None
+    if args.compare_greedy:
+        import time
+
+        t0 = time.perf_counter()
+        ref = greedy_generate(model, prompt, args.max_new_tokens, eos_id=tok.eos_id)
+        greedy_s = time.perf_counter() - t0
+        if criterion.lossless and ref != res.tokens:
+            raise CliError("lossless decoding differs from greedy decoding (a bug: report it)")
+    text = tok.decode(res.tokens)
+    if args.json:
+        print_json({"text": text, "tokens": res.tokens, "block_efficiency": res.block_efficiency,
+                    "calls": res.calls, "wall_s": res.wall_s, "forward_s": res.forward_s,
+                    "draft_s": res.draft_s, "greedy_s": greedy_s, "criterion": str(criterion),
+                    "drafter": res.drafter, "stopped": res.stopped})
+        return 0
+    print(text)
+    rows: list[tuple[str, object]] = [
+        ("drafter", res.drafter), ("criterion", str(criterion)),
+        ("tokens", len(res.tokens)), ("serial calls", res.calls),
+        ("block efficiency B", res.block_efficiency), ("wall s", res.wall_s),
+        ("  in model forwards", res.forward_s), ("  in drafting / rescoring", res.draft_s),
+    ]
+    if greedy_s is not None:
+        rows += [("greedy wall s", greedy_s), ("speedup over greedy", greedy_s / res.wall_s)]
+    print_table("decode", ["", "value"], rows)
+    return 0
+
+
 # --------------------------------------------------------------------------- demo
 def cmd_demo(args: argparse.Namespace) -> int:
     from blockdraft.demo import run_demo
@@ -548,6 +602,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--K", type=int, default=16, help="top-K kept per head (default 16)")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--device", default="cpu")
+
+    p = add("decode", "decode a prompt with blockwise parallel decoding", cmd_decode)
+    p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
+    p.add_argument("--prompt", required=True, help="prompt text")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--k", type=int, default=16, help="lattice width (default 16)")
+    p.add_argument("--p", type=int, default=1, help="drafts verified per step (default 1)")
+    p.add_argument("--lm", type=Path, default=None, help="n-gram LM for global rescoring")
+    p.add_argument("--rescorer-model", type=Path, default=None,
+                   help="RescorerLM checkpoint for local neural rescoring")
+    p.add_argument("--neural-backend", choices=["torch", "onnx"], default="onnx")
+    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--criterion", default="exact",
+                   help='acceptance criterion, e.g. "exact", "topk:k=4", "gad++:beta=5,tau=3"')
+    p.add_argument("--iad", action="store_true", help="add an input-guided draft")
+    p.add_argument("--compare-greedy", action="store_true",
+                   help="also time plain greedy decoding (and check losslessness)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", action="store_true")
 
     p = add("demo", "the pipeline on a small corpus (default: Python's own docs)", cmd_demo)
     p.add_argument("--corpus", type=Path, default=None,

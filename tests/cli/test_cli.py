@@ -154,3 +154,31 @@ def test_train_then_trace_then_oracle(tmp_path, capsys):
     curve = json.loads(capsys.readouterr().out)["curve"]
     assert [row["k"] for row in curve] == [1, 2, 4]
     assert main(["train", "--corpus", str(tmp_path / "missing.txt"), "-o", str(out)]) == 1
+
+
+def test_decode_command_is_lossless_and_reports_b(tmp_path, capsys):
+    """`blockdraft decode` on a tiny saved model: the exact criterion reproduces greedy
+    decoding (checked by --compare-greedy), with an n-gram LM and with the neural rescorer."""
+    import torch
+
+    from blockdraft.models import BlockwiseConfig, BlockwiseLM, RescorerLM, Tokenizer, save_model
+    from blockdraft.rescorers.ngram import train_ngram
+
+    texts = [f"the value of item {i} is {i * 7 % 13} and the next one follows" for i in range(300)]
+    tok = Tokenizer.train(texts, vocab_size=300)
+    torch.manual_seed(0)
+    model = BlockwiseLM(BlockwiseConfig.tiny(vocab_size=tok.vocab_size, h=4))
+    save_model(model, tmp_path / "m", tokenizer=tok)
+    rescorer = RescorerLM(BlockwiseConfig.tiny(vocab_size=tok.vocab_size, h=1))
+    save_model(rescorer, tmp_path / "r", tokenizer=tok)
+    lm = train_ngram([tok.encode(t) for t in texts], tmp_path / "lm", order=3).arpa
+    base = ["decode", "--model", str(tmp_path / "m"), "--prompt", "the value of item 4",
+            "--max-new-tokens", "12", "--k", "4", "--compare-greedy", "--json"]
+    for extra in ([], ["--lm", str(lm), "--p", "3"],
+                  ["--rescorer-model", str(tmp_path / "r"), "--neural-backend", "torch"]):
+        assert main(base + extra) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert 1.0 <= out["block_efficiency"] <= 4.0 and out["greedy_s"] > 0
+        assert len(out["tokens"]) <= 12
+    assert main(base + ["--criterion", "topk:k=0"]) == 1
+    assert "blockdraft: error" in capsys.readouterr().err
