@@ -4,7 +4,7 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.blockdraft-installed
 
-.PHONY: setup test test-all demo lint bench-rescore bench-steps clean
+.PHONY: setup test test-all demo lint bench bench-quick bench-rescore bench-steps clean
 
 setup: $(STAMP) build/kenlm/.stamp
 
@@ -29,6 +29,12 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m mypy src
+
+bench: setup
+	$(PY) benchmarks/bench_eval.py
+
+bench-quick: setup
+	$(PY) benchmarks/bench_eval.py --quick
 
 bench-rescore: setup
 	$(PY) benchmarks/bench_rescore.py

@@ -399,10 +399,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides["h"] = 1
     elif args.h:
         overrides["h"] = args.h
+    for field in ("n_layer", "n_head", "d_model", "d_ff"):
+        if getattr(args, field) is not None:
+            overrides[field] = getattr(args, field)
     config = BlockwiseConfig.preset(args.preset, **overrides)
     model = (RescorerLM if args.rescorer else BlockwiseLM)(config, device=args.device)
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
-                      lr=args.lr)
+                      lr=args.lr, checkpoint_interval=args.checkpoint_interval)
     mode: Any = "base" if args.rescorer else args.mode
     result = train(model, train_ids, cfg, eval_ids=eval_ids if n_eval else None, mode=mode,
                    seed=args.seed, checkpoint_dir=args.out, resume=args.resume, tokenizer=tok)
@@ -578,6 +581,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="reuse a tokenizer (tokenizer.json or GPT-2 files) instead of training")
     p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--n-layer", type=int, default=None, help="transformer blocks (preset's)")
+    p.add_argument("--n-head", type=int, default=None, help="attention heads (preset's)")
+    p.add_argument("--d-model", type=int, default=None, help="residual width (preset's)")
+    p.add_argument("--d-ff", type=int, default=None, help="MLP hidden width (preset's)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=128)
@@ -586,6 +593,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tail of the corpus held out for evaluation (default 0.01)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument("--checkpoint-interval", type=int, default=200,
+                   help="steps between resumable checkpoints (0: only at the end; default 200)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true")

@@ -370,3 +370,31 @@ def test_lazy_root_import() -> None:
     import blockdraft
 
     assert blockdraft.Trace is Trace
+
+
+# ---------------------------------------------------------------------------- head ablation view
+def test_first_heads_equals_a_trace_written_with_fewer_heads(tmp_path: Path) -> None:
+    from blockdraft.drafts.heads import HeadDrafter
+    from blockdraft.oracle import Oracle, simulate
+
+    full = synthetic_trace(tmp_path / "full", num_examples=6, h=6, K=4, V=40, seed=3,
+                           accuracy=[0.9, 0.8, 0.7, 0.6, 0.5], signature={"model": "m"})
+    for h in (1, 3, 6):
+        view = full.first_heads(h)
+        assert (view.h, view.K, view.V) == (h, full.K, full.V)
+        assert view.signature["heads_used"] == h and view.signature["model"] == "m"
+        with TraceWriter(tmp_path / f"h{h}", h=h, K=full.K, V=full.V) as w:
+            for ex in full:
+                w.add(ex.prompt_ids, ex.greedy_ids, ex.topk_ids[:, :h],
+                      ex.topk_logprobs[:, :h], ex.entropy[:, :h])
+        written = Trace.open(tmp_path / f"h{h}")
+        for strategy in (HeadDrafter(k=1, p=1), HeadDrafter(k=4, p=3), Oracle(4)):
+            a, b = simulate(view, strategy), simulate(written, strategy)
+            assert a.block_efficiency == b.block_efficiency
+            np.testing.assert_array_equal(a.steps.n, b.steps.n)
+            assert (a.steps.n <= h - 1).all()
+    # one head drafts nothing beyond the certain token: every call yields one token
+    assert simulate(full.first_heads(1), Oracle(4)).block_efficiency == 1.0
+    for bad in (0, 7, 2.0, True):
+        with pytest.raises(OracleError, match="first_heads"):
+            full.first_heads(bad)  # type: ignore[arg-type]

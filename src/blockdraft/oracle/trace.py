@@ -843,6 +843,31 @@ class Trace:
         example = np.searchsorted(offsets, rows, side="right") - 1
         return example.astype(np.int64), (rows - offsets[example]).astype(np.int64)
 
+    def first_heads(self, h: int) -> Trace:
+        """The same trace seen through its first ``h`` heads only (no copy: views).
+
+        Models whose extra heads were trained independently of each other on a frozen base
+        (``train(mode="heads")`` or ``"base-then-heads"``) give heads ``1..h`` the same
+        parameters and logits as a model trained with ``h`` heads alone, so this is the
+        ``h``-head ablation (Kim Table 1/10) from one ``h_max``-head trace. The signature
+        gains ``heads_used: h``.
+
+        Raises:
+            OracleError: unless ``1 <= h <= self.h``.
+        """
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 1 <= h <= self.h:
+            raise OracleError(f"first_heads: h = {h!r} is outside [1, {self.h}]")
+        h = int(h)
+        meta = {"version": self.version, "h": h, "K": self.K, "V": self.V,
+                "signature": {**dict(self.signature), "heads_used": h}}
+        arrays = {
+            "prompt_ids": self.prompt_ids, "prompt_offsets": self.prompt_offsets,
+            "greedy_ids": self.greedy_ids, "position_offsets": self.position_offsets,
+            "topk_ids": self.topk_ids[:, :h], "topk_logprobs": self.topk_logprobs[:, :h],
+            "entropy": self.entropy[:, :h],
+        }
+        return Trace(self.path, meta, arrays)
+
     def signature_string(self) -> str:
         """The signature as ``key:value|...`` (sacrebleu style)."""
         from blockdraft.signature import format_signature

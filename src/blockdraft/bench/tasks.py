@@ -1,0 +1,319 @@
+"""Evaluation tasks of Kim et al. (2024) read from the shared data, as prompts for a model.
+
+Public surface:
+    TASKS                                   task name -> TaskSpec, in the paper's table order
+    TaskSpec                                name, category, data file(s), prompt template
+    TaskExample                             one prompt: template prefix + text + suffix
+    load_task(name, data_root, n, seed=0) -> list[TaskExample]
+        ``n`` examples drawn by a seeded permutation of the task's records (deterministic)
+    encode_prompt(example, tokenizer, max_tokens, bos_id=None) -> EncodedPrompt
+        token ids that fit ``max_tokens``, the text cut at a word boundary when needed
+    TaskError                               missing or malformed task data
+
+Prompts follow Kim et al. App. C where they give a template (SQuAD ``question: [question]
+context: [context]``; CNN/DM ``summarize: [text]``; SAMSum ``Here is a dialogue: [text]`` +
+``Write a short summary!``; MultiNews ``Write a summary based on this article: [text]``; XSum
+``Summarize: [text]``); language-modelling tasks use the text itself as the prompt (LAMBADA:
+the passage without its last word, the cloze target). Whitespace, newlines included, is
+collapsed to single spaces: the reference models are trained on one paragraph per line, so a
+newline is a token they have never seen. The base models are only pretrained, so the
+summarisation outputs are continuations, not summaries; block efficiency is still the quantity
+the paper measures.
+
+Long documents do not fit a small model's context: :func:`encode_prompt` cuts the *text* part
+(never the template) at the last word that fits and says so (``truncated``), so callers can
+report how many prompts were cut.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from blockdraft.errors import BlockdraftError
+
+
+class TaskError(BlockdraftError):
+    """Task data is missing or malformed, or a task name is unknown."""
+
+
+class _Encoder(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class TaskExample:
+    """One prompt of a task.
+
+    Attributes:
+        task: the task name.
+        id: the record's identifier in its file (an id field, or ``file:line`` / index).
+        prefix: template text before the document (may be empty).
+        text: the document, the part that may be cut to fit a context.
+        suffix: template text after the document (may be empty).
+        reference: the task's reference output (summary, answer, held-out word), for
+            reading the outputs; never used to score block efficiency.
+    """
+
+    task: str
+    id: str
+    prefix: str
+    text: str
+    suffix: str = ""
+    reference: str = ""
+
+    @property
+    def prompt(self) -> str:
+        """The whole prompt text."""
+        return _join(self.prefix, self.text, self.suffix)
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    """A prompt as token ids.
+
+    Attributes:
+        ids: the token ids (``bos_id`` first when given), at most ``max_tokens`` of them.
+        truncated: the document was cut to fit.
+        words_kept: words of the document kept (all of them unless ``truncated``).
+        words_total: words of the document.
+    """
+
+    ids: tuple[int, ...]
+    truncated: bool
+    words_kept: int
+    words_total: int
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task: its name, category (Kim Table 1), data files and record reader."""
+
+    name: str
+    category: str
+    files: tuple[str, ...]
+    template: str
+    reader: Callable[[Path, str], Iterator[TaskExample]]
+
+
+def _clean(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _join(prefix: str, text: str, suffix: str) -> str:
+    return " ".join(part for part in (prefix, text, suffix) if part)
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskError(f"{path}:{line_no}: not valid JSON ({e.msg})") from e
+            if not isinstance(rec, dict):
+                raise TaskError(f"{path}:{line_no}: expected a JSON object per line")
+            yield line_no, rec
+
+
+def _field(rec: dict[str, Any], key: str, where: str) -> str:
+    if key not in rec:
+        raise TaskError(f"{where}: the record has no {key!r} field (fields: {sorted(rec)})")
+    value = rec[key]
+    if isinstance(value, list):  # LongBench keeps answers as a list
+        value = value[0] if value else ""
+    return _clean(value)
+
+
+# ---- readers: (file, task name) -> examples, in file order --------------------------------------
+
+
+def _read_lambada(path: Path, task: str) -> Iterator[TaskExample]:
+    for line_no, rec in _jsonl(path):
+        words = _field(rec, "text", f"{path}:{line_no}").split()
+        if len(words) >= 2:
+            yield TaskExample(task, f"{path.name}:{line_no}", "", " ".join(words[:-1]),
+                              reference=words[-1])
+
+
+def _read_prefixes(path: Path, task: str) -> Iterator[TaskExample]:
+    for line_no, rec in _jsonl(path):
+        where = f"{path}:{line_no}"
+        text = _field(rec, "instructions", where)
+        if text:
+            yield TaskExample(task, f"{path.name}:{line_no}", "", text,
+                              reference=_field(rec, "gold_ref", where))
+
+
+def _read_wikitext(path: Path, task: str, words: int = 64) -> Iterator[TaskExample]:
+    """Paragraphs of the tokenized WikiText-2 test set (headings skipped): the first
+    ``words`` words are the prompt, the rest of the paragraph the reference."""
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            text = line.strip()
+            if not text or text.startswith("="):
+                continue
+            toks = text.split()
+            if len(toks) >= 2 * words:
+                yield TaskExample(task, f"{path.name}:{line_no}", "", " ".join(toks[:words]),
+                                  reference=" ".join(toks[words:]))
+
+
+def _read_squad(path: Path, task: str) -> Iterator[TaskExample]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        articles = data["data"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise TaskError(f"{path}: not an official SQuAD JSON file ({e})") from e
+    for article in articles:
+        for para in article.get("paragraphs", []):
+            context = _clean(para.get("context", ""))
+            for qa in para.get("qas", []):
+                answers = qa.get("answers") or [{"text": ""}]
+                yield TaskExample(
+                    task, str(qa.get("id", "")), f"question: {_clean(qa.get('question', ''))} "
+                    "context:", context, reference=_clean(answers[0].get("text", "")))
+
+
+def _read_json_list(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise TaskError(f"{path}: not valid JSON ({e.msg})") from e
+    if not isinstance(data, list):
+        raise TaskError(f"{path}: expected a JSON list of records")
+    return data
+
+
+def _read_samsum(path: Path, task: str) -> Iterator[TaskExample]:
+    for i, rec in enumerate(_read_json_list(path)):
+        where = f"{path}[{i}]"
+        yield TaskExample(task, f"{path.name}[{i}]", "Here is a dialogue:",
+                          _field(rec, "dialogue", where), "Write a short summary!",
+                          reference=_field(rec, "summary", where))
+
+
+def _summary_reader(prefix: str, text_key: str, ref_key: str, newline_marker: str = ""
+                    ) -> Callable[[Path, str], Iterator[TaskExample]]:
+    def read(path: Path, task: str) -> Iterator[TaskExample]:
+        for line_no, rec in _jsonl(path):
+            where = f"{path}:{line_no}"
+            raw = rec.get(text_key, "")
+            if newline_marker and isinstance(raw, str):
+                rec = {**rec, text_key: raw.replace(newline_marker, " ")}
+            text = _field(rec, text_key, where)
+            if text:
+                yield TaskExample(task, str(rec.get("id", rec.get("_id", f"{path.name}:"
+                                                                   f"{line_no}"))),
+                                  prefix, text, reference=_field(rec, ref_key, where))
+    return read
+
+
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec("lambada", "LM", ("lambada/lambada_test.jsonl",),
+                 "[passage without its last word]", _read_lambada),
+        TaskSpec("wikitext2", "LM", ("corpus/wikitext2_tokens/test.txt",),
+                 "[first 64 words of a paragraph]", _read_wikitext),
+        TaskSpec("llm-wikitext", "LM", ("llm_decoding/wikitext_test.jsonl",),
+                 "[prefix]", _read_prefixes),
+        TaskSpec("llm-book", "LM", ("llm_decoding/book_test.jsonl",), "[prefix]",
+                 _read_prefixes),
+        TaskSpec("squad", "QA", ("squad_v1.1_dev/dev-v1.1.part0.json",
+                                 "squad_v1.1_dev/dev-v1.1.part1.json"),
+                 "question: [question] context: [context]", _read_squad),
+        TaskSpec("cnndm", "S-Sum", ("cnndm/frank_cnndm_test_250.jsonl",), "summarize: [text]",
+                 _summary_reader("summarize:", "article", "highlights")),
+        TaskSpec("samsum", "S-Sum", ("samsum/test.json",),
+                 "Here is a dialogue: [text] Write a short summary!", _read_samsum),
+        TaskSpec("xsum", "L-Sum", ("llm_decoding/xsum_test.jsonl",), "Summarize: [text]",
+                 _summary_reader("Summarize:", "document", "summary")),
+        TaskSpec("multinews", "L-Sum", ("multinews_longbench/multi_news.jsonl",),
+                 "Write a summary based on this article: [text]",
+                 _summary_reader("Write a summary based on this article:", "context",
+                                 "answers", newline_marker="NEWLINE_CHAR")),
+    )
+}
+
+
+def load_task(name: str, data_root: str | Path, n: int | None = None, seed: int = 0
+              ) -> list[TaskExample]:
+    """``n`` examples of task ``name`` (all when ``None``), in a seeded random order.
+
+    The order is a permutation of the task's records drawn with ``seed``, so the first ``a``
+    examples of ``n`` are the same for every ``n >= a`` (a tuning split taken first stays
+    disjoint from what follows).
+
+    Raises:
+        TaskError: on an unknown task, a missing file (naming it), a malformed record, or
+            fewer records than ``n``.
+    """
+    if name not in TASKS:
+        raise TaskError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+    spec = TASKS[name]
+    root = Path(data_root)
+    records: list[TaskExample] = []
+    for rel in spec.files:
+        path = root / rel
+        if not path.is_file():
+            raise TaskError(
+                f"task {name}: {path} does not exist; point data_root at the shared data "
+                "directory (../shared/data)"
+            )
+        records.extend(spec.reader(path, name))
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise TaskError(f"n must be None or an integer >= 0, got {n!r}")
+    if n is not None and n > len(records):
+        raise TaskError(f"task {name} has {len(records)} usable records, fewer than n = {n}")
+    order = np.random.default_rng(seed).permutation(len(records))
+    if n is not None:
+        order = order[:n]
+    return [records[int(i)] for i in order]
+
+
+def encode_prompt(
+    example: TaskExample, tokenizer: _Encoder, max_tokens: int, bos_id: int | None = None
+) -> EncodedPrompt:
+    """The example's prompt as token ids, at most ``max_tokens`` of them.
+
+    When the whole prompt is too long, the document is cut to its longest prefix of whole
+    words that fits with the template (binary search over the word count); the template is
+    never cut. ``bos_id`` (e.g. the end-of-text id that separates training documents) goes
+    first.
+
+    Raises:
+        TaskError: when even the template with no document does not fit ``max_tokens``.
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise TaskError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    head = [] if bos_id is None else [int(bos_id)]
+    words = example.text.split()
+
+    def ids_with(n_words: int) -> list[int]:
+        text = " ".join(words[:n_words])
+        return head + list(tokenizer.encode(_join(example.prefix, text, example.suffix)))
+
+    full = ids_with(len(words))
+    if len(full) <= max_tokens:
+        return EncodedPrompt(tuple(full), False, len(words), len(words))
+    lo, hi = 0, len(words)  # ids_with(lo) fits (checked below), ids_with(hi) does not
+    if len(ids_with(0)) > max_tokens:
+        raise TaskError(
+            f"{example.task} {example.id}: the template alone needs more than {max_tokens} "
+            "tokens; allow a longer prompt"
+        )
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if len(ids_with(mid)) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return EncodedPrompt(tuple(ids_with(lo)), True, lo, len(words))
