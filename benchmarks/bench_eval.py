@@ -149,15 +149,16 @@ def _built(name: str) -> bool:
         return False
 
 
-def ensure_models(smoke: bool = False) -> dict[str, Any]:
-    """Train what is missing (commands in order); returns the manifest (models.json)."""
+def ensure_models(smoke: bool = False, only: set[str] | None = None) -> dict[str, Any]:
+    """Train what is missing (commands in order; ``only``: just those models); returns the
+    manifest (models.json)."""
     MODELS.mkdir(parents=True, exist_ok=True)
     manifest_path = MODELS / "models.json"
     manifest: dict[str, Any] = (json.loads(manifest_path.read_text())
                                 if manifest_path.is_file() else {})
     exe = str(Path(sys.executable).with_name("blockdraft"))
     for name, args in model_commands(smoke).items():
-        if _built(name) and name in manifest:
+        if (only is not None and name not in only) or (_built(name) and name in manifest):
             continue
         if not _built(name):
             log(f"training {name}: blockdraft {' '.join(args[:8])} ...")
@@ -167,6 +168,8 @@ def ensure_models(smoke: bool = False) -> dict[str, Any]:
             wall = time.perf_counter() - t0
         else:
             wall = None  # trained before this manifest existed: see its log
+        manifest = (json.loads(manifest_path.read_text())  # another run may have written it
+                    if manifest_path.is_file() else {})
         manifest[name] = {"command": "blockdraft " + " ".join(args), "wall_s": wall,
                           **_model_facts(name)}
         manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
@@ -258,6 +261,16 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
     model = load_model(MODELS / "small-h9").eval()
     tok = load_tokenizer(MODELS / "small-h9")
     trace, info = trace_task(task, cfg, model, tok)
+    settings = {k: v for k, v in asdict(cfg).items()
+                if k not in ("tasks", "latency_n", "e2e_prompts", "e2e_tasks", "workers")}
+    deps = [file_digest(MODELS / f"rescorer-{s}" / "model.safetensors") for s in ("mini", "small")]
+    deps += [os.path.getsize(MODELS / f"lm{o}.bin") for o in (2, 4)]
+    rkey = hashlib.sha256(json.dumps([EVAL_VERSION, Path(info["trace_path"]).name, settings,
+                                      deps]).encode()).hexdigest()[:10]
+    cached = CACHE / "results" / f"{task}-{rkey}.json"
+    if cached.is_file():
+        log(f"{task}: results cached ({cached.name})")
+        return dict(json.loads(cached.read_text()))
     log(f"{task}: trace ready ({trace.num_examples} examples, {trace.num_positions} positions, "
         f"{info['trace_s']:.0f} s)")
     tune = slice(0, cfg.n_tune)
@@ -328,6 +341,8 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
     out["mismatches"] = int(van.num_mismatches)
     out["timings"] = timings
     out["wall_s"] = time.perf_counter() - t_task
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(out) + "\n")
     log(f"{task}: done in {out['wall_s']:.0f} s (vanilla B {B['vanilla']:.3f}, 4-gram "
         f"{B['4-gram']:.3f}, oracle16 {B['oracle-16']:.3f})")
     return out
@@ -451,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default=None, help="comma-separated subset of the tasks")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: latency,e2e")
     ap.add_argument("--out", type=Path, default=None, help="results folder")
+    ap.add_argument("--models", default=None,
+                    help="only build these cached models (comma-separated names) and exit")
     args = ap.parse_args(argv)
     global MODELS
     preset = "smoke" if args.smoke else "quick" if args.quick else "full"
@@ -462,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out or (RESULTS if preset == "full" else RESULTS / preset)
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
+    if args.models:
+        ensure_models(cfg.smoke, only=set(args.models.split(",")))
+        return 0
     manifest = ensure_models(cfg.smoke)
     from blockdraft.rescorers.neural import NeuralRescorer
 

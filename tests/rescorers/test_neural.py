@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 from neural_testlib import MAX_SEQ_LEN, VOCAB, brute_beam, lm_logprobs, peaky_lm, random_lattice
 
 from blockdraft.lattice import SausageLattice
+from blockdraft.lattice.sausage import log_softmax
 from blockdraft.models import BlockwiseConfig, BlockwiseLM, RescorerLM, save_model
 from blockdraft.rescorers import Rescorer, RescorerError
 from blockdraft.rescorers.neural import NeuralRescorer, export_rescorer_onnx, time_step
 from blockdraft.rescorers.neural.onnx_export import OnnxStepRunner, export_rescorer_bytes
+from blockdraft.rescorers.neural.rescorer import log_normaliser
 
 
 @pytest.fixture(scope="module")
@@ -147,13 +149,13 @@ def test_greedy_property(lm, seed, h, k, n_ctx, alpha):
 
 
 class FedCounter:
-    """Counts the token positions a model's ``logits`` is fed (wraps the bound method)."""
+    """Counts the token positions a model's ``hidden`` is fed (wraps the bound method)."""
 
     def __init__(self, model) -> None:
         self.fed = 0
         self.calls = 0
-        self._inner = model.logits
-        model.logits = self
+        self._inner = model.hidden
+        model.hidden = self
 
     def __call__(self, input_ids, past=None, *args, **kwargs):
         self.fed += int(input_ids.numel())
@@ -260,28 +262,96 @@ def test_long_context_keeps_a_window(lm, stride):
 # ---- ONNX Runtime -----------------------------------------------------------------------------
 
 
-def test_onnx_graph_matches_torch_logits_and_cache(lm, onnx_bytes):
-    runner = OnnxStepRunner(onnx_bytes, max_seq_len=MAX_SEQ_LEN)
-    cfg = lm.config
+def onnx_runner(model, data: bytes | None = None) -> OnnxStepRunner:
+    embedding = model.transformer.wte.weight.detach().numpy()
+    return OnnxStepRunner(data or export_rescorer_bytes(model), output_embedding=embedding)
+
+
+def cached_keys(cache) -> np.ndarray:
+    """The cache's keys as torch stacks them: ``[L, B, nh, length, hs]``."""
+    return np.stack(cache.keys)[..., : cache.length].transpose(0, 1, 2, 4, 3)
+
+
+def cached_values(cache) -> np.ndarray:
+    return np.stack(cache.values)[:, :, :, : cache.length]
+
+
+def test_onnx_graph_matches_torch_hidden_logits_and_cache(lm, onnx_bytes):
+    runner = onnx_runner(lm, onnx_bytes)
+    assert (runner.n_layer, runner.max_seq_len, runner.vocab_size) == (2, MAX_SEQ_LEN, VOCAB)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (3, 20), generator=g)
-    empty = np.zeros((cfg.n_layer, 3, cfg.n_head, 0, cfg.head_dim), np.float32)
     with torch.no_grad():
-        ref, cache = lm.logits(ids)
-    worst = 0.0
-    for cut in (1, 7, 19):  # T_past = 0 first, then the rest on top of the cache
-        logits0, keys, values = runner.run(ids[:, :cut].numpy(), empty, empty)
-        logits1, keys, values = runner.run(ids[:, cut:].numpy(), keys, values)
-        worst = max(worst, float(np.abs(logits0 - ref[:, :cut].numpy()).max()),
-                    float(np.abs(logits1 - ref[:, cut:].numpy()).max()))
-        np.testing.assert_allclose(keys, torch.stack(cache.keys).numpy(), atol=1e-4)
-        np.testing.assert_allclose(values, torch.stack(cache.values).numpy(), atol=1e-4)
-    assert worst < 1e-4
-    # B = 1, T = 1 after a batch-1 cache: RoPE positions come from T_past.
-    one, _, _ = runner.run(ids[:1, 5:6].numpy(), keys[:, :1, :, :5], values[:, :1, :, :5])
-    np.testing.assert_allclose(one, ref[:1, 5:6].numpy(), atol=1e-4)
+        ref, cache = lm.hidden(ids)  # (3, 20, d)
+        ref_logits, _ = lm.logits(ids)  # (3, 20, V)
+    for cut in (1, 7, 19):  # an empty cache first, then the rest on top of it
+        hidden0, kv = runner.step(ids[:, :cut].numpy(), runner.new_cache(3))
+        hidden1, kv = runner.step(ids[:, cut:].numpy(), kv)
+        hidden = np.concatenate((hidden0, hidden1), axis=1)
+        np.testing.assert_allclose(hidden, ref.numpy(), atol=1e-4)
+        np.testing.assert_allclose(runner.logits(hidden.reshape(-1, hidden.shape[-1])),
+                                   ref_logits.numpy().reshape(-1, VOCAB), atol=1e-4)
+        assert kv.length == 20 and kv.capacity >= 20
+        np.testing.assert_allclose(cached_keys(kv), torch.stack(cache.keys).numpy(), atol=1e-4)
+        np.testing.assert_allclose(cached_values(kv), torch.stack(cache.values).numpy(),
+                                   atol=1e-4)
+    # B = 1, T = 1 after a cropped batch-1 cache: RoPE positions continue from its length.
+    one, _ = runner.step(ids[:1, 5:6].numpy(), kv.rows(np.array([0])).crop(5))
+    np.testing.assert_allclose(one[:, 0], ref[:1, 5].numpy(), atol=1e-4)
     with pytest.raises(RescorerError, match="max_seq_len"):
-        runner.run(np.zeros((1, MAX_SEQ_LEN), np.int64), keys[:, :1, :, :1], values[:, :1, :, :1])
+        runner.step(np.zeros((1, MAX_SEQ_LEN), np.int64), kv.rows(np.array([0])).crop(1))
+    with pytest.raises(RescorerError, match="rows"):
+        runner.step(np.zeros((2, 1), np.int64), kv)
+    with pytest.raises(RescorerError, match="output_embedding"):
+        OnnxStepRunner(onnx_bytes).logits(one[0])
+    # Opset 20 writes GELU as a Gelu node (18, the default, as erf arithmetic): the same graph.
+    hidden20, _ = onnx_runner(lm, export_rescorer_bytes(lm, opset=20)).step(
+        ids.numpy(), runner.new_cache(3))
+    np.testing.assert_allclose(hidden20, ref.numpy(), atol=1e-4)
+
+
+def test_onnx_buffers_grow_and_rows_crop_keep_every_position():
+    """A longer model: the buffers start at 64 positions and grow (copied) as tokens arrive
+    one by one; rows (with repeats) and crop-then-overwrite give what torch computes."""
+    model = peaky_lm(2, max_seq_len=200)
+    runner = onnx_runner(model)
+    ids = torch.from_numpy(np.random.default_rng(0).integers(0, VOCAB, (1, 150)))
+    with torch.no_grad():
+        ref, cache = model.hidden(ids)
+    kv = runner.new_cache()
+    assert kv.capacity == 0
+    capacities = []
+    hidden, kv = runner.step(ids[:, :20].numpy(), kv)
+    for t in range(20, 150):
+        hidden, kv = runner.step(ids[:, t : t + 1].numpy(), kv)
+        capacities.append(kv.capacity)
+        np.testing.assert_allclose(hidden[0, 0], ref[0, t].numpy(), atol=1e-4)
+    assert capacities[0] == 64 and sorted(set(capacities)) == [64, 128, 192]
+    assert capacities == sorted(capacities)
+    np.testing.assert_allclose(cached_keys(kv), torch.stack(cache.keys).numpy(), atol=1e-4)
+    # Rows with repeats, each extended by its own token: batch rows stay independent.
+    beam = kv.crop(100).rows(np.array([0, 0, 0]))
+    assert beam.batch_size == 3 and beam.length == 100 and beam.keys[0] is not kv.keys[0]
+    other = (ids[0, 100:101].numpy() + np.arange(3)) % VOCAB
+    hidden, beam = runner.step(other[:, None], beam)
+    with torch.no_grad():
+        expect, _ = model.hidden(torch.cat((ids[:, :100].expand(3, -1),
+                                            torch.from_numpy(other)[:, None]), dim=1))
+    np.testing.assert_allclose(hidden[:, 0], expect[:, -1].numpy(), atol=1e-4)
+    # Crop, then overwrite the positions after the crop in place.
+    short = kv.crop(60)
+    assert short.keys[0] is kv.keys[0]
+    hidden, short = runner.step(ids[:, 100:102].numpy(), short)
+    with torch.no_grad():
+        expect, _ = model.hidden(torch.cat((ids[:, :60], ids[:, 100:102]), dim=1))
+    np.testing.assert_allclose(hidden, expect[:, 60:].numpy(), atol=1e-4)
+
+
+def test_log_normaliser_is_the_log_softmax_normaliser():
+    rng = np.random.default_rng(16)
+    logits = (rng.normal(size=(5, 300)) * 6).astype(np.float32)
+    expect = logits.astype(np.float64) - log_softmax(logits)
+    np.testing.assert_allclose(log_normaliser(logits), expect[:, 0], rtol=0, atol=1e-6)
 
 
 def test_onnx_and_torch_choose_the_same_drafts(lm, onnx_rescorer):
@@ -304,6 +374,119 @@ def test_onnx_and_torch_choose_the_same_drafts(lm, onnx_rescorer):
         context = context[-30:]
 
 
+def test_onnx_and_torch_agree_through_buffer_growth_window_jumps_and_resets():
+    """A decode loop on a longer LM: the ONNX buffers grow (and are re-made when the window
+    jumps); greedy and beam steps, resets, and a new text in between."""
+    model = peaky_lm(3, max_seq_len=120)
+    rng = np.random.default_rng(17)
+    a = NeuralRescorer(model, alpha=1.5, window_stride=16)
+    b = NeuralRescorer(model, alpha=1.5, backend="onnx", window_stride=16)
+    context = rng.integers(0, VOCAB, 30).tolist()
+    capacities = set()
+    jumped = False
+    for i in range(40):
+        lattice = random_lattice(rng, h=6, k=int(rng.integers(2, 7)), certain_first=i % 6 != 1)
+        p = 3 if i % 5 == 4 else 1
+        x, y = a.rescore(lattice, context, p=p), b.rescore(lattice, context, p=p)
+        np.testing.assert_array_equal(x.tokens, y.tokens)
+        np.testing.assert_allclose(x.scores, y.scores, atol=1e-4)
+        np.testing.assert_allclose(x.lm_scores, y.lm_scores, atol=1e-4)
+        assert a.last_stats == b.last_stats
+        capacities.add(b._state.capacity)
+        jumped = jumped or b.last_stats.window_start > 0
+        if i == 20:
+            a.reset()
+            b.reset()
+        if i == 30:  # a new text
+            context = rng.integers(0, VOCAB, 10).tolist()
+        else:  # accept part of the draft (sometimes all of it, sometimes a correction)
+            n = int(rng.integers(1, 7))
+            context = context + x.tokens[0, :n].tolist() + ([int(rng.integers(VOCAB))]
+                                                            if i % 3 == 0 else [])
+    assert len(capacities) >= 2 and max(capacities) <= 120 and jumped
+
+
+def test_a_certain_first_token_is_fed_with_the_new_context(lm):
+    """When the context has uncached tokens and slot 1 holds one arc, they go in one forward."""
+    rng = np.random.default_rng(18)
+    h = 5
+    for backend in ("torch", "onnx"):
+        rescorer = NeuralRescorer(lm, backend=backend)
+        context = rng.integers(0, VOCAB, 8).tolist()
+        rescorer.rescore(random_lattice(rng, h=h, k=4), context)
+        assert rescorer.last_stats is not None
+        assert rescorer.last_stats.context_fed == 8 and rescorer.last_stats.forwards == h - 1
+        batch = rescorer.rescore(random_lattice(rng, h=h, k=4, certain_first=False), context)
+        assert rescorer.last_stats.context_fed == 0 and rescorer.last_stats.forwards == h - 1
+        nxt = context + batch.tokens[0, :2].tolist()  # cached: no context position fed
+        rescorer.rescore(random_lattice(rng, h=h, k=4), nxt)
+        assert rescorer.last_stats.context_fed == 0 and rescorer.last_stats.forwards == h - 1
+        lattice = random_lattice(rng, h=h, k=4, certain_first=False)
+        other = nxt + [int(batch.tokens[0, 0]) + 1]  # one new token, slot 1 uncertain
+        fed = rescorer.rescore(lattice, other)
+        assert rescorer.last_stats.context_fed == 1 and rescorer.last_stats.forwards == h
+        assert_same(fed, *brute_beam(lm, lattice, other, 1.0, p=1), alpha=1.0)
+
+
+def test_onnx_cache_is_dropped_when_a_call_fails_midway(lm):
+    """The ONNX buffers are written in place: a call that fails after writing some positions
+    must not leave a cache that claims them."""
+    rng = np.random.default_rng(19)
+    rescorer = NeuralRescorer(lm, backend="onnx")
+    context = rng.integers(0, VOCAB, 9).tolist()
+    lattice = random_lattice(rng, h=5, k=4)
+    expect = rescorer.rescore(lattice, context)
+    runner = rescorer._lm.runner
+    real_step = runner.step
+    calls = []
+
+    def failing_step(ids, cache):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_step(ids, cache)
+
+    runner.step = failing_step
+    other = random_lattice(rng, h=5, k=4)
+    with pytest.raises(KeyboardInterrupt):
+        rescorer.rescore(other, context)
+    runner.step = real_step
+    again = rescorer.rescore(lattice, context)
+    assert rescorer.last_stats is not None and rescorer.last_stats.reused == 0
+    np.testing.assert_array_equal(again.tokens, expect.tokens)
+    np.testing.assert_allclose(again.scores, expect.scores, atol=1e-6)
+    rescorer.reset()  # and reuse after a plain reset
+    assert_same(rescorer.rescore(other, context), *brute_beam(lm, other, context, 1.0, p=1),
+                alpha=1.0)
+    assert rescorer.last_stats.reused == 0
+
+
+def test_untied_output_embedding_and_stale_graph_formats(lm, onnx_bytes):
+    """An LM with its own lm_head scores with it on both backends; a file that is not a step
+    graph of the current format is refused with a hint to re-export."""
+    import onnx
+
+    torch.manual_seed(4)
+    cfg = BlockwiseConfig.tiny(h=1, vocab_size=VOCAB, max_seq_len=MAX_SEQ_LEN, d_model=32,
+                               n_head=2, d_ff=64, tie_embeddings=False)
+    model = RescorerLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 1.0)
+    rng = np.random.default_rng(20)
+    context = rng.integers(0, VOCAB, 6).tolist()
+    for p in (1, 3):
+        lattice = random_lattice(rng, h=4, k=5)
+        x = NeuralRescorer(model).rescore(lattice, context, p=p)
+        y = NeuralRescorer(model, backend="onnx").rescore(lattice, context, p=p)
+        assert_same(x, *brute_beam(model, lattice, context, 1.0, p=p), alpha=1.0)
+        np.testing.assert_array_equal(x.tokens, y.tokens)
+        np.testing.assert_allclose(x.scores, y.scores, atol=1e-4)
+    proto = onnx.load_from_string(onnx_bytes)
+    del proto.metadata_props[:]
+    with pytest.raises(RescorerError, match="re-export"):
+        OnnxStepRunner(proto.SerializeToString())
+
+
 def test_onnx_export_is_cached_next_to_a_checkpoint(lm, tmp_path):
     path = export_rescorer_onnx(lm, tmp_path)
     assert path == tmp_path / "rescorer.onnx" and path.is_file()
@@ -311,10 +494,10 @@ def test_onnx_export_is_cached_next_to_a_checkpoint(lm, tmp_path):
     os.utime(path, ns=(stamp - 10**9, stamp - 10**9))
     assert export_rescorer_onnx(lm, tmp_path) == path
     assert path.stat().st_mtime_ns == stamp - 10**9  # same weights: reused, not rewritten
-    export_rescorer_onnx(lm, path, opset=18)
+    export_rescorer_onnx(lm, path, opset=20)
     assert path.stat().st_mtime_ns != stamp - 10**9  # another opset: exported again
     os.utime(path, ns=(stamp - 10**9, stamp - 10**9))
-    export_rescorer_onnx(peaky_lm(1), path, opset=18)
+    export_rescorer_onnx(peaky_lm(1), path, opset=20)
     assert path.stat().st_mtime_ns != stamp - 10**9  # other weights: exported again
     model_dir = save_model(lm, tmp_path / "model")
     rescorer = NeuralRescorer(model_dir, backend="onnx")
