@@ -378,15 +378,32 @@ def cmd_train(args: argparse.Namespace) -> int:
         RescorerLM,
         Tokenizer,
         TrainConfig,
+        load_model,
+        load_tokenizer,
         save_model,
         train,
     )
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    sizes = ("h", "n_layer", "n_head", "d_model", "d_ff")
+    if args.init is not None:
+        given = [f"--{f.replace('_', '-')}" for f in sizes if getattr(args, f) is not None]
+        if given or args.rescorer:
+            raise CliError(
+                f"--init {args.init} continues that model with its own config; drop "
+                f"{', '.join(given + (['--rescorer'] if args.rescorer else []))}"
+            )
+    if args.distill and (args.init is None or args.mode != "heads"):
+        raise CliError(
+            "--distill trains the heads on the base model's own greedy outputs (Stern sec. "
+            "6.2), so it needs a trained base: use --mode heads --init MODEL_DIR"
+        )
     lines = _read_texts(args.corpus)
     if args.tokenizer:
         tok = Tokenizer.load(args.tokenizer)
+    elif args.init is not None:
+        tok = load_tokenizer(args.init)
     else:
         print(f"training a {args.vocab_size}-token BPE on {len(lines)} lines", file=sys.stderr)
         tok = Tokenizer.train(lines, vocab_size=args.vocab_size)
@@ -394,16 +411,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     stream = np.asarray(ids, dtype=np.int64)
     n_eval = int(stream.size * args.eval_fraction)
     train_ids, eval_ids = stream[: stream.size - n_eval], stream[stream.size - n_eval:]
-    overrides: dict[str, Any] = {"vocab_size": tok.vocab_size}
-    if args.rescorer:
-        overrides["h"] = 1
-    elif args.h:
-        overrides["h"] = args.h
-    for field in ("n_layer", "n_head", "d_model", "d_ff"):
-        if getattr(args, field) is not None:
-            overrides[field] = getattr(args, field)
-    config = BlockwiseConfig.preset(args.preset, **overrides)
-    model = (RescorerLM if args.rescorer else BlockwiseLM)(config, device=args.device)
+    if args.init is not None:
+        model = load_model(args.init, device=args.device)
+        if model.config.vocab_size != tok.vocab_size:
+            raise CliError(
+                f"the tokenizer has {tok.vocab_size} tokens but the model in {args.init} has "
+                f"V = {model.config.vocab_size}; use the model's own tokenizer"
+            )
+    else:
+        overrides: dict[str, Any] = {"vocab_size": tok.vocab_size}
+        if args.rescorer:
+            overrides["h"] = 1
+        elif args.h:
+            overrides["h"] = args.h
+        for field in sizes[1:]:
+            if getattr(args, field) is not None:
+                overrides[field] = getattr(args, field)
+        config = BlockwiseConfig.preset(args.preset, **overrides)
+        model = (RescorerLM if args.rescorer else BlockwiseLM)(config, device=args.device)
+    if args.distill:
+        train_ids = _distillation_stream(model, tok, lines, args)
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
                       lr=args.lr, checkpoint_interval=args.checkpoint_interval)
     mode: Any = "base" if args.rescorer else args.mode
@@ -411,7 +438,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                    seed=args.seed, checkpoint_dir=args.out, resume=args.resume, tokenizer=tok)
     save_model(model, args.out, tokenizer=tok, extra_meta={
         "train": {"mode": mode, "steps": result.steps, "seed": args.seed,
-                  "corpus": [str(c) for c in args.corpus], "tokens": int(train_ids.size)}})
+                  "corpus": [str(c) for c in args.corpus], "tokens": int(train_ids.size),
+                  "init": None if args.init is None else str(args.init),
+                  "distill": args.distill or None}})
     if args.json:
         print_json({"out": args.out, "steps": result.steps, "final_loss": result.final_loss,
                     "tokens_per_s": result.tokens_per_s, "wall_s": result.wall_s})
@@ -427,6 +456,34 @@ def cmd_train(args: argparse.Namespace) -> int:
     print_table(f"trained {args.preset} {'RescorerLM' if args.rescorer else 'BlockwiseLM'}",
                 ["", "value"], rows, caption=f"checkpoint: {args.out}")
     return 0
+
+
+def _distillation_stream(model: Any, tok: Any, lines: list[str], args: argparse.Namespace
+                         ) -> np.ndarray:
+    """Sequence-level distillation data: ``args.distill`` corpus lines drawn with the seed,
+    each cut to its first ``--distill-prompt-len`` tokens and continued greedily by the base
+    model for ``--distill-len`` tokens (the lines of the held-out tail are never drawn)."""
+    from blockdraft.models.train import distill_targets
+
+    n_train_lines = len(lines) - max(1, int(len(lines) * args.eval_fraction))
+    rng = np.random.default_rng(args.seed)
+    prompts: list[list[int]] = []
+    for i in rng.permutation(n_train_lines):
+        ids = tok.encode(lines[int(i)])
+        if len(ids) > args.distill_prompt_len:
+            prompts.append([tok.eos_id, *ids[: args.distill_prompt_len]])
+        if len(prompts) == args.distill:
+            break
+    if not prompts:
+        raise CliError(
+            f"no corpus line has more than --distill-prompt-len = {args.distill_prompt_len} "
+            "tokens to prompt the base model with; lower it"
+        )
+    parts = [distill_targets(model, [p], args.distill_len, eos_id=tok.eos_id)
+             for p in progress_bar(f"distilling {len(prompts)} greedy continuations")(prompts)]
+    print(f"distillation: {len(prompts)} prompts -> {sum(x.size for x in parts)} tokens",
+          file=sys.stderr)
+    return np.concatenate(parts)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -580,6 +637,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "base then heads (default)")
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="reuse a tokenizer (tokenizer.json or GPT-2 files) instead of training")
+    p.add_argument("--init", type=Path, default=None,
+                   help="start from this trained model directory (its config and tokenizer)")
+    p.add_argument("--distill", type=int, default=0, metavar="N",
+                   help="with --mode heads --init: train the heads on the base model's greedy "
+                        "continuations of N corpus prompts (Stern sec. 6.2)")
+    p.add_argument("--distill-len", type=int, default=64,
+                   help="greedy tokens per distillation prompt (default 64)")
+    p.add_argument("--distill-prompt-len", type=int, default=32,
+                   help="corpus tokens per distillation prompt (default 32)")
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--n-layer", type=int, default=None, help="transformer blocks (preset's)")
     p.add_argument("--n-head", type=int, default=None, help="attention heads (preset's)")

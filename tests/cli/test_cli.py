@@ -156,6 +156,46 @@ def test_train_then_trace_then_oracle(tmp_path, capsys):
     assert main(["train", "--corpus", str(tmp_path / "missing.txt"), "-o", str(out)]) == 1
 
 
+def test_train_heads_by_distillation_from_a_trained_base(tmp_path, capsys):
+    """`--mode heads --init M --distill N`: the heads learn the base's own greedy outputs; the
+    base (and so greedy decoding) is unchanged; bad combinations are refused."""
+    from pydoc_data.topics import topics
+
+    import torch
+
+    from blockdraft.models import load_model
+
+    paras = [" ".join(p.split()) for k in sorted(topics)[:40] for p in topics[k].split("\n\n")
+             if p.strip()]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(paras))
+    base = tmp_path / "base"
+    common = ["--batch-size", "4", "--seq-len", "32", "--json"]
+    assert main(["train", "--corpus", str(corpus), "-o", str(base), "--preset", "tiny",
+                 "--steps", "4", "--vocab-size", "300", "--mode", "base", *common]) == 0
+    capsys.readouterr()
+    out = tmp_path / "distilled"
+    assert main(["train", "--corpus", str(corpus), "-o", str(out), "--mode", "heads",
+                 "--init", str(base), "--distill", "3", "--distill-len", "6",
+                 "--distill-prompt-len", "8", "--steps", "3", *common]) == 0
+    capsys.readouterr()
+    before, after = load_model(base), load_model(out)
+    assert after.config == before.config
+    b_state, a_state = before.state_dict(), after.state_dict()
+    heads = [n for n in a_state if n.startswith("extra_heads.")]
+    assert heads and any(not torch.equal(a_state[n], b_state[n]) for n in heads)
+    for name in a_state:
+        if name not in heads:
+            assert torch.equal(a_state[name], b_state[name]), name
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["meta"]["train"]["distill"] == 3
+    assert main(["train", "--corpus", str(corpus), "-o", str(out), "--distill", "3"]) == 1
+    assert "needs a trained base" in capsys.readouterr().err
+    assert main(["train", "--corpus", str(corpus), "-o", str(out), "--init", str(base),
+                 "--d-model", "32"]) == 1
+    assert "drop --d-model" in capsys.readouterr().err
+
+
 def test_decode_command_is_lossless_and_reports_b(tmp_path, capsys):
     """`blockdraft decode` on a tiny saved model: the exact criterion reproduces greedy
     decoding (checked by --compare-greedy), with an n-gram LM and with the neural rescorer."""
