@@ -58,8 +58,11 @@ def write_report(report: dict[str, Any], out_dir: Path) -> Path:
         "# Evaluation on real data (Kim et al. 2024, reproduced with our models)", "",
         f"Made by `{report['command']}` in {report['wall_s'] / 60:.1f} min; preset "
         f"`{report['preset']}`: {cfg['n_eval']} reported examples per task (after "
-        f"{cfg['n_tune']} used to tune alpha), greedy continuations of up to "
-        f"{cfg['max_new_tokens']} tokens, lattices of the top {cfg['k']} tokens per head, exact "
+        f"{cfg['n_tune']} used to tune alpha), greedy continuations of "
+        + (f"up to {cfg['max_new_tokens']} tokens (stopping at EOS)" if cfg["stop_at_eos"] else
+           f"{cfg['max_new_tokens']} tokens (EOS is an ordinary token: the models, pretrained on "
+           "one paragraph per line, end most continuations within a few tokens)")
+        + f", lattices of the top {cfg['k']} tokens per head, exact "
         "verification (lossless) throughout. Every B comes from one trace per task simulated "
         "offline (trace once, simulate many); the end-to-end table uses the online decode.", "",
         "## Models", "",
