@@ -188,7 +188,7 @@ def _model_facts(name: str) -> dict[str, Any]:
                       if line.startswith("ngram ")]
         return {"ngrams": sum(counts), "counts": counts}
     meta = json.loads((MODELS / name / "config.json").read_text())
-    return {"config": meta.get("config", meta), "train": meta.get("train"),
+    return {"config": meta.get("config", meta), "train": meta.get("meta", {}).get("train"),
             "fingerprint": file_digest(MODELS / name / "model.safetensors")}
 
 

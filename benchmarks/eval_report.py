@@ -139,8 +139,8 @@ def write_report(report: dict[str, Any], out_dir: Path) -> Path:
         rows.append([name, n, pc(w["wins"], n), pc(w["ties"], n), pc(w["losses"], n),
                      pc(w["repair_wins"], w["wins"]), pc(w["regress_wins"], w["wins"]),
                      pc(w["repair_losses"], w["losses"]), pc(w["regress_losses"], w["losses"])])
-    md += _table(["rescorer", "positions", "% wins", "% ties", "% losses", "% repair | win",
-                  "% regress | win", "% repair | loss", "% regress | loss"], rows)
+    md += _table(["rescorer", "positions", "% wins", "% ties", "% losses", "% repair (wins)",
+                  "% regress (wins)", "% repair (losses)", "% regress (losses)"], rows)
     md += ["", _sig(report, h=9, k=cfg["k"], alpha=1.0), ""]
 
     # Fig 3

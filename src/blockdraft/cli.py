@@ -21,6 +21,7 @@ Exit codes: 0 success, 1 error (a message on stderr), 2 usage error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -440,7 +441,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         "train": {"mode": mode, "steps": result.steps, "seed": args.seed,
                   "corpus": [str(c) for c in args.corpus], "tokens": int(train_ids.size),
                   "init": None if args.init is None else str(args.init),
-                  "distill": args.distill or None}})
+                  "distill": args.distill or None, "wall_s": result.wall_s,
+                  "last_eval": dataclasses.asdict(result.evals[-1]) if result.evals else None}})
     if args.json:
         print_json({"out": args.out, "steps": result.steps, "final_loss": result.final_loss,
                     "tokens_per_s": result.tokens_per_s, "wall_s": result.wall_s})
