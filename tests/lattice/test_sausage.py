@@ -162,3 +162,35 @@ def test_best_paths_rejects_bad_p():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(LatticeError, match="p must be a positive integer"):
             lat.best_paths(bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    h=st.integers(1, 4),
+    v=st.integers(1, 40),
+    k=st.integers(1, 40),
+    seed=st.integers(0, 10_000),
+    quantize=st.booleans(),
+    masked=st.floats(0.0, 0.8),
+    dtype=st.sampled_from([np.float32, np.float64, np.float16]),
+)
+def test_from_logits_equals_a_full_sort(h, v, k, seed, quantize, masked, dtype):
+    """Top k of every slot = a full sort of log_softmax by (score desc, id asc), -inf dropped."""
+    k = min(k, v)
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(h, v)) * 3
+    if quantize:  # many exact ties, also at the k-th place
+        logits = np.round(logits)
+    logits[rng.random((h, v)) < masked] = -np.inf
+    logits[np.arange(h), rng.integers(0, v, size=h)] = 0.5  # one live token per slot
+    logits = logits.astype(dtype)
+    lat = SausageLattice.from_logits(logits, k=k, certain_first=False)
+    z = logits.astype(np.float64)
+    for i in range(h):
+        live = np.flatnonzero(np.isfinite(z[i]))
+        row = z[i] - (z[i].max() + np.log(np.exp(z[i] - z[i].max()).sum()))
+        best = sorted(live.tolist(), key=lambda t, row=row: (-row[t], t))[:k]
+        n = len(best)
+        assert lat.tokens[i, :n].tolist() == best
+        assert (lat.tokens[i, n:] == PAD_TOKEN).all()
+        np.testing.assert_allclose(lat.scores[i, :n], row[best], rtol=0, atol=1e-9)

@@ -139,6 +139,37 @@ def test_extra_heads_are_residual_ffn_with_tied_projection(model: BlockwiseLM) -
     assert "lm_head" not in "".join(model.state_dict())  # tied: no second matrix
 
 
+def test_fused_inference_heads_equal_the_modules(model: BlockwiseLM) -> None:
+    """Under no_grad the extra heads run fused (two matmuls); they must equal the per-head
+    modules (the training path) at every position, for any number of heads, and follow the
+    weights when they change in place or are reloaded."""
+    x = ids(3, 6, seed=4)
+    hidden, _ = model.hidden(x)
+    for heads in (1, 2, model.h):
+        modules = model.head_states(hidden, heads=heads)  # grad enabled: the modules
+        with torch.no_grad():
+            fused = model.head_states(hidden, heads=heads)
+            one = model.head_states(hidden[1, 2], heads=heads)  # a single position
+        assert fused.shape == modules.shape == (3, 6, heads, model.config.d_model)
+        torch.testing.assert_close(fused, modules.detach(), atol=ATOL, rtol=0)
+        torch.testing.assert_close(one, modules[1, 2].detach(), atol=ATOL, rtol=0)
+    with torch.no_grad():
+        before = model.head_states(hidden)
+        ffn = model.extra_heads[1]
+        assert isinstance(ffn, ResidualFFN)
+        ffn.out.bias.add_(1.0)  # in place, as an optimizer step does
+        after = model.head_states(hidden)
+        torch.testing.assert_close(after[..., 2, :], before[..., 2, :] + 1.0, atol=ATOL, rtol=0)
+        torch.testing.assert_close(after[..., 1, :], before[..., 1, :], atol=0, rtol=0)
+        fresh = tiny_model(seed=1)
+        stale = fresh.head_states(hidden)  # builds its stacked weights
+        fresh.load_state_dict(model.state_dict())
+        assert not torch.allclose(stale, after)
+        torch.testing.assert_close(fresh.head_states(hidden), after, atol=ATOL, rtol=0)
+        extra = model.extra_head_states(hidden)
+        torch.testing.assert_close(extra, after[..., 1:, :], atol=0, rtol=0)
+
+
 def test_fresh_heads_start_as_copies_of_head_one() -> None:
     model = BlockwiseLM(tiny_config()).eval()
     with torch.no_grad():

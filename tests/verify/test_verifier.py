@@ -158,3 +158,42 @@ def test_bad_input(random_model) -> None:  # type: ignore[no-untyped-def]
         Verifier(object())  # type: ignore[arg-type]
     with pytest.raises(VerifyError, match="k must be an integer >= 1"):
         Verifier(model, "topk:k=0")
+
+
+class HeadsLogitsOnly:
+    """A model seen only through ``heads_logits`` (an adapter without the factored split)."""
+
+    def __init__(self, model) -> None:  # type: ignore[no-untyped-def]
+        self.inner = model
+        self.config = model.config
+        self.device = model.device
+        self.h = model.config.h
+
+    def heads_logits(self, input_ids, past=None, **kwargs):  # type: ignore[no-untyped-def]
+        return self.inner.heads_logits(input_ids, past, **kwargs)
+
+
+def test_factored_path_equals_the_heads_logits_path(random_model) -> None:  # type: ignore[no-untyped-def]
+    from blockdraft.verify.verifier import factored
+
+    model = random_model(seed=9, vocab=64, h=6)
+    plain = HeadsLogitsOnly(model)
+    assert factored(model) and not factored(plain)
+    truth = greedy_generate(model, PROMPT, 40)
+    assert greedy_generate(plain, PROMPT, 40) == truth  # head 1 alone = head 1 of all heads
+    fast, slow = Verifier(model), Verifier(plain)
+    _, past_fast = fast.prefill(PROMPT)
+    _, past_slow = slow.prefill(PROMPT)
+    t, lengths = 0, set()
+    for step in range(6):
+        rows = drafts_for(truth[t:], p=7, h=6, vocab=64, seed=40 + step)
+        a = fast.verify(past_fast, batch(rows))
+        b = slow.verify(past_slow, batch(rows))
+        assert (a.n, a.winner, a.tokens, a.accept_lengths) == (b.n, b.winner, b.tokens,
+                                                                b.accept_lengths)
+        assert tuple(a.next_logits.shape) == (6, 64)
+        torch.testing.assert_close(a.next_logits, b.next_logits, atol=1e-5, rtol=1e-5)
+        assert a.past.length == b.past.length
+        lengths.add(a.n)
+        past_fast, past_slow, t = a.past, b.past, t + 1 + a.n
+    assert len(lengths) > 1

@@ -45,6 +45,34 @@ def log_softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
+def _raise_slot_error(i: int, tokens: np.ndarray, scores: np.ndarray) -> None:
+    """Raise the :class:`LatticeError` that names what is wrong with slot ``i`` (0-based)."""
+    k = tokens.size
+    row_pad = tokens == PAD_TOKEN
+    n = int(np.argmax(row_pad)) if row_pad.any() else k
+    if n == 0:
+        raise LatticeError(f"slot {i + 1} has no arcs (all padding)")
+    if row_pad[n:].sum() != k - n:
+        raise LatticeError(
+            f"slot {i + 1}: padding ({PAD_TOKEN}) must come after all real arcs, "
+            f"got tokens {tokens.tolist()}"
+        )
+    if not np.all(np.isneginf(scores[n:])):
+        raise LatticeError(f"slot {i + 1}: padding arcs must have score -inf")
+    real = scores[:n]
+    if np.isneginf(real).any():
+        raise LatticeError(
+            f"slot {i + 1}: a real arc has score -inf; drop it (pad with {PAD_TOKEN}) instead"
+        )
+    if np.any(np.diff(real) > 0):
+        raise LatticeError(f"slot {i + 1}: scores must be sorted best first, got {real.tolist()}")
+    vals, cnt = np.unique(tokens[:n], return_counts=True)
+    raise LatticeError(
+        f"slot {i + 1}: token {int(vals[cnt > 1][0])} appears more than once; tokens within a "
+        "slot must be distinct"
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class SausageLattice:
     """An ``h``-slot sausage lattice with up to ``k`` arcs per slot.
@@ -99,35 +127,22 @@ class SausageLattice:
                 f"token id {tokens[i, j]} in slot {i + 1} is negative; ids are >= 0 "
                 f"({PAD_TOKEN} marks padding)"
             )
-        for i in range(h):
-            row_pad = pad[i]
-            n = int(np.argmax(row_pad)) if row_pad.any() else k
-            if n == 0:
-                raise LatticeError(f"slot {i + 1} has no arcs (all padding)")
-            if row_pad[n:].sum() != k - n:
-                raise LatticeError(
-                    f"slot {i + 1}: padding ({PAD_TOKEN}) must come after all real arcs, "
-                    f"got tokens {tokens[i].tolist()}"
-                )
-            if not np.all(np.isneginf(scores[i, n:])):
-                raise LatticeError(f"slot {i + 1}: padding arcs must have score -inf")
-            real = scores[i, :n]
-            if np.isneginf(real).any():
-                raise LatticeError(
-                    f"slot {i + 1}: a real arc has score -inf; drop it (pad with "
-                    f"{PAD_TOKEN}) instead"
-                )
-            if np.any(np.diff(real) > 0):
-                raise LatticeError(
-                    f"slot {i + 1}: scores must be sorted best first, got {real.tolist()}"
-                )
-            row = tokens[i, :n]
-            if np.unique(row).size != n:
-                vals, cnt = np.unique(row, return_counts=True)
-                raise LatticeError(
-                    f"slot {i + 1}: token {int(vals[cnt > 1][0])} appears more than once; "
-                    "tokens within a slot must be distinct"
-                )
+        # Vectorised checks; the loop below only runs to name the first offending slot.
+        neginf = np.isneginf(scores)
+        real = ~pad
+        with np.errstate(invalid="ignore"):
+            rising = np.diff(scores, axis=1) > 0  # (h, k-1); NaN (-inf - -inf) is False
+        ordered = np.sort(tokens, axis=1)
+        bad = (
+            pad[:, 0]  # no arcs
+            | (pad[:, :-1] & real[:, 1:]).any(axis=1)  # a real arc after padding
+            | (pad & ~neginf).any(axis=1)  # padding with a finite score
+            | (real & neginf).any(axis=1)  # a real arc scored -inf
+            | (rising & real[:, 1:]).any(axis=1)  # not best first
+            | ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] != PAD_TOKEN)).any(axis=1)
+        )
+        for i in np.flatnonzero(bad)[:1]:
+            _raise_slot_error(int(i), tokens[i], scores[i])
         object.__setattr__(self, "tokens", readonly(tokens))
         object.__setattr__(self, "scores", readonly(scores))
 
@@ -144,8 +159,9 @@ class SausageLattice:
                 ``False`` keeps its top ``k`` too (analysis only).
 
         Returns:
-            A lattice whose scores are ``log_softmax(logits)`` (nats). Ties in a slot are
-            broken by the smaller token id.
+            A lattice whose scores are ``log_softmax(logits)`` (nats, float64). Arcs are
+            ordered by logit (``log_softmax`` shifts a row by a constant), ties broken by the
+            smaller token id.
 
         Raises:
             LatticeError: on a bad shape, NaN/+inf logits, a slot with every logit ``-inf``,
@@ -176,27 +192,34 @@ class SausageLattice:
             raise LatticeError(f"k must be a positive integer, got {k!r}")
         if k > v:
             raise LatticeError(f"k = {k} exceeds the vocabulary size V = {v}; use k <= {v}")
-        z = z.astype(np.float64)
+        if z.dtype.kind not in "fiu":
+            raise LatticeError(f"logits must be numbers, got dtype {z.dtype}")
+        if z.dtype not in (np.float32, np.float64):
+            z = z.astype(np.float32 if z.dtype.kind == "f" else np.float64)  # exact widening
         if np.isnan(z).any():
             idx = tuple(int(i) for i in np.argwhere(np.isnan(z))[0])
             raise LatticeError(f"logits contain NaN (first at [batch, head, token] = {idx})")
         if np.isposinf(z).any():
             idx = tuple(int(i) for i in np.argwhere(np.isposinf(z))[0])
             raise LatticeError(f"logits contain +inf (first at [batch, head, token] = {idx})")
-        dead = np.all(np.isneginf(z), axis=-1)
-        if dead.any():
-            bi, hi = (int(i) for i in np.argwhere(dead)[0])
+        top = np.max(z, axis=-1, keepdims=True)  # (B, h, 1)
+        if np.isneginf(top).any():
+            bi, hi = (int(i) for i in np.argwhere(np.isneginf(top[..., 0]))[0])
             raise LatticeError(f"every logit of head {hi + 1} (batch row {bi}) is -inf")
-        logp = log_softmax(z)
-        # Top k by (score desc, token id asc): argpartition, then an exact sort of the k.
-        part = np.argpartition(-logp, k - 1, axis=-1)[..., :k]
-        part_scores = np.take_along_axis(logp, part, axis=-1)
-        order = np.lexsort((part, -part_scores), axis=-1)
+        # log Z per row in float64; the selection runs on the logits themselves (log_softmax
+        # only shifts a row, so it keeps the order), which is several times cheaper than
+        # normalising all V entries first.
+        top64 = top.astype(np.float64)
+        log_z = top64 + np.log(np.sum(np.exp(z - top64), axis=-1, keepdims=True))  # (B, h, 1)
+        # Top k by (logit desc, token id asc): argpartition, then an exact sort of the k.
+        part = np.argpartition(z, v - k, axis=-1)[..., v - k:]  # (B, h, k), unordered
+        part_logits = np.take_along_axis(z, part, axis=-1)
+        order = np.lexsort((part, -part_logits), axis=-1)
         top_ids = np.take_along_axis(part, order, axis=-1).astype(np.int64)
-        top_scores = np.take_along_axis(part_scores, order, axis=-1)
-        # argpartition may pick among tied boundary scores arbitrarily; make the choice the
-        # smallest ids by re-selecting when the k-th score has ties outside the selection.
-        top_ids, top_scores = _fix_boundary_ties(logp, top_ids, top_scores, k)
+        # argpartition may pick among tied boundary logits arbitrarily; make the choice the
+        # smallest ids by re-selecting when the k-th logit has ties outside the selection.
+        top_ids = _fix_boundary_ties(z, top_ids, k)
+        top_scores = np.take_along_axis(z, top_ids, axis=-1).astype(np.float64) - log_z
         masked = np.isneginf(top_scores)
         top_ids[masked] = PAD_TOKEN
         if certain_first:
@@ -342,22 +365,18 @@ class SausageLattice:
         return f"SausageLattice(h={self.h}, k={self.k}, num_paths={self.num_paths})"
 
 
-def _fix_boundary_ties(
-    logp: np.ndarray, ids: np.ndarray, scores: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Make top-k selection deterministic when the k-th score is tied outside the selection.
+def _fix_boundary_ties(z: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Make top-k selection deterministic when the k-th logit is tied outside the selection.
 
-    ``argpartition`` picks an arbitrary subset among equal boundary scores; SPEC asks for
+    ``argpartition`` picks an arbitrary subset among equal boundary logits; SPEC asks for
     reproducible lattices, so among tokens tied at the boundary we keep the smallest ids.
-    Rows without such ties (almost all) are left untouched.
+    Rows without such ties (almost all) are left untouched. ``ids`` ``[..., k]`` are sorted
+    by (logit desc, id asc) and are fixed in place.
     """
-    kth = scores[..., -1]
-    n_ge = np.sum(logp >= kth[..., None], axis=-1)
-    rows = np.argwhere(n_ge > k)
-    for found in rows:
+    kth = np.take_along_axis(z, ids[..., -1:], axis=-1)  # (..., 1)
+    n_ge = np.sum(z >= kth, axis=-1)
+    for found in np.argwhere(n_ge > k):
         idx = tuple(int(i) for i in found)
-        row = logp[idx]
-        order = np.lexsort((np.arange(row.size), -row))[:k]
-        ids[idx] = order
-        scores[idx] = row[order]
-    return ids, scores
+        row = z[idx]
+        ids[idx] = np.lexsort((np.arange(row.size), -row))[:k]
+    return ids

@@ -11,7 +11,7 @@ from blockdraft.models.checkpoint import load_model, load_tokenizer, read_model_
 from blockdraft.models.config import PRESETS, BlockwiseConfig
 from blockdraft.models.errors import ModelError
 from blockdraft.models.generate import greedy_generate
-from blockdraft.models.protocol import DecoderCache, HeadsModel
+from blockdraft.models.protocol import DecoderCache, FactoredHeadsModel, HeadsModel
 from blockdraft.models.tokenizer import Tokenizer
 from blockdraft.models.train import (
     EvalResult,
@@ -28,6 +28,7 @@ __all__ = [
     "BlockwiseLM",
     "DecoderCache",
     "EvalResult",
+    "FactoredHeadsModel",
     "HeadsModel",
     "KVCache",
     "ModelError",

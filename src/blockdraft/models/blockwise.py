@@ -389,13 +389,52 @@ class BlockwiseLM(nn.Module):
         (default ``h``) keeps heads ``1..heads``.
         """
         n = self.config.h if heads is None else heads
+        if n > 1 and not torch.is_grad_enabled():  # inference: all heads in two matmuls
+            return torch.cat((x.unsqueeze(-2), self._fused_extra_heads(x, n - 1)), dim=-2)
         states = [x] + [ffn(x) for ffn in list(self.extra_heads)[: n - 1]]
         return torch.stack(states, dim=-2)  # (..., heads, d)
+
+    def _fused_extra_heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """Heads 2..n+1 at once: ``[..., d] -> [..., n, d]``, the same function as the
+        :class:`ResidualFFN` modules, as one matmul into all heads' hidden layers and one
+        batched matmul out (a BPD step projects 8 heads at one position: one call each would
+        cost more in overhead than in arithmetic). Inference only (no autograd).
+        """
+        w1, b1, w2, b2 = self._stacked_head_weights()  # (H*f, d), (H*f,), (H, d, f), (H, d)
+        f = w1.shape[0] // w2.shape[0]
+        u = F.gelu(F.linear(x, w1[: n * f], b1[: n * f]))  # (..., n*f)
+        u = u.reshape(-1, n, f).transpose(0, 1)  # (n, M, f)
+        y = torch.baddbmm(b2[:n, None, :], u, w2[:n].transpose(1, 2))  # (n, M, d)
+        y = y.transpose(0, 1).reshape(*x.shape[:-1], n, x.shape[-1])  # (..., n, d)
+        return x.unsqueeze(-2) + y
+
+    def _stacked_head_weights(
+        self,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The extra heads' weights stacked for :meth:`_fused_extra_heads`, rebuilt whenever a
+        parameter is replaced or modified in place (training, ``load_state_dict``, ``.to``)."""
+        params = [q for ffn in self.extra_heads for q in ffn.parameters()]
+        key = tuple((q.data_ptr(), q._version, q.dtype) for q in params)
+        cached = self.__dict__.get("_head_stack")
+        if cached is None or cached[0] != key:
+            ffns = [ffn for ffn in self.extra_heads if isinstance(ffn, ResidualFFN)]
+            stack = (
+                torch.cat([ffn.fc.weight for ffn in ffns]).detach(),  # (H*f, d)
+                torch.cat([ffn.fc.bias for ffn in ffns]).detach(),  # (H*f,)
+                torch.stack([ffn.out.weight for ffn in ffns]).detach(),  # (H, d, f)
+                torch.stack([ffn.out.bias for ffn in ffns]).detach(),  # (H, d)
+            )
+            cached = (key, stack)
+            self.__dict__["_head_stack"] = cached
+        w1, b1, w2, b2 = cached[1]
+        return w1, b1, w2, b2
 
     def extra_head_states(self, x: torch.Tensor) -> torch.Tensor:
         """Heads 2..h only: ``[..., d] -> [..., h - 1, d]`` (empty when ``h == 1``)."""
         if self.config.h == 1:
             return x.new_zeros(*x.shape[:-1], 0, x.shape[-1])
+        if not torch.is_grad_enabled():
+            return self._fused_extra_heads(x, self.config.h - 1)  # (..., h-1, d)
         return torch.stack([ffn(x) for ffn in self.extra_heads], dim=-2)  # (..., h-1, d)
 
     def project(self, states: torch.Tensor) -> torch.Tensor:

@@ -46,7 +46,9 @@ def greedy_generate(
 ) -> list[int]:
     """Plain greedy decoding with head 1 and the KV cache: the greedy reference ``y``.
 
-    One prefill on the prompt, then one step per token; the model runs on its own device.
+    One prefill on the prompt, then one step per token; the model runs on its own device. Only
+    head 1 is projected (the cost of a plain LM of the same size, the fair baseline for
+    speedups); other models go through ``heads_logits``.
 
     Args:
         model: any model with ``heads_logits(input_ids [1, T], past) -> ([1, T, h, V], past)``
@@ -84,17 +86,27 @@ def greedy_generate(
         model.eval()
     device = getattr(model, "device", torch.device("cpu"))
     kwargs: dict[str, Any] = {"last_only": True} if isinstance(model, BlockwiseLM) else {}
+    split = isinstance(model, BlockwiseLM)  # head 1 alone: a plain LM's cost per token
+
+    def base_logits(ids: torch.Tensor, past: Any) -> tuple[torch.Tensor, Any]:
+        """Head 1's raw logits ``[V]`` at the last of ``ids [1, T]``, and the cache."""
+        if split:
+            x, cache = model.hidden(ids, past)  # (1, T, d)
+            return model.project(model.head_states(x[0, -1], heads=1))[0], cache  # (V,)
+        logits, cache = model.heads_logits(ids, past, **kwargs)  # (1, T or 1, h, V)
+        return logits[0, -1, 0], cache
+
     try:
         ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, T)
-        logits, past = model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
+        logits, past = base_logits(ids, None)  # (V,)
         out: list[int] = []
         while True:
-            token = int(torch.argmax(logits[0, -1, 0]))
+            token = int(torch.argmax(logits))
             out.append(token)
             if len(out) >= max_new_tokens or (eos_id is not None and token == eos_id):
                 return out
             step = torch.tensor([[token]], dtype=torch.long, device=device)  # (1, 1)
-            logits, past = model.heads_logits(step, past, **kwargs)  # (1, 1, h, V)
+            logits, past = base_logits(step, past)  # (V,)
     finally:
         if was_training and isinstance(model, torch.nn.Module):
             model.train()

@@ -58,3 +58,26 @@ class HeadsModel(Protocol):
         every row) -> (raw logits ``[B, T, h, V]``, the cache of all positions).
         ``logits[b, t, i - 1]`` predicts the token at ``t + i``."""
         ...
+
+
+@runtime_checkable
+class FactoredHeadsModel(HeadsModel, Protocol):
+    """A :class:`HeadsModel` whose heads sit on one shared hidden state (BPD, Medusa).
+
+    The verifier uses this optional split to evaluate only what a step needs: the base head at
+    all ``p * w`` draft positions (for acceptance) and all ``h`` heads at the one position the
+    winner stops at (for the next lattice), instead of ``h`` heads everywhere.
+    """
+
+    def hidden(self, input_ids: torch.Tensor, past: Any = None) -> tuple[torch.Tensor, Any]:
+        """``input_ids [B, T]`` -> (final hidden states ``[B, T, d]``, cache)."""
+        ...
+
+    def head_states(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """``[..., d]`` -> each head's pre-projection state ``[..., heads, d]`` (heads 1..)."""
+        ...
+
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """``[..., d]`` -> raw logits ``[..., V]``; ``project(head_states(x))`` equals the
+        ``heads_logits`` at ``x``'s positions."""
+        ...

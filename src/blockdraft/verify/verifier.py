@@ -17,7 +17,11 @@ block's head logits come from the same call, at the input position of ``d_{1+n}`
 
 The model is anything with ``heads_logits(input_ids [B, T], past) -> (logits [B, T, h, V],
 cache)`` whose cache offers the operations of :class:`blockdraft.models.KVCache` (``length``,
-``batch_size``, ``expand``, ``select_row``, ``crop``).
+``batch_size``, ``expand``, ``select_row``, ``crop``). When it also splits into ``hidden``,
+``head_states`` and ``project`` (:class:`blockdraft.models.FactoredHeadsModel`, e.g.
+:class:`~blockdraft.models.BlockwiseLM`), a call evaluates the base head at the ``p * w`` draft
+positions and the ``h`` heads only at the one position the next block starts from: ``p w + h``
+head projections instead of ``p w h``, with the same logits.
 """
 
 from __future__ import annotations
@@ -115,6 +119,7 @@ class Verifier:
         self.vocab_size: int | None = getattr(config, "vocab_size", None)
         self.max_seq_len: int | None = getattr(config, "max_seq_len", None)
         self.h: int | None = getattr(model, "h", None) or getattr(config, "h", None)
+        self._factored = factored(model)
 
     @property
     def device(self) -> torch.device:
@@ -197,12 +202,18 @@ class Verifier:
         tokens = torch.tensor(drafts.tokens, dtype=torch.long, device=device)  # (p, w)
 
         start = time.perf_counter()
-        logits, cache = self.model.heads_logits(tokens, past.expand(p))  # (p, w, h, V)
+        model: Any = self.model
+        if self._factored:
+            x, cache = model.hidden(tokens, past.expand(p))  # (p, w, d)
+            base = model.project(model.head_states(x, heads=1))[:, :, 0]  # (p, w, V)
+        else:
+            logits, cache = self.model.heads_logits(tokens, past.expand(p))  # (p, w, h, V)
+            base = logits[:, :, 0]  # (p, w, V)
         synchronize(device)
         forward_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        n_all = self.criterion.accept_lengths(tokens, logits[:, :, 0])  # (p,)
+        n_all = self.criterion.accept_lengths(tokens, base)  # (p,)
         if eos_id is not None and width > 1:
             slot = torch.arange(1, width, device=device)  # (w-1,): i of d_{1+i}
             first_eos = torch.where(tokens[:, 1:] == eos_id, slot, width).min(-1).values  # (p,)
@@ -210,11 +221,18 @@ class Verifier:
         lengths = n_all.tolist()  # [p]
         winner = lengths.index(max(lengths))  # the first maximum: the best-scored draft
         n = int(lengths[winner])
-        next_logits = logits[winner, n].clone()  # (h, V)
         new_past = cache.select_row(winner).crop(past.length + 1 + n)
         committed = tuple(int(t) for t in drafts.tokens[winner, : 1 + n])
         synchronize(device)
         accept_s = time.perf_counter() - start
+
+        start = time.perf_counter()
+        if self._factored:  # every head at the one position the next step starts from
+            next_logits = model.project(model.head_states(x[winner, n]))  # (h, V)
+        else:
+            next_logits = logits[winner, n].clone()  # (h, V)
+        synchronize(device)
+        forward_s += time.perf_counter() - start
         return VerifyOutcome(
             n=n,
             winner=winner,
@@ -225,6 +243,14 @@ class Verifier:
             forward_s=forward_s,
             accept_s=accept_s,
         )
+
+
+def factored(model: Any) -> bool:
+    """Whether the model splits into ``hidden``, ``head_states`` and ``project`` (see
+    :class:`blockdraft.models.FactoredHeadsModel`); then a verification call projects the base
+    head at every draft position but all ``h`` heads only at the winner's last accepted one."""
+    return all(callable(getattr(model, name, None)) for name in ("hidden", "head_states",
+                                                                  "project"))
 
 
 def _has_last_only(model: Any) -> bool:
