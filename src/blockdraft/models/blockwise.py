@@ -413,8 +413,11 @@ class BlockwiseLM(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The extra heads' weights stacked for :meth:`_fused_extra_heads`, rebuilt whenever a
         parameter is replaced or modified in place (training, ``load_state_dict``, ``.to``)."""
-        params = [q for ffn in self.extra_heads for q in ffn.parameters()]
-        key = tuple((q.data_ptr(), q._version, q.dtype) for q in params)
+        key = tuple(  # every parameter's storage and in-place version (cheap: no recursion)
+            (q.data_ptr(), q._version) for ffn in self.extra_heads._modules.values()
+            if ffn is not None for sub in ffn._modules.values() if sub is not None
+            for q in sub._parameters.values() if q is not None
+        )
         cached = self.__dict__.get("_head_stack")
         if cached is None or cached[0] != key:
             ffns = [ffn for ffn in self.extra_heads if isinstance(ffn, ResidualFFN)]
