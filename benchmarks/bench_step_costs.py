@@ -7,7 +7,10 @@ Compute does not depend on the values of the weights, so these timings use rando
 initialised models of the presets' sizes (labelled "random weights" in every signature):
 
 - one verification call of a `small` BlockwiseLM (h = 9, V = 4,096) on a 256-token prefix
-  cache, for p = 1, 4 and 16 drafts in one batch, relative to p = 1 (issue 3, item 7);
+  cache, for p = 1, 4 and 16 drafts in one batch, relative to p = 1 (issue 3, item 7), and one
+  step of plain greedy decoding on the same cache (one token, head 1 only): a strategy with
+  block efficiency B beats greedy in wall time only when B exceeds (verification + drafting)
+  / greedy step, the break-even B the table reports for drafting at no cost;
 - one local neural rescoring step (Kim Alg. 2, h = 9, k = 16, two new context tokens) with the
   project's two RescorerLM sizes, torch and ONNX Runtime, relative to the p = 1 verification
   call (target: <= 1/4). The verifier runs on ``--threads``; the rescorer on
@@ -85,6 +88,13 @@ def main() -> None:
 
     verify_ms = {p: verify_p(p) for p in (1, 4, 16)}
 
+    def greedy_step() -> None:  # what greedy_generate does per token
+        x, _ = model.hidden(torch.tensor([[d1]]), past)  # (1, 1, d)
+        int(torch.argmax(model.project(model.head_states(x[0, -1], heads=1))[0]))
+
+    with torch.no_grad():
+        greedy_ms = median_ms(greedy_step, args.repeats)
+
     lat = SausageLattice.from_logits(rng.normal(size=(H, V)), k=K)
     context = rng.integers(0, V, size=PREFIX)
     rescore_ms: dict[str, dict[str, float]] = {}
@@ -117,6 +127,10 @@ def main() -> None:
     ]
     for p, ms in verify_ms.items():
         lines.append(f"| {p} | {ms:.2f} | {ms / verify_ms[1]:.2f}x |")
+    lines += ["", f"One greedy step on the same cache (one token, head 1): {greedy_ms:.2f} ms, so "
+              "a strategy beats greedy only above B = verification / greedy step (drafting "
+              "free): " + ", ".join(f"p = {p}: {ms / greedy_ms:.2f}"
+                                    for p, ms in verify_ms.items()) + "."]
     lines += ["", "## One local neural rescoring step (h = 9, k = 16, 2 new context tokens)",
               "", "| rescoring LM | torch ms | ONNX Runtime ms | p = 1 verification ms (adjacent) "
               "| ONNX / p=1 verification |", "|---|---|---|---|---|"]
@@ -127,7 +141,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "step_costs.md").write_text("\n".join(lines))
     (RESULTS / "step_costs.json").write_text(json.dumps(
-        {"signature": sig, "fields": fields, "verify_ms": verify_ms,
+        {"signature": sig, "fields": fields, "verify_ms": verify_ms, "greedy_step_ms": greedy_ms,
          "rescore_ms": rescore_ms}, indent=1))
     print("\n".join(lines))
 
