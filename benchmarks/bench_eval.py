@@ -261,6 +261,7 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
     )
     from blockdraft.rescorers.neural import NeuralRescorer
     from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+    from blockdraft.signature import environment
 
     t_task = time.perf_counter()
     model = load_model(MODELS / "small-h9").eval()
@@ -275,7 +276,9 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
     cached = CACHE / "results" / f"{task}-{rkey}.json"
     if cached.is_file():
         log(f"{task}: results cached ({cached.name})")
-        return dict(json.loads(cached.read_text()))
+        # The key covers the trace, the settings and the models, not the code: the report
+        # says which tasks came from here and the commit that computed them.
+        return {**json.loads(cached.read_text()), "from_cache": True}
     log(f"{task}: trace ready ({trace.num_examples} examples, {trace.num_positions} positions, "
         f"{info['trace_s']:.0f} s)")
     tune = slice(0, cfg.n_tune)
@@ -346,8 +349,10 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
     out["mismatches"] = int(van.num_mismatches)
     out["timings"] = timings
     out["wall_s"] = time.perf_counter() - t_task
+    out["computed_at"] = environment()["commit"]
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(out) + "\n")
+    out["from_cache"] = False
     log(f"{task}: done in {out['wall_s']:.0f} s (vanilla B {B['vanilla']:.3f}, 4-gram "
         f"{B['4-gram']:.3f}, oracle16 {B['oracle-16']:.3f})")
     return out
