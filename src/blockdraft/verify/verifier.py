@@ -77,7 +77,8 @@ class VerifyOutcome:
             ``d_{1+n}``: the next step's lattice; ``argmax`` of row 0 is the next certain token.
         past: the cache of the prefix and ``tokens`` (batch 1, ``length = old + 1 + n``).
         accept_lengths: ``n`` of every draft, in batch order.
-        forward_s: wall seconds in the model's forward pass (device synchronised).
+        forward_s: wall seconds in the model (device synchronised): the drafts' forward pass
+            and, for a factored model, the heads at the winner's last accepted position.
         accept_s: wall seconds applying the criterion and selecting the winner's cache.
     """
 
