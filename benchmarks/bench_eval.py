@@ -13,7 +13,7 @@ What it does, in order (every artefact cached under $BLOCKDRAFT_CACHE/bench, def
    model; the h = 3, 6 ablation reads them from the 9-head trace), two RescorerLMs (mini:
    1 layer d=128; small: 2 layers d=256) and 2-gram / 4-gram KenLM models (lmplz).
 2. Per task (LAMBADA, WikiText-2 test, llm_decoding wikitext/book prefixes, SQuAD, CNN/DM,
-   SAMSum, XSum, MultiNews; prompts as in Kim App. C, see blockdraft.bench.tasks): one trace
+   SAMSum, XSum, MultiNews; prompts as in Kim App. C, see benchmarks/tasks.py): one trace
    of greedy decoding (trace once), then every drafting strategy simulated offline with exact
    verification: vanilla (h = 3, 6, 9), 2-/4-gram rescoring, neural rescoring (two sizes),
    p-best 0-gram and 4-gram for p = 1..16, the oracle for k = 1..16, repetition, head entropy,
@@ -53,7 +53,8 @@ MODELS = CACHE / "models"
 RESULTS = REPO / "benchmarks" / "results"
 EVAL_VERSION = 1  # part of every cache key of this script's traces
 
-ALPHAS = (0.1, 0.5, 0.75, 0.9, 1.0, 1.1, 1.5, 2.0, 5.0, 10.0)  # Kim App. E / SPEC sec. 4
+# Kim App. E / docs/definitions.md sec. 4
+ALPHAS = (0.1, 0.5, 0.75, 0.9, 1.0, 1.1, 1.5, 2.0, 5.0, 10.0)
 PS = (1, 2, 4, 8, 16)
 ORACLE_KS = (1, 2, 4, 8, 16)
 
@@ -202,7 +203,7 @@ def file_digest(path: Path) -> str:
 
 # ---------------------------------------------------------------------------- per task
 def signature(cfg: EvalConfig, manifest: dict[str, Any], **fields: Any) -> str:
-    from blockdraft.signature import environment, format_signature
+    from blockdraft.core.signature import environment, format_signature
 
     fp = {name: m.get("fingerprint", m.get("ngrams")) for name, m in manifest.items()}
     return format_signature({
@@ -215,7 +216,8 @@ def signature(cfg: EvalConfig, manifest: dict[str, Any], **fields: Any) -> str:
 
 def trace_task(task: str, cfg: EvalConfig, model: Any, tok: Any) -> tuple[Any, dict[str, Any]]:
     """The task's trace (cached): n_tune + n_eval prompts, greedy-decoded once."""
-    from blockdraft.bench.tasks import encode_prompt, load_task
+    from tasks import encode_prompt, load_task
+
     from blockdraft.oracle import Trace
     from blockdraft.oracle.record import record_trace
 
@@ -250,6 +252,7 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
     MODELS = Path(models_dir)
 
     torch.set_num_threads(1)
+    from blockdraft.core.signature import environment
     from blockdraft.drafts.heads import HeadDrafter, vanilla
     from blockdraft.models import load_model, load_tokenizer
     from blockdraft.oracle import (
@@ -261,7 +264,6 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
     )
     from blockdraft.rescorers.neural import NeuralRescorer
     from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
-    from blockdraft.signature import environment
 
     t_task = time.perf_counter()
     model = load_model(MODELS / "small-h9").eval()
@@ -395,8 +397,8 @@ def latency(cfg: EvalConfig, trace_paths: list[str]) -> dict[str, Any]:
 def end_to_end(cfg: EvalConfig) -> dict[str, Any]:
     """Online decode vs plain greedy on a few eval prompts per task type (exact criterion)."""
     import torch
+    from tasks import encode_prompt, load_task
 
-    from blockdraft.bench.tasks import encode_prompt, load_task
     from blockdraft.drafts.heads import HeadDrafter
     from blockdraft.models import greedy_generate, load_model, load_tokenizer
     from blockdraft.rescorers.neural import NeuralRescorer

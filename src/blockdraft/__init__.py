@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
-
-from blockdraft.drafts.batch import DraftBatch
-from blockdraft.errors import BlockdraftError
+from blockdraft.core.batch import DraftBatch
+from blockdraft.core.errors import BlockdraftError
+from blockdraft.core.version import __version__
 from blockdraft.lattice.sausage import SausageLattice
 
 __all__ = [

@@ -1,5 +1,5 @@
-import sys
+"""``python -m blockdraft``: the ``blockdraft`` command (see :mod:`blockdraft.cli`)."""
 
 from blockdraft.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

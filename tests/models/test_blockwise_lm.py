@@ -1,4 +1,4 @@
-"""BlockwiseLM: cache equivalence (incremental, batched-p, left padding), the heads' structure,
+"""BlockwiseLM: cache equivalence (incremental, batched-p), the heads' structure,
 input errors, and RescorerLM."""
 
 from __future__ import annotations
@@ -99,25 +99,6 @@ def test_p_drafts_on_a_shared_prefix(model: BlockwiseLM) -> None:
 
 
 @torch.no_grad()
-def test_left_padded_batch_equals_single_prompts(model: BlockwiseLM) -> None:
-    a, b = ids(1, 11, seed=2)[0], ids(1, 17, seed=3)[0]
-    batch = torch.stack((torch.cat((torch.zeros(6, dtype=torch.long), a)), b))
-    mask = torch.stack((torch.cat((torch.zeros(6), torch.ones(11))), torch.ones(17)))
-    z, past = model.heads_logits(batch, attention_mask=mask)
-    za, _ = model.heads_logits(a[None])
-    zb, _ = model.heads_logits(b[None])
-    torch.testing.assert_close(z[0, 6:], za[0], atol=ATOL, rtol=0)
-    torch.testing.assert_close(z[1], zb[0], atol=ATOL, rtol=0)
-    assert torch.isfinite(z).all()  # padding queries do not produce NaN
-    step = torch.tensor([[3, 4], [5, 6]])
-    zs, _ = model.heads_logits(step, past)  # later steps need no mask
-    ra, _ = model.heads_logits(torch.cat((a, step[0]))[None])
-    rb, _ = model.heads_logits(torch.cat((b, step[1]))[None])
-    torch.testing.assert_close(zs[0], ra[0, -2:], atol=ATOL, rtol=0)
-    torch.testing.assert_close(zs[1], rb[0, -2:], atol=ATOL, rtol=0)
-
-
-@torch.no_grad()
 def test_extra_heads_are_residual_ffn_with_tied_projection(model: BlockwiseLM) -> None:
     x = ids(2, 9)
     logits, _ = model.heads_logits(x)
@@ -207,8 +188,6 @@ def test_input_errors(model: BlockwiseLM) -> None:
     _, past3 = model.heads_logits(ids(3, 4))
     with pytest.raises(ModelError, match="3 rows"):
         model.heads_logits(ids(2, 1), past3)
-    with pytest.raises(ModelError, match="attention_mask"):
-        model.heads_logits(ids(2, 4), attention_mask=torch.ones(2, 3))
 
 
 def test_cache_errors(model: BlockwiseLM) -> None:

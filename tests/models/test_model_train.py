@@ -25,8 +25,10 @@ from blockdraft.models import (
     train,
 )
 
-# The package exports the function `train`, which shadows the module's attribute name.
-train_module = importlib.import_module("blockdraft.models.train")
+# The training loop and its schedule, by module (the package `blockdraft.models` exports the
+# function `train`, which shadows the subpackage's attribute name).
+loop_module = importlib.import_module("blockdraft.models.train.loop")
+schedule_module = importlib.import_module("blockdraft.models.train.schedule")
 
 QUICK = TrainConfig(steps=8, batch_size=4, seq_len=16, lr=3e-3, warmup_steps=2, eval_batches=1)
 
@@ -103,14 +105,14 @@ def test_resume_continues_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     data = word_stream(200)
     config = dataclasses.replace(tiny_config(), dropout=0.1)  # the torch RNG matters too
     cfg = dataclasses.replace(QUICK, steps=10, checkpoint_interval=5)
-    save = train_module._save_checkpoint
+    save = loop_module.save_checkpoint
 
     def save_and_snapshot(directory: Path, *args: Any) -> None:
         save(directory, *args)
         if args[4] == 5:  # the step argument: keep the mid-run checkpoint
             shutil.copytree(directory, tmp_path / "at5")
 
-    monkeypatch.setattr(train_module, "_save_checkpoint", save_and_snapshot)
+    monkeypatch.setattr(loop_module, "save_checkpoint", save_and_snapshot)
     straight = fresh(config)
     train(straight, data, cfg, seed=3, progress=False, checkpoint_dir=tmp_path / "run")
     monkeypatch.undo()
@@ -145,13 +147,13 @@ def test_base_then_heads(monkeypatch: pytest.MonkeyPatch) -> None:
     model = fresh(tiny_config())
     before = weights(model)
     seen: list[str] = []
-    original = train_module._set_trainable
+    original = loop_module.set_trainable
 
     def spy(m: BlockwiseLM, phase: str) -> None:
         seen.append(phase)
         original(m, phase)
 
-    monkeypatch.setattr(train_module, "_set_trainable", spy)
+    monkeypatch.setattr(loop_module, "set_trainable", spy)
     result = train(model, data, dataclasses.replace(QUICK, eval_interval=4),
                    eval_ids=data[:200], mode="base-then-heads", progress=False)
     assert seen[0] == "base" and "heads" in seen
@@ -171,13 +173,13 @@ def test_rescorer_trains_in_base_mode() -> None:
 
 def test_lr_schedule() -> None:
     cfg = TrainConfig(steps=10, warmup_steps=4, lr=1.0, min_lr_ratio=0.1)
-    f = [train_module._lr_factor(cfg, s, 10) for s in range(10)]
+    f = [schedule_module.lr_factor(cfg, s, 10) for s in range(10)]
     assert f[:4] == pytest.approx([0.2, 0.4, 0.6, 0.8])
     assert f[4] == pytest.approx(1.0) and f[-1] == pytest.approx(0.1)
     assert all(a >= b for a, b in zip(f[4:], f[5:], strict=False))
     lin = dataclasses.replace(cfg, schedule="linear")
-    assert train_module._lr_factor(lin, 7, 10) == pytest.approx(0.1 + 0.9 * 2 / 5)
-    assert train_module._phases("base-then-heads", cfg) == [("base", 5), ("heads", 5)]
+    assert schedule_module.lr_factor(lin, 7, 10) == pytest.approx(0.1 + 0.9 * 2 / 5)
+    assert schedule_module.phases("base-then-heads", cfg) == [("base", 5), ("heads", 5)]
 
 
 def test_errors() -> None:

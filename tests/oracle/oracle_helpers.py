@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.drafts.batch import DraftBatch
+from blockdraft.core.batch import DraftBatch
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.oracle import Trace, TraceWriter
 

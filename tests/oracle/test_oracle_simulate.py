@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle_helpers import TINY, BigramRescorer
 
-from blockdraft.drafts.batch import DraftBatch
+from blockdraft.core.batch import DraftBatch
 from blockdraft.drafts.heads import HeadDrafter, vanilla
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.oracle import (

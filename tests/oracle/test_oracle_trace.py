@@ -20,7 +20,8 @@ from blockdraft.oracle import (
     TraceWriter,
     synthetic_trace,
 )
-from blockdraft.oracle.trace import FORMAT_NAME, head_entropy_from_logits
+from blockdraft.oracle.trace import FORMAT_NAME, META_FILE, head_entropy_from_logits
+from blockdraft.oracle.trace.format import ARRAY_DTYPES
 
 
 def ragged_examples(rng: np.random.Generator, h: int, K: int, V: int):
@@ -271,6 +272,18 @@ def test_exception_in_with_block_aborts(tmp_path: Path) -> None:
         with TraceWriter(tmp_path / "kept", h=2, K=3, V=10) as w:
             raise RuntimeError("boom")
     assert (tmp_path / "kept").is_dir() and not list((tmp_path / "kept").iterdir())
+
+
+def test_close_leaves_exactly_the_trace_files(tmp_path: Path) -> None:
+    """Every file is written through a temporary that is renamed into place: none is left."""
+    with TraceWriter(tmp_path / "tr", h=2, K=3, V=10) as w:
+        w.add(*one_example())
+    names = sorted(f.name for f in (tmp_path / "tr").iterdir())
+    assert names == sorted([META_FILE] + [f"{n}.npy" for n in ARRAY_DTYPES])
+    with TraceWriter(tmp_path / "tr", h=2, K=3, V=10, overwrite=True) as w:
+        w.add(*one_example(m=4))
+    assert sorted(f.name for f in (tmp_path / "tr").iterdir()) == names
+    assert Trace.open(tmp_path / "tr").num_positions == 4
 
 
 # ---------------------------------------------------------------------------- open errors

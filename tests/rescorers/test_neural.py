@@ -17,8 +17,9 @@ from blockdraft.lattice.sausage import log_softmax
 from blockdraft.models import BlockwiseConfig, BlockwiseLM, RescorerLM, save_model
 from blockdraft.rescorers import Rescorer, RescorerError
 from blockdraft.rescorers.neural import NeuralRescorer, export_rescorer_onnx, time_step
-from blockdraft.rescorers.neural.onnx_export import OnnxStepRunner, export_rescorer_bytes
-from blockdraft.rescorers.neural.rescorer import log_normaliser
+from blockdraft.rescorers.neural.backends import log_normaliser
+from blockdraft.rescorers.neural.onnx_export import export_rescorer_bytes
+from blockdraft.rescorers.neural.onnx_runtime import OnnxStepRunner
 
 
 @pytest.fixture(scope="module")

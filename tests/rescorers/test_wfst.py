@@ -26,13 +26,13 @@ from blockdraft.rescorers.ngram.wfst import (
     BOS_CODE,
     UNK_LABEL,
     WfstRescorer,
-    _vector_fst,
     agreement,
     arpa_to_fst,
     build_ngram_wfst,
     default_cache_dir,
     load_ngram_wfst,
 )
+from blockdraft.rescorers.ngram.wfst.compiler import _vector_fst
 from ngram_testlib import WordCorpus
 
 LN10 = math.log(10.0)

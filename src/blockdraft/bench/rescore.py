@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.drafts.batch import DraftBatch
+from blockdraft.core.batch import DraftBatch
 from blockdraft.lattice.sausage import SausageLattice
-from blockdraft.rescorers.base import Rescorer
+from blockdraft.rescorers.base import Rescorer, agreement
 
 WARMUP = 3
 
@@ -59,11 +59,6 @@ class LatencyRow:
 
 LatticeSource = Callable[[np.random.Generator, int, int], tuple[SausageLattice, np.ndarray]]
 """``(rng, h, k) -> (lattice, context)``: one benchmark lattice and its LM context."""
-
-
-def same_drafts(a: DraftBatch, b: DraftBatch) -> bool:
-    """True when two batches hold the same drafts in the same order."""
-    return a.tokens.shape == b.tokens.shape and bool(np.array_equal(a.tokens, b.tokens))
 
 
 def bench_rescore(
@@ -114,18 +109,18 @@ def bench_rescore(
                     if stats is not None:
                         states.append(float(np.mean(stats.states)))
                         lookups.append(float(np.sum(stats.lookups)))
-                agreement: float | None = None
+                agree: float | None = None
                 if name == reference:
                     ref_out = outs
-                    agreement = 1.0
+                    agree = 1.0
                 elif ref_out is not None:
-                    agreement = float(np.mean([same_drafts(a, b) for a, b in
-                                               zip(ref_out, outs, strict=True)]))
+                    agree = float(np.mean([agreement(a, b) for a, b in
+                                           zip(ref_out, outs, strict=True)]))
                 ms = np.array(times) * 1e3
                 rows.append(LatencyRow(
                     kind=kind, h=h, k=k, p=p, backend=name, n=n,
                     median_ms=float(np.median(ms)), p90_ms=float(np.percentile(ms, 90)),
-                    mean_ms=float(np.mean(ms)), agreement=agreement,
+                    mean_ms=float(np.mean(ms)), agreement=agree,
                     states_per_slot=float(np.mean(states)) if states else None,
                     lookups=float(np.mean(lookups)) if lookups else None,
                 ))

@@ -1,25 +1,20 @@
-"""Drafts: the `DraftBatch` type every draft source yields, and the draft sources.
+"""Drafts: the `Drafter` protocol and the draft sources.
 
-`DraftBatch` is a leaf type (numpy only) that the lattice and the rescorers also return, so
-this package imports its strategies lazily to keep the import graph acyclic.
+Every source yields a :class:`~blockdraft.core.batch.DraftBatch` (re-exported here; it lives
+at the bottom of the house because the lattice and the rescorers return it too):
+
+    HeadDrafter(k, p, rescorer)     the heads' lattice: vanilla, p-best 0-gram, rescored p-best
+    vanilla()                       HeadDrafter(k=1, p=1)
+    InputCopyDrafter(prompt_ids)    input-guided drafting (IAD): copy the prompt after a match
+    CombinedDrafter(heads, iad)     the heads' drafts plus the IAD draft as one more row
 """
 
-from typing import Any
-
-from blockdraft.drafts.batch import DraftBatch, DraftError
+from blockdraft.core.batch import DraftBatch, DraftError
+from blockdraft.drafts.heads import HeadDrafter, vanilla
+from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
+from blockdraft.drafts.protocol import Drafter
 
 __all__ = [
-    "CombinedDrafter", "DraftBatch", "DraftError", "HeadDrafter", "InputCopyDrafter",
-    "row_source", "vanilla",
+    "CombinedDrafter", "DraftBatch", "DraftError", "Drafter", "HeadDrafter",
+    "InputCopyDrafter", "row_source", "vanilla",
 ]
-
-_LAZY = {"HeadDrafter": "heads", "vanilla": "heads", "InputCopyDrafter": "iad",
-         "CombinedDrafter": "iad", "row_source": "iad"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"blockdraft.drafts.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'blockdraft.drafts' has no attribute {name!r}")

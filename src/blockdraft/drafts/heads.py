@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blockdraft.drafts.batch import DraftBatch, DraftError
+from blockdraft.core.batch import DraftBatch, DraftError
+from blockdraft.core.checks import check_positive_int
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.rescorers.base import Rescorer
 
@@ -35,9 +36,9 @@ class HeadDrafter:
     name: str = ""
 
     def __post_init__(self) -> None:
-        for field, value in (("k", self.k), ("p", self.p)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise DraftError(f"HeadDrafter.{field} must be a positive integer, got {value!r}")
+        for field in ("k", "p"):
+            value = check_positive_int(getattr(self, field), f"HeadDrafter.{field}", DraftError)
+            object.__setattr__(self, field, value)
         if not self.name:
             if self.rescorer is None:
                 label = "vanilla" if self.p == 1 else f"{self.p}-best 0-gram (k={self.k})"

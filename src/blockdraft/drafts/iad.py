@@ -1,4 +1,6 @@
-"""Input-guided drafting (IAD; Ge et al. 2022, sec. 3.1; SPEC sec. 9): copy the input.
+"""Input-guided drafting (IAD; Ge et al. 2022, sec. 3.1): copy the input.
+
+See docs/definitions.md sec. 9.
 
 When the committed text ends with a stretch that occurs exactly once in the input (the prompt),
 the input tokens that follow that occurrence are a good guess of what comes next (editing,
@@ -34,50 +36,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from blockdraft.drafts.batch import DraftBatch, DraftError
+from blockdraft.core.batch import DraftBatch, DraftError
+from blockdraft.core.checks import check_int, check_token_ids
+from blockdraft.drafts.protocol import Drafter
 from blockdraft.lattice.sausage import SausageLattice
 
 IAD_SOURCE = "iad"
 """``DraftBatch.source`` of an input-copy draft; a combined batch is ``"<heads>+iad"``."""
-
-
-class _Drafter(Protocol):
-    def propose(
-        self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
-    ) -> DraftBatch: ...
-
-
-def _as_ids(ids: Any, what: str) -> np.ndarray:
-    """int64 ``[n]`` of token ids from a sequence, numpy array or torch tensor."""
-    if hasattr(ids, "detach") and hasattr(ids, "cpu"):
-        ids = ids.detach().cpu().numpy()
-    arr = np.asarray(ids)
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if arr.ndim != 1:
-        raise DraftError(f"{what} must be a 1-D sequence of token ids, got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise DraftError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
-    if (arr < 0).any():
-        raise DraftError(f"{what} holds a negative token id: {int(arr[arr < 0][0])}")
-    return arr.astype(np.int64)
-
-
-def lattice_path_score(lattice: SausageLattice, tokens: np.ndarray) -> float:
-    """Sum of the head scores (nats) of ``tokens [h]`` in their slots; ``-inf`` when a token
-    is not among its slot's arcs."""
-    total = 0.0
-    for i, tok in enumerate(tokens.tolist()):
-        slot_tokens, slot_scores = lattice.slot(i)
-        hits = np.flatnonzero(slot_tokens == tok)
-        if hits.size == 0:
-            return float("-inf")
-        total += float(slot_scores[hits[0]])
-    return total
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,15 +69,14 @@ class InputCopyDrafter:
     name: str = ""
 
     def __post_init__(self) -> None:
-        prompt = _as_ids(self.prompt_ids, "prompt_ids")
+        prompt = check_token_ids(self.prompt_ids, "prompt_ids", DraftError)
         if prompt.size == 0:
             raise DraftError("InputCopyDrafter needs a non-empty prompt to copy from")
         prompt.setflags(write=False)
         object.__setattr__(self, "prompt_ids", prompt)
-        m = self.min_match
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-            raise DraftError(f"min_match must be an integer >= 1, got {m!r}")
-        object.__setattr__(self, "min_match", int(m))
+        object.__setattr__(
+            self, "min_match", check_int(self.min_match, "min_match", DraftError, minimum=1)
+        )
         if not self.name:
             object.__setattr__(self, "name", f"iad(m>={self.min_match})")
 
@@ -128,7 +96,7 @@ class InputCopyDrafter:
             ``e`` with ``prompt[e - m : e] == committed[-m:]`` and ``e < len(prompt)``, or
             None when no suffix of ``min_match`` or more tokens occurs exactly once.
         """
-        text = _as_ids(committed, "committed")
+        text = check_token_ids(committed, "committed", DraftError)
         prompt = self.prompt_ids
         if text.size < self.min_match or prompt.size < 2:
             return None
@@ -155,7 +123,7 @@ class InputCopyDrafter:
             context: the committed prefix before ``d_1``, oldest first.
         """
         certain = int(lattice.tokens[0, 0])
-        committed = np.append(_as_ids(context, "context"), certain)
+        committed = np.append(check_token_ids(context, "context", DraftError), certain)
         start = self.match(committed)
         if start is None:
             return None
@@ -164,7 +132,7 @@ class InputCopyDrafter:
         draft = np.concatenate(
             ([certain], copied, lattice.vanilla()[1 + copied.size :])
         ).astype(np.int64)  # (h,)
-        score = lattice_path_score(lattice, draft)
+        score = lattice.path_score(draft, missing=-np.inf)
         return DraftBatch(
             tokens=draft[None],
             scores=np.array([score]),
@@ -198,7 +166,7 @@ class CombinedDrafter:
     :func:`row_source` tells the rows apart.
     """
 
-    heads: _Drafter
+    heads: Drafter
     iad: InputCopyDrafter
     name: str = ""
 

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.lattice.io import atomic_writer
+from blockdraft.core.checks import check_int
+from blockdraft.core.files import atomic_writer
 from blockdraft.lattice.sausage import LatticeError, SausageLattice
 
 Labels = Mapping[int, str] | Callable[[int], str]
@@ -373,12 +374,7 @@ def draw_lattice(
     """
     if not isinstance(lattice, SausageLattice):
         raise LatticeError(f"draw_lattice expects a SausageLattice, got {type(lattice).__name__}")
-    if (
-        not isinstance(max_label_len, (int, np.integer))
-        or isinstance(max_label_len, bool)
-        or max_label_len < 2
-    ):
-        raise LatticeError(f"max_label_len must be an integer >= 2, got {max_label_len!r}")
+    max_label_len = check_int(max_label_len, "max_label_len", LatticeError, minimum=2)
     ref = _check_reference(lattice, reference)
     out_format = None
     if path is not None:

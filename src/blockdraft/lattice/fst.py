@@ -16,13 +16,12 @@ blockdraft over token ids follows this convention (the n-gram WFSTs of
 :func:`label_to_token` instead of adding ``1`` by hand. OpenFst labels are 32-bit signed ints,
 so the largest token id an FST can hold is :data:`MAX_TOKEN` (``2**31 - 2``).
 
-Weights: tropical costs in nats, ``cost = -score`` where ``score`` is the lattice's
-natural-log probability (SPEC sec. 3: converted exactly once, here). OpenFst's tropical weights
-are float32, so a round trip rounds every score to the nearest float32 (relative error
-``<= 2**-24``); scores that are float32 values already (e.g. from a float32 ``log_softmax``)
-round-trip exactly. The final state has weight One (cost 0), so the cost of a path is exactly
-minus its lattice score (up to float32 arithmetic), and ``shortestpath`` finds
-``lattice.best_paths(1)``.
+Weights: tropical costs in nats, ``cost = -score`` where ``score`` is the lattice's natural-log
+probability (docs/definitions.md sec. 3: converted exactly once, here). OpenFst's tropical weights
+are float32, so a round trip rounds every score to the nearest float32 (relative error ``<=
+2**-24``); scores that are float32 values already (e.g. from a float32 ``log_softmax``) round-trip
+exactly. The final state has weight One (cost 0), so the cost of a path is exactly minus its lattice
+score (up to float32 arithmetic), and ``shortestpath`` finds ``lattice.best_paths(1)``.
 
 Sausage topology, as :func:`lattice_from_fst` checks it: a start state; from it a chain of
 distinct states in which every arc of a state goes to the same next state; every arc an
@@ -40,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from blockdraft.core.checks import is_int
 from blockdraft.lattice.sausage import PAD_TOKEN, LatticeError, SausageLattice
 
 LABEL_OFFSET = 1
@@ -190,7 +190,7 @@ def lattice_from_fst(
             off the chain, duplicate labels in a slot, or accepts only the empty string; or if
             ``k`` is not a positive integer or a slot has more than ``k`` arcs.
     """
-    if k is not None and (not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1):
+    if k is not None and (not is_int(k) or k < 1):
         raise LatticeError(f"k must be a positive integer or None, got {k!r}")
     pywrapfst = _pywrapfst()
     if not isinstance(fst, pywrapfst.Fst):

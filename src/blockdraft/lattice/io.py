@@ -15,7 +15,6 @@ Public functions:
         the same object without a file (``where`` prefixes every error message).
     LatticeFile(lattice, context=[], reference=None, meta={})
         frozen record of what a file holds; validates reference length and token ids.
-    atomic_writer(path) -> context manager yielding a binary file
         write to a temporary file beside ``path``, rename over ``path`` on success only.
 
 Format ``blockdraft.lattice``, version 1 (a JSON object; UTF-8)::
@@ -50,18 +49,18 @@ unreadable path raises the usual :class:`OSError`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
+from blockdraft.core.checks import is_int
+from blockdraft.core.files import atomic_writer
 from blockdraft.lattice.sausage import LatticeError, SausageLattice
 
 FORMAT_NAME = "blockdraft.lattice"
@@ -135,34 +134,6 @@ def _token_list(values: Any, what: str) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- writing
-@contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
-    """Write ``path`` atomically: a temporary file in the same folder, renamed on success.
-
-    On an exception inside the ``with`` block the temporary file is removed and ``path`` is
-    left as it was.
-
-    Args:
-        path: the destination; its folder must exist.
-
-    Yields:
-        A binary file open for writing.
-    """
-    dest = Path(path)
-    # Not mkstemp: its 0600 mode would survive the rename; "xb" honours the umask.
-    tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(6)}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def lattice_to_dict(
     lattice: SausageLattice,
     *,
@@ -291,10 +262,6 @@ def save_lattices(
 
 
 # ---------------------------------------------------------------------------- reading
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
@@ -303,7 +270,7 @@ def _ids(value: Any, what: str, where: str) -> np.ndarray:
     if not isinstance(value, list):
         raise LatticeError(f"{where}: {what} must be a list of token ids, got {value!r:.80}")
     for j, t in enumerate(value):
-        if not _is_int(t):
+        if not is_int(t):
             raise LatticeError(
                 f"{where}: {what}[{j}] = {t!r} is not an integer token id"
             )
@@ -338,7 +305,7 @@ def lattice_from_dict(obj: Any, where: str = "<dict>") -> LatticeFile:
             "lattice file"
         )
     version = obj.get("version")
-    if not _is_int(version) or version not in SUPPORTED_VERSIONS:
+    if not is_int(version) or version not in SUPPORTED_VERSIONS:
         supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
         raise LatticeError(
             f"{where}: unsupported {FORMAT_NAME} version {version!r}; this blockdraft reads "
@@ -354,9 +321,9 @@ def lattice_from_dict(obj: Any, where: str = "<dict>") -> LatticeFile:
             f"{list(_REQUIRED_KEYS + _OPTIONAL_KEYS)} (put extra data under 'meta')"
         )
     h, k, slots = obj["h"], obj["k"], obj["slots"]
-    if not _is_int(h) or h < 1:
+    if not is_int(h) or h < 1:
         raise LatticeError(f"{where}: h must be a positive integer, got {h!r}")
-    if not _is_int(k) or k < 1:
+    if not is_int(k) or k < 1:
         raise LatticeError(f"{where}: k must be a positive integer, got {k!r}")
     if not isinstance(slots, list):
         raise LatticeError(f"{where}: slots must be a list, got {type(slots).__name__}")

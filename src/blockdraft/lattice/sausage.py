@@ -1,4 +1,6 @@
-"""The sausage lattice of one BPD step (Kim et al. 2024, sec. 6.3, Fig. 4; SPEC sec. 3).
+"""The sausage lattice of one BPD step (Kim et al. 2024, sec. 6.3, Fig. 4).
+
+See docs/definitions.md sec. 3.
 
 Slot ``i`` (1-based in the papers, row ``i - 1`` here) holds the top-``k`` tokens of head ``i``
 with their natural-log probabilities, best first. A path picks one token per slot; distinct
@@ -25,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.arrays import as_numpy, readonly
-from blockdraft.drafts.batch import DraftBatch
-from blockdraft.errors import BlockdraftError
+from blockdraft.core.arrays import as_numpy, readonly
+from blockdraft.core.batch import DraftBatch
+from blockdraft.core.checks import check_positive_int
+from blockdraft.core.errors import BlockdraftError
 
 PAD_TOKEN = -1
 """Token id of a padding arc (an absent arc at the end of a ragged slot)."""
@@ -155,7 +158,8 @@ class SausageLattice:
             logits: ``[h, V]`` numpy array or torch tensor of raw logits (any float dtype).
                 ``-inf`` masks a token; NaN and ``+inf`` are errors.
             k: arcs per slot, ``1 <= k <= V``.
-            certain_first: keep slot 1 as the argmax alone (the certain token, SPEC sec. 2);
+            certain_first: keep slot 1 as the argmax alone (the certain token,
+                docs/definitions.md sec. 2);
                 ``False`` keeps its top ``k`` too (analysis only).
 
         Returns:
@@ -188,8 +192,7 @@ class SausageLattice:
             raise LatticeError("logits have h = 0 heads; a lattice needs h >= 1")
         if v == 0:
             raise LatticeError("logits have an empty vocabulary (V = 0)")
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-            raise LatticeError(f"k must be a positive integer, got {k!r}")
+        k = check_positive_int(k, "k", LatticeError)
         if k > v:
             raise LatticeError(f"k = {k} exceeds the vocabulary size V = {v}; use k <= {v}")
         if z.dtype.kind not in "fiu":
@@ -274,8 +277,22 @@ class SausageLattice:
             out[i] = hits[0]
         return out
 
-    def path_score(self, path: Any) -> float:
-        """Sum of the head scores (nats) along a path given as token ids ``[h]``."""
+    def path_score(self, path: Any, *, missing: float | None = None) -> float:
+        """Sum of the head scores (nats) along a path given as token ids ``[h]``.
+
+        Args:
+            path: ``h`` token ids, one per slot.
+            missing: the score to return when a token is not among its slot's arcs (e.g.
+                ``-inf`` for a draft copied from elsewhere); None raises instead.
+
+        Raises:
+            LatticeError: a wrong length, or a token outside its slot with ``missing=None``.
+        """
+        path = np.asarray(path).reshape(-1)
+        if missing is not None and path.shape[0] == self.h:
+            hit = self.tokens == path[:, None]  # (h, k): arc j of slot i holds path[i]
+            if not hit.any(axis=1).all():
+                return float(missing)
         arcs = self.arc_index(path)
         return float(np.sum(self.scores[np.arange(self.h), arcs]))
 
@@ -293,8 +310,7 @@ class SausageLattice:
         Ties are broken by the lexicographically smaller rank vector. When the lattice has
         fewer than ``p`` paths, all are returned and the batch is ``exhausted``.
         """
-        if not isinstance(p, (int, np.integer)) or isinstance(p, bool) or p < 1:
-            raise LatticeError(f"p must be a positive integer, got {p!r}")
+        p = check_positive_int(p, "p", LatticeError)
         counts = self.counts.tolist()
         sc = self.scores
         h = self.h
@@ -368,7 +384,7 @@ class SausageLattice:
 def _fix_boundary_ties(z: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
     """Make top-k selection deterministic when the k-th logit is tied outside the selection.
 
-    ``argpartition`` picks an arbitrary subset among equal boundary logits; SPEC asks for
+    ``argpartition`` picks an arbitrary subset among equal boundary logits; the definitions ask for
     reproducible lattices, so among tokens tied at the boundary we keep the smallest ids.
     Rows without such ties (almost all) are left untouched. ``ids`` ``[..., k]`` are sorted
     by (logit desc, id asc) and are fixed in place.

@@ -7,10 +7,11 @@ for :class:`BlockwiseLM` in the rooms downstream (drafts, verify, oracle).
 
 from blockdraft.models.blockwise import BlockwiseLM, RescorerLM
 from blockdraft.models.cache import KVCache
-from blockdraft.models.checkpoint import load_model, load_tokenizer, read_model_config, save_model
+from blockdraft.models.checkpoint import load_tokenizer, read_model_config, save_model
 from blockdraft.models.config import PRESETS, BlockwiseConfig
 from blockdraft.models.errors import ModelError
 from blockdraft.models.generate import greedy_generate
+from blockdraft.models.load import load_model
 from blockdraft.models.protocol import DecoderCache, FactoredHeadsModel, HeadsModel
 from blockdraft.models.tokenizer import Tokenizer
 from blockdraft.models.train import (

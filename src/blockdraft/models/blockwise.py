@@ -1,7 +1,7 @@
 """The reference blockwise parallel transformer (Stern et al. 2018) and the small rescoring LM.
 
 A decoder-only pre-LayerNorm transformer with rotary position embeddings (RoPE). On top of the
-final (normed) hidden state ``x`` sit ``h`` prediction heads (SPEC sec. 1):
+final (normed) hidden state ``x`` sit ``h`` prediction heads (docs/definitions.md sec. 1):
 
     head 1:        z^1 = W_E x                         the base LM's next-token head
     head i >= 2:   z^i = W_E (x + FFN_i(x))            Stern sec. 6: one hidden layer, residual
@@ -13,7 +13,7 @@ a frozen base.
 
 Public surface:
     BlockwiseLM(config, device=None)
-        .heads_logits(input_ids, past=None, attention_mask=None, last_only=False)
+        .heads_logits(input_ids, past=None, last_only=False)
             -> (logits [B, T, h, V], KVCache)     raw logits; ``log_softmax`` gives nats
         .hidden(...) -> (x [B, T, d], KVCache);  .head_states(x) -> [..., h, d];
         .project(states) -> [..., V]             the pieces, for training
@@ -22,8 +22,8 @@ Public surface:
 
 Incremental decoding: pass the returned cache as ``past``; position ids continue from the
 cache. A batch-1 ``past`` under a ``B``-row input is broadcast (the verifier's ``p`` drafts on
-one prefix). Left-padded batches of prompts: pass ``attention_mask`` ([B, T], 1 = real token,
-0 = padding) at the prefill; the cache remembers the padding and later steps need no mask.
+one prefix). Every position is a real token: there is no padding (rows of a batch have the
+same length).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ class Transformer(nn.Module):
 
 
 class BlockwiseLM(nn.Module):
-    """A decoder-only transformer with ``h`` prediction heads (SPEC sec. 1).
+    """A decoder-only transformer with ``h`` prediction heads (docs/definitions.md sec. 1).
 
     Args:
         config: the sizes (see :class:`BlockwiseConfig`).
@@ -244,9 +244,7 @@ class BlockwiseLM(nn.Module):
 
     # ---- the forward pass, in pieces ---------------------------------------------------------
 
-    def _check_inputs(
-        self, input_ids: Any, past: KVCache | None, attention_mask: Any
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _check_inputs(self, input_ids: Any, past: KVCache | None) -> torch.Tensor:
         if not isinstance(input_ids, torch.Tensor):
             raise ModelError(
                 f"input_ids must be a torch LongTensor [B, T], got {type(input_ids).__name__}"
@@ -301,30 +299,16 @@ class BlockwiseLM(nn.Module):
                 f"max_seq_len = {self.config.max_seq_len}; shorten the prompt (keep its last "
                 f"{self.config.max_seq_len - t_past} tokens) or use a model with a longer context"
             )
-        mask = None
-        if attention_mask is not None:
-            mask = torch.as_tensor(attention_mask, device=self.device)
-            if tuple(mask.shape) != (B, T):
-                raise ModelError(
-                    f"attention_mask must be [B, T] = {(B, T)} like input_ids, got "
-                    f"{tuple(mask.shape)}"
-                )
-            mask = mask.bool()
-        return input_ids.long(), mask
+        return input_ids.long()
 
     def hidden(
-        self,
-        input_ids: torch.Tensor,
-        past: KVCache | None = None,
-        attention_mask: torch.Tensor | None = None,
+        self, input_ids: torch.Tensor, past: KVCache | None = None
     ) -> tuple[torch.Tensor, KVCache]:
         """The final, normed hidden states.
 
         Args:
             input_ids: int ``[B, T]`` token ids, on the model's device.
             past: the cache of the preceding positions (batch ``B`` or 1), or None.
-            attention_mask: ``[B, T]``, 1/True for real tokens, 0/False for left padding;
-                None means every new token is real.
 
         Returns:
             ``x`` float ``[B, T, d]`` and the cache of all ``T_past + T`` positions.
@@ -333,43 +317,23 @@ class BlockwiseLM(nn.Module):
             ModelError: on bad ids (empty, wrong dtype/shape/device, outside the vocabulary),
                 a sequence longer than ``max_seq_len``, or a cache that does not fit.
         """
-        input_ids, new_mask = self._check_inputs(input_ids, past, attention_mask)
+        input_ids = self._check_inputs(input_ids, past)
         B, T = input_ids.shape  # noqa: N806
         dev = input_ids.device
         if past is not None and past.batch_size != B:
             past = past.expand(B)
         t_past = 0 if past is None else past.length
         t_all = t_past + T
-        key_mask: torch.Tensor | None = None
         attn_mask: torch.Tensor | None = None
         is_causal = False
-        if new_mask is None and (past is None or past.key_mask is None):
-            # Every position is real: position ids follow the cache length.
-            positions = torch.arange(t_past, t_all, device=dev)[None]  # (1, T)
-            if t_past == 0:
-                is_causal = bool(T > 1)
-            elif T > 1:
-                attn_mask = torch.ones(T, t_all, dtype=torch.bool, device=dev).tril(t_past)
-        else:
-            past_mask = (
-                torch.ones(B, t_past, dtype=torch.bool, device=dev)
-                if past is None or past.key_mask is None else past.key_mask
-            )  # (B, T_past)
-            if new_mask is None:
-                new_mask = torch.ones(B, T, dtype=torch.bool, device=dev)
-            key_mask = torch.cat((past_mask, new_mask), dim=1)  # (B, T_past + T)
-            # A token's position id counts the real tokens before it (left padding is skipped).
-            positions = (past_mask.sum(1, keepdim=True) + new_mask.long().cumsum(1) - 1
-                         ).clamp(min=0)  # (B, T)
-            causal = torch.ones(T, t_all, dtype=torch.bool, device=dev).tril(t_past)  # (T, Tk)
-            itself = torch.cat(
-                (torch.zeros(T, t_past, dtype=torch.bool, device=dev),
-                 torch.eye(T, dtype=torch.bool, device=dev)), dim=1,
-            )  # (T, Tk): a padding query attends to itself only, so no row is all masked
-            attn_mask = ((causal[None] & key_mask[:, None, :]) | itself[None])[:, None]
-            # attn_mask: (B, 1, T, Tk)
-        cos = self.rope_cos[positions][:, None]  # (B or 1, 1, T, hs/2)
-        sin = self.rope_sin[positions][:, None]  # (B or 1, 1, T, hs/2)
+        # Position ids follow the cache length.
+        positions = torch.arange(t_past, t_all, device=dev)[None]  # (1, T)
+        if t_past == 0:
+            is_causal = bool(T > 1)
+        elif T > 1:
+            attn_mask = torch.ones(T, t_all, dtype=torch.bool, device=dev).tril(t_past)  # (T, Tk)
+        cos = self.rope_cos[positions][:, None]  # (1, 1, T, hs/2)
+        sin = self.rope_sin[positions][:, None]  # (1, 1, T, hs/2)
         x = self.transformer.drop(self.transformer.wte(input_ids))  # (B, T, d)
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
@@ -380,7 +344,7 @@ class BlockwiseLM(nn.Module):
             keys.append(k)
             values.append(v)
         x = self.transformer.ln_f(x)  # (B, T, d)
-        return x, KVCache(keys=tuple(keys), values=tuple(values), key_mask=key_mask)
+        return x, KVCache(keys=tuple(keys), values=tuple(values))
 
     def head_states(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
         """The pre-projection state of each head: ``[..., d] -> [..., heads, d]``.
@@ -450,7 +414,6 @@ class BlockwiseLM(nn.Module):
         self,
         input_ids: torch.Tensor,
         past: KVCache | None = None,
-        attention_mask: torch.Tensor | None = None,
         last_only: bool = False,
     ) -> tuple[torch.Tensor, KVCache]:
         """Every head's raw logits at every new position.
@@ -458,7 +421,6 @@ class BlockwiseLM(nn.Module):
         Args:
             input_ids: int ``[B, T]`` token ids (on the model's device).
             past: the preceding positions' cache (batch ``B``, or 1 to share it), or None.
-            attention_mask: ``[B, T]`` 1 = real / 0 = left padding, or None (all real).
             last_only: return only the last position (``T = 1`` in the output): a prefill
                 that needs the next block's logits alone skips ``(T-1) h V`` projections.
 
@@ -470,7 +432,7 @@ class BlockwiseLM(nn.Module):
         Raises:
             ModelError: see :meth:`hidden`.
         """
-        x, cache = self.hidden(input_ids, past, attention_mask)  # (B, T, d)
+        x, cache = self.hidden(input_ids, past)  # (B, T, d)
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return self.project(self.head_states(x)), cache  # (B, T, h, V)
@@ -479,11 +441,10 @@ class BlockwiseLM(nn.Module):
         self,
         input_ids: torch.Tensor,
         past: KVCache | None = None,
-        attention_mask: torch.Tensor | None = None,
         last_only: bool = False,
     ) -> tuple[torch.Tensor, KVCache]:
         """Same as :meth:`heads_logits`."""
-        return self.heads_logits(input_ids, past, attention_mask, last_only)
+        return self.heads_logits(input_ids, past, last_only)
 
 
 class RescorerLM(BlockwiseLM):
@@ -511,14 +472,13 @@ class RescorerLM(BlockwiseLM):
         self,
         input_ids: torch.Tensor,
         past: KVCache | None = None,
-        attention_mask: torch.Tensor | None = None,
         last_only: bool = False,
     ) -> tuple[torch.Tensor, KVCache]:
         """Next-token raw logits ``[B, T, V]`` (position ``t`` predicts ``t + 1``) and the cache.
 
         Same arguments and errors as :meth:`BlockwiseLM.heads_logits`.
         """
-        x, cache = self.hidden(input_ids, past, attention_mask)  # (B, T, d)
+        x, cache = self.hidden(input_ids, past)  # (B, T, d)
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return self.project(x), cache  # (B, T, V)

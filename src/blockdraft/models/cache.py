@@ -7,7 +7,8 @@ can branch from a shared prefix as often as it likes). The operations a BPD veri
     cache.select_row(j)             keep row j (batch 1), a view
     cache.select_rows(index)        reorder / select rows (a gather)
     cache.crop(length)              keep the first ``length`` positions, a view
-    cache.select_row(j).crop(n)     the winning draft's accepted prefix (SPEC sec. 2, step 3)
+    cache.select_row(j).crop(n)     the winning draft's accepted prefix (docs/definitions.md
+                                    sec. 2, step 3)
 
 Keys are stored after the rotary position embedding, so a cropped cache continues at position
 ``length`` with no recomputation.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from blockdraft.core.checks import check_int, check_positive_int
 from blockdraft.models.errors import ModelError
 
 
@@ -30,16 +32,15 @@ class KVCache:
     Attributes:
         keys: one tensor per layer, ``[B, n_head, length, head_dim]`` (rotary-embedded).
         values: one tensor per layer, ``[B, n_head, length, head_dim]``.
-        key_mask: bool ``[B, length]``, True where the position holds a real token and False
-            at left padding; ``None`` when every position is real (the common case).
+
+    Every position holds a real token (there is no padding).
 
     Raises:
-        ModelError: when the layers disagree in shape or ``key_mask`` does not match them.
+        ModelError: when the layers disagree in shape.
     """
 
     keys: tuple[torch.Tensor, ...]
     values: tuple[torch.Tensor, ...]
-    key_mask: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if len(self.keys) == 0 or len(self.keys) != len(self.values):
@@ -56,19 +57,12 @@ class KVCache:
                     f"cache layer {i} has keys {tuple(k.shape)} and values {tuple(v.shape)}; "
                     f"every layer must be {tuple(shape)}"
                 )
-        if self.key_mask is not None and (
-            self.key_mask.dtype != torch.bool or tuple(self.key_mask.shape) != (shape[0], shape[2])
-        ):
-            raise ModelError(
-                f"key_mask must be bool [B, T] = [{shape[0]}, {shape[2]}], got "
-                f"{self.key_mask.dtype} {tuple(self.key_mask.shape)}"
-            )
 
     # ---- sizes -------------------------------------------------------------------------------
 
     @property
     def length(self) -> int:
-        """Positions held (``T_past``), padding included."""
+        """Positions held (``T_past``)."""
         return int(self.keys[0].shape[2])
 
     @property
@@ -86,13 +80,6 @@ class KVCache:
         """Where the tensors live."""
         return self.keys[0].device
 
-    def real_lengths(self) -> torch.Tensor:
-        """int64 ``[B]``: real (non-padding) tokens per row; the next token's position id."""
-        if self.key_mask is None:
-            return torch.full((self.batch_size,), self.length, dtype=torch.long,
-                              device=self.device)
-        return self.key_mask.sum(dim=1)
-
     # ---- views and selections ----------------------------------------------------------------
 
     def crop(self, length: int) -> KVCache:
@@ -101,18 +88,12 @@ class KVCache:
         Raises:
             ModelError: when ``length`` is outside ``[1, self.length]``.
         """
-        if isinstance(length, bool) or not isinstance(length, int) or not (
-            1 <= length <= self.length
-        ):
-            raise ModelError(
-                f"crop length must be an integer in [1, {self.length}], got {length!r}"
-            )
+        length = check_int(length, "crop length", ModelError, minimum=1, maximum=self.length)
         if length == self.length:
             return self
         return KVCache(
             keys=tuple(k[:, :, :length] for k in self.keys),  # (B, nh, length, hs)
             values=tuple(v[:, :, :length] for v in self.values),  # (B, nh, length, hs)
-            key_mask=None if self.key_mask is None else self.key_mask[:, :length],
         )
 
     def select_row(self, row: int) -> KVCache:
@@ -121,14 +102,10 @@ class KVCache:
         Raises:
             ModelError: when ``row`` is not in ``[0, B)``.
         """
-        if isinstance(row, bool) or not isinstance(row, int) or not (
-            0 <= row < self.batch_size
-        ):
-            raise ModelError(f"row must be an integer in [0, {self.batch_size}), got {row!r}")
+        row = check_int(row, "row", ModelError, minimum=0, maximum=self.batch_size - 1)
         return KVCache(
             keys=tuple(k[row : row + 1] for k in self.keys),  # (1, nh, T, hs)
             values=tuple(v[row : row + 1] for v in self.values),  # (1, nh, T, hs)
-            key_mask=None if self.key_mask is None else self.key_mask[row : row + 1],
         )
 
     def select_rows(self, rows: Sequence[int] | torch.Tensor) -> KVCache:
@@ -147,7 +124,6 @@ class KVCache:
         return KVCache(
             keys=tuple(k.index_select(0, index) for k in self.keys),  # (len(rows), nh, T, hs)
             values=tuple(v.index_select(0, index) for v in self.values),
-            key_mask=None if self.key_mask is None else self.key_mask.index_select(0, index),
         )
 
     def expand(self, batch_size: int) -> KVCache:
@@ -160,8 +136,7 @@ class KVCache:
         Raises:
             ModelError: when the cache has more than one row (and not already ``batch_size``).
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ModelError(f"batch_size must be a positive integer, got {batch_size!r}")
+        batch_size = check_positive_int(batch_size, "batch_size", ModelError)
         if batch_size == self.batch_size:
             return self
         if self.batch_size != 1:
@@ -172,7 +147,6 @@ class KVCache:
         return KVCache(
             keys=tuple(k.expand(batch_size, -1, -1, -1) for k in self.keys),  # (p, nh, T, hs)
             values=tuple(v.expand(batch_size, -1, -1, -1) for v in self.values),
-            key_mask=None if self.key_mask is None else self.key_mask.expand(batch_size, -1),
         )
 
     def to(self, device: torch.device | str) -> KVCache:
@@ -180,5 +154,4 @@ class KVCache:
         return KVCache(
             keys=tuple(k.to(device) for k in self.keys),
             values=tuple(v.to(device) for v in self.values),
-            key_mask=None if self.key_mask is None else self.key_mask.to(device),
         )

@@ -10,9 +10,9 @@ Public surface:
 "blockwise" | "rescorer", "config": {...BlockwiseConfig...}, "meta": {...}}``. The model and
 its tokenizer load separately (``load_model`` + ``load_tokenizer``) because a model is useful
 without one (token-id benchmarks) and a tokenizer without the model; ``load_model`` still checks
-that a ``tokenizer.json`` beside it has the model's vocabulary size. Every file is written to a
-temporary name and renamed, so an interrupted save never leaves a half-written file under the
-real name.
+that a ``tokenizer.json`` beside it has the model's vocabulary size. Every file is written
+atomically (:mod:`blockdraft.core.files`), so an interrupted save never leaves a half-written
+file under the real name.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from blockdraft.core.files import atomic_path, write_text_atomic
 from blockdraft.models.blockwise import BlockwiseLM, RescorerLM
 from blockdraft.models.config import BlockwiseConfig
 from blockdraft.models.errors import ModelError
@@ -36,9 +37,7 @@ MODEL_KINDS: dict[str, type[BlockwiseLM]] = {"blockwise": BlockwiseLM, "rescorer
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def save_model(
@@ -83,9 +82,8 @@ def save_model(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
-    tmp = directory / (WEIGHTS_FILE + ".tmp")
-    save_file(state, str(tmp), metadata={"format": FORMAT, "kind": model.kind})
-    tmp.replace(directory / WEIGHTS_FILE)
+    with atomic_path(directory / WEIGHTS_FILE) as tmp:
+        save_file(state, str(tmp), metadata={"format": FORMAT, "kind": model.kind})
     _write_json(directory / CONFIG_FILE, {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

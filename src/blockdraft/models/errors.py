@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from blockdraft.errors import BlockdraftError
+from blockdraft.core.errors import BlockdraftError
 
 
 class ModelError(BlockdraftError, ValueError):

@@ -1,4 +1,5 @@
-"""Greedy decoding with head 1: the reference output of the lossless guarantee (SPEC sec. 1).
+"""Greedy decoding with head 1: the reference output of the lossless guarantee
+(docs/definitions.md sec. 1).
 
 Public surface:
     greedy_generate(model, prompt_ids, max_new_tokens, eos_id=None) -> list[int]
@@ -12,8 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from blockdraft.core.checks import check_int
 from blockdraft.models.blockwise import BlockwiseLM
 from blockdraft.models.errors import ModelError
+from blockdraft.models.protocol import FactoredHeadsModel
 
 
 def as_prompt(prompt_ids: Sequence[int] | np.ndarray | torch.Tensor) -> list[int]:
@@ -68,13 +71,11 @@ def greedy_generate(
             - 1`` of them: the last generated token is never fed back).
     """
     prompt = as_prompt(prompt_ids)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-            or max_new_tokens < 0:
-        raise ModelError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    max_new_tokens = check_int(max_new_tokens, "max_new_tokens", ModelError, minimum=0)
     if max_new_tokens == 0:
         return []
     config = getattr(model, "config", None)
-    max_len = getattr(config, "max_seq_len", None)
+    max_len = getattr(model, "max_seq_len", getattr(config, "max_seq_len", None))
     if max_len is not None and len(prompt) + max_new_tokens - 1 > max_len:
         raise ModelError(
             f"prompt of {len(prompt)} tokens + max_new_tokens = {max_new_tokens} needs "
@@ -86,7 +87,7 @@ def greedy_generate(
         model.eval()
     device = getattr(model, "device", torch.device("cpu"))
     kwargs: dict[str, Any] = {"last_only": True} if isinstance(model, BlockwiseLM) else {}
-    split = isinstance(model, BlockwiseLM)  # head 1 alone: a plain LM's cost per token
+    split = isinstance(model, FactoredHeadsModel)  # head 1 alone: a plain LM's cost per token
 
     def base_logits(ids: torch.Tensor, past: Any) -> tuple[torch.Tensor, Any]:
         """Head 1's raw logits ``[V]`` at the last of ``ids [1, T]``, and the cache."""

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from blockdraft.core.checks import check_int
+from blockdraft.core.files import atomic_path
 from blockdraft.models.errors import ModelError
 
 EOS_TOKEN = "<|endoftext|>"
@@ -121,11 +123,8 @@ class Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import models, pre_tokenizers, trainers
 
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 259:
-            raise ModelError(
-                f"vocab_size must be an integer >= 259 (256 bytes + 2 special tokens + 1), "
-                f"got {vocab_size!r}"
-            )
+        vocab_size = check_int(vocab_size, "vocab_size (256 bytes + 2 special tokens + 1)",
+                               ModelError, minimum=259)
         if isinstance(corpus, (str, Path)):
             raise ModelError(
                 "corpus must be a list of file paths or an iterable of strings, got a single "
@@ -302,9 +301,8 @@ class Tokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         file = directory / TOKENIZER_FILE
-        tmp = file.with_name(file.name + ".tmp")
-        self._backend.save(str(tmp))
-        tmp.replace(file)
+        with atomic_path(file) as tmp:
+            self._backend.save(str(tmp))
         return file
 
     def __len__(self) -> int:

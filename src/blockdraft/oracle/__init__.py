@@ -1,4 +1,4 @@
-"""The oracle room: trace once, simulate many (SPEC sec. 5-7).
+"""The oracle room: trace once, simulate many (docs/definitions.md sec. 5-7).
 
 A :class:`Trace` holds one teacher-forced pass per example (greedy ids, every head's top-K
 log-probs and entropy per position); :func:`simulate` walks BPD with exact verification over
@@ -8,13 +8,16 @@ oracle curve, head entropies, draft repetition and wins/ties/losses.
 Public surface (details in each module):
     Trace.open(path) / trace[i] -> TraceExample / TraceWriter(path, h=, K=, V=)    (trace)
     synthetic_trace(path, ...) -> Trace                                             (trace)
-    simulate(trace, strategy) -> SimulationResult; Oracle(k)                        (simulate)
+    simulate(trace, strategy) -> SimulationResult                                   (simulate)
     simulate_at_positions(trace, strategy, example, t) -> StepRecords               (simulate)
+    Oracle(k), accept_lengths, oracle_accept_lengths                                (acceptance)
+    StepRecords, SimulationResult                                                   (results)
     repetition, head_entropy, h_max, wins_ties_losses, compare_steps, oracle_curve  (analysis)
     plot_oracle_curve, plot_entropy_densities                                       (plots)
     OracleError, TraceFormatError                                                   (errors)
 """
 
+from blockdraft.oracle.acceptance import Oracle, accept_lengths, oracle_accept_lengths
 from blockdraft.oracle.analysis import (
     EntropyStats,
     OracleCurve,
@@ -29,29 +32,13 @@ from blockdraft.oracle.analysis import (
     repetition,
     wins_ties_losses,
 )
+from blockdraft.oracle.errors import OracleError, TraceFormatError
 from blockdraft.oracle.plots import plot_entropy_densities, plot_oracle_curve
-from blockdraft.oracle.simulate import (
-    DraftStrategy,
-    Oracle,
-    SimulationResult,
-    StepRecords,
-    TraceMismatchWarning,
-    accept_lengths,
-    oracle_accept_lengths,
-    simulate,
-    simulate_at_positions,
-)
-from blockdraft.oracle.trace import (
-    OracleError,
-    Trace,
-    TraceExample,
-    TraceFormatError,
-    TraceWriter,
-    synthetic_trace,
-)
+from blockdraft.oracle.results import SimulationResult, StepRecords
+from blockdraft.oracle.simulate import TraceMismatchWarning, simulate, simulate_at_positions
+from blockdraft.oracle.trace import Trace, TraceExample, TraceWriter, synthetic_trace
 
 __all__ = [
-    "DraftStrategy",
     "EntropyStats",
     "Oracle",
     "OracleCurve",

@@ -1,7 +1,8 @@
-"""Analyses of drafts and heads over a trace (SPEC sec. 7; Kim et al. 2024 sec. 6).
+"""Analyses of drafts and heads over a trace (Kim et al. 2024 sec. 6).
 
-Every function is pure numpy over a :class:`~blockdraft.oracle.trace.Trace` and simulation
-results; every result is a frozen dataclass with ``to_dict()`` for JSON.
+The quantities are defined in docs/definitions.md sec. 7. Every function is pure numpy over a
+:class:`~blockdraft.oracle.trace.Trace` and simulation results; every result is a frozen
+dataclass with ``to_dict()`` for JSON.
 
 Public surface:
     repetition(drafts) -> RepetitionStats
@@ -38,16 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.oracle.simulate import (
-    DraftStrategy,
-    Oracle,
-    SimulationResult,
-    StepRecords,
-    _example_indices,
-    simulate,
-    simulate_at_positions,
-)
-from blockdraft.oracle.trace import OracleError, Trace
+from blockdraft.core.checks import is_int
+from blockdraft.drafts.protocol import Drafter
+from blockdraft.oracle.acceptance import Oracle
+from blockdraft.oracle.errors import OracleError
+from blockdraft.oracle.results import SimulationResult, StepRecords
+from blockdraft.oracle.simulate import _example_indices, simulate, simulate_at_positions
+from blockdraft.oracle.trace import Trace
 
 
 def _pct(num: int, den: int) -> float:
@@ -92,7 +90,7 @@ def max_runs(drafts: SimulationResult | StepRecords | np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RepetitionStats:
-    """Consecutive repetition in drafts (Kim Table 3; SPEC sec. 7).
+    """Consecutive repetition in drafts (Kim Table 3; docs/definitions.md sec. 7).
 
     Attributes:
         num_steps: drafts counted ``S``.
@@ -381,9 +379,10 @@ def compare_steps(
 
 
 def wins_ties_losses(
-    trace: Trace, strategy: Oracle | DraftStrategy, *, baseline: SimulationResult | None = None
+    trace: Trace, strategy: Oracle | Drafter, *, baseline: SimulationResult | None = None
 ) -> WinTieLoss:
-    """``strategy`` against vanilla BPD at the vanilla trajectory's positions (SPEC sec. 7).
+    """``strategy`` against vanilla BPD at the vanilla trajectory's positions
+    (docs/definitions.md sec. 7).
 
     Args:
         trace: the trace.
@@ -405,7 +404,7 @@ def wins_ties_losses(
 # ---------------------------------------------------------------------------- oracle curve
 @dataclass(frozen=True, eq=False)
 class OracleCurve:
-    """Oracle block efficiency against vanilla (Kim Fig. 6; SPEC sec. 5, 7).
+    """Oracle block efficiency against vanilla (Kim Fig. 6; docs/definitions.md sec. 5, 7).
 
     Attributes:
         ks: int64 ``[n]``, lattice widths, increasing.
@@ -464,7 +463,7 @@ def oracle_curve(
         OracleError: on a non-positive ``k``, or a ``vanilla`` result of other examples.
     """
     for k in ks:
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+        if not is_int(k) or k < 1:
             raise OracleError(f"ks must be positive integers, got {k!r} in {list(ks)}")
     widths = sorted({int(k) for k in ks if k <= trace.K} | {trace.K})
     b = [simulate(trace, Oracle(k), examples=examples).block_efficiency for k in widths]

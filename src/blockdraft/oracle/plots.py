@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from blockdraft.oracle.analysis import EntropyStats, OracleCurve
-from blockdraft.oracle.trace import OracleError
+from blockdraft.oracle.errors import OracleError
 
 _KDE_MAX_SAMPLES = 5000  # per head; a fixed subsample keeps the KDE cheap on large traces
 _KDE_GRID = 256
@@ -38,7 +38,7 @@ def _figure(width: float = 6.4, height: float = 4.2) -> Any:
 
 
 def _caption(fig: Any, signature: Mapping[str, Any]) -> None:
-    from blockdraft.signature import format_signature
+    from blockdraft.core.signature import format_signature
 
     text = format_signature(dict(signature))
     if text:

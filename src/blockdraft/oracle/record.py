@@ -1,7 +1,8 @@
 """Record a trace from a real model: greedy-decode once, then one teacher-forced pass.
 
-SPEC sec. 6: with exact verification the committed text is always the greedy output ``y``,
-and the heads' logits at position ``t`` depend only on ``x, y_<=t``. So per prompt ``x``:
+docs/definitions.md sec. 6: with exact verification the committed text is always the greedy
+output ``y``, and the heads' logits at position ``t`` depend only on ``x, y_<=t``. So per
+prompt ``x``:
 
 1. ``y = greedy_generate(model, x, max_new_tokens, eos_id)`` (head 1 with the KV cache);
 2. one teacher-forced forward over ``x + y_1..y_{m-1}``; the outputs at input positions
@@ -21,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.oracle.trace import OracleError, Trace, TraceWriter
+from blockdraft.oracle.errors import OracleError
+from blockdraft.oracle.trace import Trace, TraceWriter
 
 
 def teacher_forced_logits(model: Any, prompt: Sequence[int], greedy: Sequence[int]) -> Any:
@@ -57,7 +59,7 @@ def record_trace(
     overwrite: bool = False,
     progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
 ) -> Trace:
-    """Greedy-decode each prompt and write the trace of SPEC sec. 6.
+    """Greedy-decode each prompt and write the trace of docs/definitions.md sec. 6.
 
     Args:
         model: a heads model (see the module docstring), in eval mode.

@@ -1,21 +1,22 @@
 """The offline BPD simulator: block efficiency of any drafting strategy from a trace.
 
-SPEC sec. 2 and 6. With exact verification the committed text is the greedy reference ``y``,
-so one trace gives every step's lattice, and walking ``t <- t + 1 + n`` from ``t = 0`` gives
-the accepted lengths ``n`` and the block efficiency ``B`` of any strategy, no model needed.
+docs/definitions.md sec. 2 and 6. With exact verification the committed text is the greedy
+reference ``y``, so one trace gives every step's lattice, and walking ``t <- t + 1 + n`` from
+``t = 0`` gives the accepted lengths ``n`` and the block efficiency ``B`` of any strategy, no
+model needed.
 
 Public surface:
     simulate(trace, strategy, *, examples=None, progress=False) -> SimulationResult
         walk every (or the chosen) example's trajectory under ``strategy``.
     simulate_at_positions(trace, strategy, example, t) -> StepRecords
-        the step outcome at given positions (e.g. the vanilla trajectory's, SPEC sec. 7).
-    oracle_accept_lengths(example, k) -> int64 [m]
-        ``n_oracle(t, k)`` at every position of one example (SPEC sec. 5).
-    accept_lengths(drafts, greedy_ids, t) -> int64 [p]
-        ``n`` of each draft at position ``t`` under exact acceptance.
-    Oracle(k)                     the oracle strategy of the top-``k`` lattice (``p = 1``)
-    DraftStrategy                 the protocol a strategy follows (``HeadDrafter`` does)
-    StepRecords, SimulationResult frozen results
+        the step outcome at given positions (e.g. the vanilla trajectory's,
+        docs/definitions.md sec. 7).
+    TraceMismatchWarning          warned when head 1's stored top-1 differs from ``y``
+A strategy is an :class:`Oracle` or any :class:`~blockdraft.drafts.protocol.Drafter`
+(``HeadDrafter`` is one).
+Re-exported from the modules that define them:
+    Oracle(k), accept_lengths, oracle_accept_lengths                   (acceptance)
+    StepRecords, SimulationResult                                      (results)
 
 Conventions. A step at position ``t`` (committed prefix ``x, y_1..y_t``; ``y_{t+1}`` is
 already certain) asks the strategy for drafts ``d = (d_1 .. d_h)`` from the lattice at ``t``,
@@ -29,245 +30,34 @@ certain; an example is done when ``y_m`` is certain (``t + 1 >= m``).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
-from blockdraft.arrays import readonly
-from blockdraft.drafts.batch import DraftBatch
-from blockdraft.lattice.sausage import SausageLattice
-from blockdraft.oracle.trace import OracleError, Trace, TraceExample
+from blockdraft.core.batch import DraftBatch
+from blockdraft.core.checks import check_positive_int
+from blockdraft.drafts.protocol import Drafter
+from blockdraft.oracle.acceptance import Oracle, accept_lengths, oracle_accept_lengths
+from blockdraft.oracle.errors import OracleError
+from blockdraft.oracle.results import SimulationResult, StepRecords
+from blockdraft.oracle.trace import Trace, TraceExample
+
+__all__ = [
+    "Oracle",
+    "SimulationResult",
+    "StepRecords",
+    "TraceMismatchWarning",
+    "accept_lengths",
+    "oracle_accept_lengths",
+    "simulate",
+    "simulate_at_positions",
+]
 
 
 class TraceMismatchWarning(UserWarning):
     """Head 1's stored top-1 differs from the greedy token somewhere in a trace."""
-
-
-@runtime_checkable
-class DraftStrategy(Protocol):
-    """A drafting strategy: reads a top-``k`` lattice, proposes drafts.
-
-    :class:`blockdraft.drafts.heads.HeadDrafter` is one. ``propose`` returns ``p >= 1`` drafts
-    of ``h`` tokens, best first; ``context`` is the committed prefix (int64, oldest first).
-    """
-
-    @property
-    def k(self) -> int: ...
-
-    def propose(self, lattice: SausageLattice, context: np.ndarray) -> DraftBatch: ...
-
-
-@dataclass(frozen=True)
-class Oracle:
-    """The oracle path of the top-``k`` lattice (SPEC sec. 5): at every step it accepts
-    ``n_oracle(t, k)``, an upper bound on the ``n`` of any ``p = 1`` strategy drafting from
-    that lattice *at that position*.
-
-    ``B_oracle(k)`` is, as in SPEC and Kim et al., ``B`` when every step uses that draft. It is
-    not a strict upper bound on another strategy's ``B`` over a whole text: a strategy that
-    accepts fewer tokens lands on a different position, which can happen to have a better
-    lattice (random synthetic traces show this on about 2 in 1,000 comparisons; see
-    tests/oracle/test_oracle_simulate.py). Nor is ``B_oracle(k)`` monotone in ``k`` for the same
-    reason, though ``n_oracle(t, k)`` is at every position.
-
-    Attributes:
-        k: arcs per slot, ``>= 1``.
-    """
-
-    k: int
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.k, (int, np.integer)) or isinstance(self.k, bool) or self.k < 1:
-            raise OracleError(f"Oracle.k must be a positive integer, got {self.k!r}")
-        object.__setattr__(self, "k", int(self.k))
-
-    @property
-    def name(self) -> str:
-        """A label for tables."""
-        return f"oracle (k={self.k})"
-
-
-@dataclass(frozen=True, eq=False)
-class StepRecords:
-    """One row per simulated step (a verification call), in walk order.
-
-    Attributes:
-        example: int64 ``[S]``, the trace index of the step's example.
-        t: int64 ``[S]``, the position (the committed prefix is ``x, y_1..y_t``).
-        n: int64 ``[S]``, tokens accepted beyond the certain ``d_1`` (``0 .. h-1``).
-        tokens: int64 ``[S]``, tokens of ``y`` the call made certain:
-            ``min(1 + n, m - (t + 1))``.
-        winner: int64 ``[S]``, the index of the winning draft in the strategy's batch.
-        drafts: int64 ``[S, h]``, the winning draft ``d_1 .. d_h``.
-        num_drafts: int64 ``[S]``, drafts the strategy proposed (``p``, or fewer when the
-            lattice has fewer paths).
-    """
-
-    example: np.ndarray
-    t: np.ndarray
-    n: np.ndarray
-    tokens: np.ndarray
-    winner: np.ndarray
-    drafts: np.ndarray
-    num_drafts: np.ndarray
-
-    def __post_init__(self) -> None:
-        s = np.asarray(self.example).shape[0]
-        for name in ("example", "t", "n", "tokens", "winner", "num_drafts"):
-            arr = readonly(getattr(self, name), np.int64)
-            if arr.shape != (s,):
-                raise OracleError(f"StepRecords.{name} must have shape ({s},), got {arr.shape}")
-            object.__setattr__(self, name, arr)
-        drafts = readonly(self.drafts, np.int64)
-        if drafts.ndim != 2 or drafts.shape[0] != s:
-            raise OracleError(f"StepRecords.drafts must be [{s}, h], got {drafts.shape}")
-        object.__setattr__(self, "drafts", drafts)
-
-    def __len__(self) -> int:
-        return int(self.example.shape[0])
-
-    @property
-    def h(self) -> int:
-        """Tokens per draft."""
-        return int(self.drafts.shape[1])
-
-
-@dataclass(frozen=True, eq=False)
-class SimulationResult:
-    """The outcome of :func:`simulate`.
-
-    Attributes:
-        strategy: the strategy's label.
-        k: the lattice width the strategy read.
-        h: heads (tokens per draft).
-        examples: int64 ``[E]``, the trace indices simulated.
-        generated: int64 ``[E]``, ``m`` of each example (generated tokens).
-        calls: int64 ``[E]``, serial model calls of each example, the prefill included.
-        steps: the per-step records (``S = sum(calls - 1)`` rows).
-        mismatch_example, mismatch_t: int64 ``[M]``, positions of the simulated examples where
-            head 1's stored top-1 differs from ``y_{t+1}`` (numerical ties; the simulation
-            trusts ``y``, an online decode could diverge there).
-        signature: the trace's signature (read-only).
-    """
-
-    strategy: str
-    k: int
-    h: int
-    examples: np.ndarray
-    generated: np.ndarray
-    calls: np.ndarray
-    steps: StepRecords
-    mismatch_example: np.ndarray
-    mismatch_t: np.ndarray
-    signature: Mapping[str, Any]
-
-    def __post_init__(self) -> None:
-        for name in ("examples", "generated", "calls", "mismatch_example", "mismatch_t"):
-            object.__setattr__(self, name, readonly(getattr(self, name), np.int64))
-        object.__setattr__(self, "signature", MappingProxyType(dict(self.signature)))
-
-    @property
-    def total_generated(self) -> int:
-        """Generated tokens over all simulated examples."""
-        return int(self.generated.sum())
-
-    @property
-    def total_calls(self) -> int:
-        """Serial calls over all simulated examples (prefills included)."""
-        return int(self.calls.sum())
-
-    @property
-    def block_efficiency(self) -> float:
-        """``B`` pooled over examples: ``sum m / sum calls`` (tokens per serial call, the
-        number this project reports; SPEC sec. 2)."""
-        return self.total_generated / self.total_calls
-
-    @property
-    def example_block_efficiency(self) -> np.ndarray:
-        """float64 ``[E]``: ``m / calls`` of each example."""
-        return self.generated / self.calls
-
-    @property
-    def mean_example_block_efficiency(self) -> float:
-        """The unweighted mean over examples of ``m / calls`` (for comparison only)."""
-        return float(np.mean(self.example_block_efficiency))
-
-    @property
-    def num_mismatches(self) -> int:
-        """Positions where head 1's stored top-1 differs from the greedy token."""
-        return int(self.mismatch_example.shape[0])
-
-    def accept_histogram(self) -> np.ndarray:
-        """int64 ``[h]``: how many steps accepted ``n = 0 .. h-1``."""
-        return np.bincount(self.steps.n, minlength=self.h).astype(np.int64)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (per-step arrays left out; at most 100 mismatches listed)."""
-        return {
-            "strategy": self.strategy,
-            "k": self.k,
-            "h": self.h,
-            "num_examples": int(self.examples.shape[0]),
-            "generated": self.total_generated,
-            "calls": self.total_calls,
-            "block_efficiency": self.block_efficiency,
-            "mean_example_block_efficiency": self.mean_example_block_efficiency,
-            "num_steps": len(self.steps),
-            "mean_accepted": float(self.steps.n.mean()) if len(self.steps) else 0.0,
-            "accept_histogram": self.accept_histogram().tolist(),
-            "num_mismatches": self.num_mismatches,
-            "mismatches": [
-                [int(e), int(t)]
-                for e, t in zip(self.mismatch_example[:100], self.mismatch_t[:100], strict=True)
-            ],
-            "signature": dict(self.signature),
-        }
-
-
-# ---------------------------------------------------------------------------- the maths
-def accept_lengths(drafts: np.ndarray, greedy_ids: np.ndarray, t: int) -> np.ndarray:
-    """Exact acceptance (SPEC sec. 2) of every draft at position ``t``.
-
-    Args:
-        drafts: int ``[p, h]``, column ``i`` is slot ``i + 1``.
-        greedy_ids: int ``[m]``, ``y_1 .. y_m``.
-        t: the position, ``0 <= t < m``.
-
-    Returns:
-        int64 ``[p]``: ``n = #leading i = 1..h-1 with d_{1+i} == y_{t+1+i}``; slots past
-        ``y_m`` never match.
-    """
-    d = np.asarray(drafts)
-    y = np.asarray(greedy_ids)
-    span = min(d.shape[1] - 1, y.shape[0] - 1 - t)  # slots 2..1+span have a target in y
-    if span <= 0:
-        return np.zeros(d.shape[0], dtype=np.int64)
-    eq = d[:, 1 : 1 + span] == y[t + 1 : t + 1 + span][None, :]  # (p, span)
-    return np.cumprod(eq, axis=1).sum(axis=1).astype(np.int64)
-
-
-def oracle_accept_lengths(example: TraceExample, k: int) -> np.ndarray:
-    """``n_oracle(t, k)`` at every position of an example (SPEC sec. 5).
-
-    Args:
-        example: a trace example.
-        k: lattice width, ``1 <= k <= K``.
-
-    Returns:
-        int64 ``[m]``: ``max{n : y_{t+1+i} in top-k of head 1+i at t, for all 1 <= i <= n}``.
-    """
-    m, h = example.m, example.h
-    if h == 1:
-        return np.zeros(m, dtype=np.int64)
-    y = np.asarray(example.greedy_ids, dtype=np.int64)
-    ypad = np.concatenate([y, np.full(h, -2, dtype=np.int64)])  # -2 never matches an id
-    targets = ypad[np.arange(m)[:, None] + np.arange(1, h)[None, :]]  # (m, h-1): y_{t+1+i}
-    topk = np.asarray(example.topk_ids[:, 1:, :k])  # (m, h-1, k)
-    hit = (topk == targets[..., None]).any(axis=-1)  # (m, h-1)
-    return np.cumprod(hit, axis=1).sum(axis=1).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------- stepping
@@ -279,22 +69,20 @@ class _Outcome:
     num_drafts: int
 
 
-def _strategy_k(trace: Trace, strategy: Oracle | DraftStrategy) -> int:
+def _strategy_k(trace: Trace, strategy: Oracle | Drafter) -> int:
     """Validate a strategy against a trace; return its lattice width."""
-    if not isinstance(strategy, Oracle) and not isinstance(strategy, DraftStrategy):
+    if not isinstance(strategy, Oracle) and not isinstance(strategy, Drafter):
         raise OracleError(
             f"strategy must be an Oracle or have .k and .propose(lattice, context) (like "
             f"HeadDrafter), got {type(strategy).__name__}"
         )
-    k = strategy.k
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-        raise OracleError(f"strategy {_name(strategy)!r} has k = {k!r}; k must be >= 1")
+    k = check_positive_int(strategy.k, f"strategy {_name(strategy)!r}: k", OracleError)
     if k > trace.K:
         raise OracleError(
             f"strategy {_name(strategy)!r} reads k = {k} arcs per slot, but the trace stores "
             f"only K = {trace.K}; use k <= {trace.K} or re-trace with K >= {k}"
         )
-    return int(k)
+    return k
 
 
 def _name(strategy: Any) -> str:
@@ -302,7 +90,7 @@ def _name(strategy: Any) -> str:
 
 
 def _stepper(
-    example: TraceExample, strategy: Oracle | DraftStrategy, k: int
+    example: TraceExample, strategy: Oracle | Drafter, k: int
 ) -> Callable[[int], _Outcome]:
     """A function: position ``t`` -> the step's outcome under ``strategy``."""
     y = np.asarray(example.greedy_ids, dtype=np.int64)
@@ -377,16 +165,16 @@ def _warn_mismatches(trace: Trace, ex: np.ndarray, ts: np.ndarray) -> None:
 # ---------------------------------------------------------------------------- public
 def simulate(
     trace: Trace,
-    strategy: Oracle | DraftStrategy,
+    strategy: Oracle | Drafter,
     *,
     examples: Iterable[int] | slice | None = None,
     progress: bool = False,
 ) -> SimulationResult:
-    """Simulate BPD with exact verification under ``strategy`` (SPEC sec. 2, 6).
+    """Simulate BPD with exact verification under ``strategy`` (docs/definitions.md sec. 2, 6).
 
     Args:
         trace: the trace.
-        strategy: an :class:`Oracle`, or any :class:`DraftStrategy` such as
+        strategy: an :class:`Oracle`, or any :class:`Drafter` such as
             :class:`~blockdraft.drafts.heads.HeadDrafter` (vanilla, p-best 0-gram, rescored).
             Each step gives it the lattice at ``t`` of width ``strategy.k`` (slot 1 = the
             stored top-1 of head 1 alone) and the context ``x, y_1..y_t`` (int64).
@@ -469,14 +257,15 @@ def simulate(
 
 def simulate_at_positions(
     trace: Trace,
-    strategy: Oracle | DraftStrategy,
+    strategy: Oracle | Drafter,
     example: Sequence[int] | np.ndarray,
     t: Sequence[int] | np.ndarray,
 ) -> StepRecords:
     """The step outcome of ``strategy`` at given positions, not along its own trajectory.
 
-    Used to compare strategies at the same positions (SPEC sec. 7: wins, ties, losses at the
-    vanilla trajectory's positions, ``vanilla_result.steps.example`` and ``.steps.t``).
+    Used to compare strategies at the same positions (docs/definitions.md sec. 7: wins, ties,
+    losses at the vanilla trajectory's positions, ``vanilla_result.steps.example`` and
+    ``.steps.t``).
 
     Args:
         trace: the trace.

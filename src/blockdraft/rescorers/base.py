@@ -1,4 +1,9 @@
-"""The `Rescorer` protocol: anything that turns a lattice and a context into ranked drafts."""
+"""The `Rescorer` protocol: anything that turns a lattice and a context into ranked drafts.
+
+Also what every rescorer shares: :class:`RescorerError`, the checks of a call's arguments
+(:func:`as_context`, :func:`check_p`) and :func:`agreement` (do two rescorers return the same
+drafts?).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from blockdraft.drafts.batch import DraftBatch
-from blockdraft.errors import BlockdraftError
+from blockdraft.core.batch import DraftBatch
+from blockdraft.core.checks import check_positive_int, check_token_ids
+from blockdraft.core.errors import BlockdraftError
 from blockdraft.lattice.sausage import SausageLattice
 
 
@@ -21,7 +27,7 @@ class Rescorer(Protocol):
     """Rescores a sausage lattice given the committed context.
 
     ``rescore(lattice, context, p)`` returns the ``p`` best distinct paths, best first, as a
-    :class:`~blockdraft.drafts.batch.DraftBatch` (all paths, ``exhausted``, when the lattice
+    :class:`~blockdraft.core.batch.DraftBatch` (all paths, ``exhausted``, when the lattice
     has fewer). ``context`` is the committed prefix's token ids, oldest first (the rescorer
     uses as much of its end as it needs); an empty context means the start of a text.
     """
@@ -35,20 +41,24 @@ def as_context(context: Sequence[int] | np.ndarray | None) -> np.ndarray:
     """Validate a context of token ids: int64 ``[n]``, each id >= 0 (``n`` may be 0)."""
     if context is None:
         return np.zeros(0, dtype=np.int64)
-    arr = np.asarray(context)
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if arr.ndim != 1:
-        raise RescorerError(f"context must be a 1-D sequence of token ids, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise RescorerError(f"context must hold integer token ids, got dtype {arr.dtype}")
-    if (arr < 0).any():
-        raise RescorerError(f"context holds a negative token id: {int(arr[arr < 0][0])}")
-    return arr.astype(np.int64)
+    return check_token_ids(context, "context", RescorerError)
 
 
 def check_p(p: object) -> int:
     """``p`` as a positive int, or a RescorerError naming the value."""
-    if not isinstance(p, (int, np.integer)) or isinstance(p, bool) or int(p) < 1:
-        raise RescorerError(f"p must be a positive integer, got {p!r}")
-    return int(p)
+    return check_positive_int(p, "p", RescorerError)
+
+
+def agreement(exact_batch: DraftBatch, wfst_batch: DraftBatch) -> bool:
+    """Whether two rescorers agree: the same token rows, in the same order.
+
+    Args:
+        exact_batch: e.g. the exact n-gram backend's drafts (the reference).
+        wfst_batch: e.g. the WFST backend's drafts for the same lattice, context and ``p``.
+
+    Returns:
+        True when both hold the same number of drafts and equal ``tokens`` row by row.
+    """
+    return exact_batch.tokens.shape == wfst_batch.tokens.shape and bool(
+        np.array_equal(exact_batch.tokens, wfst_batch.tokens)
+    )

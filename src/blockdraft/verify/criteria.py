@@ -1,4 +1,6 @@
-"""Acceptance criteria of the verifier (SPEC sec. 8), as small pure vectorised functions.
+"""Acceptance criteria of the verifier, as small pure vectorised functions.
+
+See docs/definitions.md sec. 8.
 
 One BPD step feeds the draft ``d_1 .. d_h`` after the committed prefix (``d_1`` is the certain
 token). At the input position of ``d_j`` the base head (head 1) predicts the token after it,
@@ -37,8 +39,9 @@ rounding (``log_softmax`` of log-probs is the identity; ranks and differences ar
 Ties in the argmax and in ranks go to the smaller token id (``torch.argmax`` returns the first
 maximum), as in :class:`~blockdraft.lattice.SausageLattice`.
 
-Only ``exact`` guarantees the greedy output (SPEC sec. 1); every other criterion trades
-quality for block efficiency (:attr:`Criterion.lossless` says which settings reduce to exact).
+Only ``exact`` guarantees the greedy output (docs/definitions.md sec. 1); every other criterion
+trades quality for block efficiency (:attr:`Criterion.lossless` says which settings reduce to
+exact).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from blockdraft.errors import BlockdraftError
+from blockdraft.core.errors import BlockdraftError
 
 
 class VerifyError(BlockdraftError, ValueError):
@@ -179,7 +182,8 @@ _PARAMS: dict[str, tuple[tuple[str, type], ...]] = {
     "typical": (("eps", float), ("delta", float)),
 }
 CRITERIA = tuple(_PARAMS)
-"""Names of the acceptance criteria (SPEC sec. 8); ``"gad++"`` is accepted for ``"gadpp"``."""
+"""Names of the acceptance criteria (docs/definitions.md sec. 8); ``"gad++"`` is accepted for
+``"gadpp"``."""
 
 _ALIASES = {"gad++": "gadpp", "min-block": "min_block", "top-k": "topk"}
 
@@ -209,7 +213,7 @@ def _check_value(name: str, key: str, kind: type, value: Any) -> int | float:
 
 @dataclass(frozen=True)
 class Criterion:
-    """An acceptance criterion of the verifier with its parameters (SPEC sec. 8).
+    """An acceptance criterion of the verifier with its parameters (docs/definitions.md sec. 8).
 
     Build one with the class methods (``Criterion.topk(4)``), from a string
     (``Criterion.parse("gadpp:beta=5,tau=3")``), or directly

@@ -1,4 +1,6 @@
-"""The decode loop of blockwise parallel decoding: predict -> verify -> accept (SPEC sec. 2).
+"""The decode loop of blockwise parallel decoding: predict -> verify -> accept.
+
+See docs/definitions.md sec. 2.
 
 Public surface:
     decode(model, prompt_ids, rescorer=None, k=16, p=1, criterion="exact",
@@ -18,134 +20,39 @@ The loop reads as the paper (Stern et al. 2018, sec. 3-4) and as Medusa's ``medu
         tokens += accept(outcome, remaining, eos_id)          # d_2..d_{1+n}, next certain token
         past, head_logits = outcome.past, outcome.next_logits
 
-Counting (SPEC sec. 2): the prefill yields 1 token (``d_1``), every verification call
+Counting (docs/definitions.md sec. 2): the prefill yields 1 token (``d_1``), every verification call
 ``1 + n`` (``d_2 .. d_{1+n}`` and the next certain token), cut after EOS and at
 ``max_new_tokens``: a step yields ``min(1 + n, remaining)`` tokens, the offline simulator's
 rule. ``block_efficiency = len(tokens) / calls``.
 
-``n`` is the offline simulator's too (SPEC sec. 6): draft tokens after a draft's EOS are never
-accepted, and the last step verifies ``remaining + 1`` columns, exactly the draft tokens that
-can count. One exception: when the model's context is full (``len(prompt) + max_new_tokens -
-1 == max_seq_len``) the last step feeds one column fewer, so its ``n`` may be one less (same
-tokens, same ``B``).
+``n`` is the offline simulator's too (docs/definitions.md sec. 6): draft tokens after a draft's EOS
+are never accepted, and the last step verifies ``remaining + 1`` columns, exactly the draft tokens
+that can count. One exception: when the model's context is full (``len(prompt) + max_new_tokens - 1
+== max_seq_len``) the last step feeds one column fewer, so its ``n`` may be one less (same tokens,
+same ``B``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, overload
+from typing import Any, overload
 
 import numpy as np
 import torch
 
-from blockdraft.drafts.batch import DraftBatch
-from blockdraft.drafts.heads import HeadDrafter
+from blockdraft.core.batch import DraftBatch
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
-from blockdraft.errors import BlockdraftError
+from blockdraft.drafts.protocol import Drafter
 from blockdraft.lattice.sausage import SausageLattice
+from blockdraft.models.protocol import HeadsModel
 from blockdraft.verify.criteria import Criterion, VerifyError
-from blockdraft.verify.verifier import (
-    HeadsModel,
-    Verifier,
-    VerifyOutcome,
-    model_device,
-    synchronize,
-)
+from blockdraft.verify.inputs import check_decode_inputs
+from blockdraft.verify.records import DecodeResult, DecodeStep
+from blockdraft.verify.verifier import Verifier, VerifyOutcome, synchronize
 
 Prompt = Sequence[int] | np.ndarray | torch.Tensor
 """One prompt: a 1-D sequence of token ids."""
-
-
-class Drafter(Protocol):
-    """A draft source: ``propose(lattice, context) -> DraftBatch`` whose rows start with the
-    lattice's certain token (``context``: the committed prefix before it, oldest first)."""
-
-    def propose(
-        self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
-    ) -> DraftBatch: ...
-
-
-@dataclass(frozen=True, eq=False)
-class DecodeStep:
-    """One verification call of the decode loop.
-
-    Attributes:
-        position: index in :attr:`DecodeResult.tokens` of this step's certain token ``d_1``.
-        drafts: the drafts proposed (``[p, h]``, before the last step's cut to the columns
-            that can count).
-        n: accepted draft tokens of the winner (none after its EOS; see the module doc).
-        winner: row of the winning draft.
-        source: where the winning draft came from (``"iad"`` for an input copy, else the
-            batch's source such as ``"lattice"`` or ``"ngram-exact"``).
-        accept_lengths: ``n`` of every draft verified.
-        tokens: the tokens this call yielded: ``d_2 .. d_{1+n}`` then the next certain token,
-            cut after EOS and at ``max_new_tokens`` (``min(1 + n, remaining)`` of them).
-        forward_s: wall seconds in the model's forward pass.
-        draft_s: wall seconds building the lattice and drafting (rescoring included).
-        other_s: wall seconds elsewhere in the step (criterion, cache selection, book-keeping).
-    """
-
-    position: int
-    drafts: DraftBatch
-    n: int
-    winner: int
-    source: str
-    accept_lengths: tuple[int, ...]
-    tokens: tuple[int, ...]
-    forward_s: float
-    draft_s: float
-    other_s: float
-
-
-@dataclass(frozen=True, eq=False)
-class DecodeResult:
-    """The output of :func:`decode` for one prompt.
-
-    Attributes:
-        tokens: the generated ids ``y_1 .. y_m`` (the prompt excluded; EOS included when it
-            stopped the decode). A list, like :func:`~blockdraft.models.greedy_generate`'s,
-            so the two compare with ``==``.
-        calls: serial calls of the model, the prefill included (0 when nothing was asked).
-        steps: one record per verification call.
-        prompt_length: tokens in the prompt.
-        stopped: ``"eos"``, ``"max_new_tokens"``, or ``"empty"`` (``max_new_tokens == 0``).
-        criterion: the acceptance criterion, as a string (``"exact"`` is lossless).
-        drafter: the draft strategy's name.
-        prefill_s: wall seconds of the prompt's forward pass.
-        wall_s: wall seconds of the whole decode.
-    """
-
-    tokens: list[int]
-    calls: int
-    steps: tuple[DecodeStep, ...]
-    prompt_length: int
-    stopped: str
-    criterion: str
-    drafter: str
-    prefill_s: float
-    wall_s: float
-
-    @property
-    def block_efficiency(self) -> float:
-        """``B = len(tokens) / calls`` (SPEC sec. 2), ``1 <= B <= h``; 0.0 without calls."""
-        return len(self.tokens) / self.calls if self.calls else 0.0
-
-    @property
-    def accept_lengths(self) -> list[int]:
-        """The winner's ``n`` of every step."""
-        return [s.n for s in self.steps]
-
-    @property
-    def forward_s(self) -> float:
-        """Wall seconds in the model's forward passes, the prefill included."""
-        return self.prefill_s + sum(s.forward_s for s in self.steps)
-
-    @property
-    def draft_s(self) -> float:
-        """Wall seconds building lattices and drafting (rescoring included)."""
-        return sum(s.draft_s for s in self.steps)
 
 
 # ---- the three steps -----------------------------------------------------------------------------
@@ -329,7 +236,7 @@ def decode(
     device: str | torch.device = "cpu",
     iad: bool = False,
 ) -> DecodeResult | list[DecodeResult]:
-    """Blockwise parallel decoding with draft refinement (SPEC sec. 2).
+    """Blockwise parallel decoding with draft refinement (docs/definitions.md sec. 2).
 
     With ``rescorer=None, p=1`` this is vanilla BPD (the argmax of every head); with a
     rescorer it is (p-best) rescored BPD; ``p > 1`` without a rescorer is p-best 0-gram BPD.
@@ -360,8 +267,8 @@ def decode(
             a rescorer is an error).
         device: where the model lives (``"cpu"``, ``"cuda"``, ``"cuda:1"``...); checked, never
             changed: move the model there first.
-        iad: add an input-guided draft (copy of the prompt after a unique match, SPEC sec. 9)
-            as one more path beside the heads' drafts.
+        iad: add an input-guided draft (copy of the prompt after a unique match,
+            docs/definitions.md sec. 9) as one more path beside the heads' drafts.
 
     Returns:
         A :class:`DecodeResult` per prompt (a list for a list of prompts).
@@ -374,50 +281,10 @@ def decode(
             another device, or a drafter whose drafts do not start with the certain token.
     """
     verifier = Verifier(model, criterion)
-    vocab_size = verifier.vocab_size
-    _check_device(model, device)
-    k = _positive_int("k", k)
-    p = _positive_int("p", p)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
-            or max_new_tokens < 0:
-        raise VerifyError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    max_new_tokens = int(max_new_tokens)
-    if eos_id is not None and (
-        isinstance(eos_id, bool) or not isinstance(eos_id, (int, np.integer))
-        or eos_id < 0 or (vocab_size is not None and eos_id >= vocab_size)
-    ):
-        raise VerifyError(f"eos_id must be None or a token id in [0, {vocab_size}), got {eos_id!r}")
-    if drafter is None:
-        if rescorer is not None and not callable(getattr(rescorer, "rescore", None)):
-            raise VerifyError(
-                f"rescorer must have rescore(lattice, context, p), got {type(rescorer).__name__}"
-            )
-        base: Drafter = HeadDrafter(k=k, p=p, rescorer=rescorer)
-    else:
-        if rescorer is not None:
-            raise VerifyError(
-                "pass either a drafter or a rescorer, not both (the drafter carries its own "
-                "rescorer: HeadDrafter(k, p, rescorer))"
-            )
-        if not callable(getattr(drafter, "propose", None)):
-            raise VerifyError(
-                f"drafter must have propose(lattice, context), got {type(drafter).__name__}"
-            )
-        base = drafter
-    lattice_k = _positive_int("the drafter's k", getattr(base, "k", k))
-    if vocab_size is not None and lattice_k > vocab_size:
-        raise VerifyError(
-            f"k = {lattice_k} exceeds the model's vocabulary size V = {vocab_size}; "
-            f"use k <= {vocab_size}"
-        )
-    _check_rescorer_vocab(base, rescorer, vocab_size)
-
-    prompts, batched = _split_prompts(prompt_ids)
-    checked = [
-        _as_prompt(x, vocab_size, verifier.max_seq_len, max_new_tokens,
-                   f"prompt {i}: " if batched else "")
-        for i, x in enumerate(prompts)
-    ]
+    args = check_decode_inputs(
+        verifier, prompt_ids, rescorer=rescorer, k=k, p=p, max_new_tokens=max_new_tokens,
+        eos_id=eos_id, drafter=drafter, device=device,
+    )
     was_training = bool(getattr(model, "training", False))
     if isinstance(model, torch.nn.Module):
         model.eval()
@@ -425,106 +292,14 @@ def decode(
         results = [
             _decode_prompt(
                 verifier,
-                CombinedDrafter(base, InputCopyDrafter(prompt)) if iad else base,
-                lattice_k, prompt, max_new_tokens, eos_id,
+                CombinedDrafter(args.drafter, InputCopyDrafter(prompt)) if iad else args.drafter,
+                args.lattice_k, prompt, args.max_new_tokens, args.eos_id,
             )
-            for prompt in checked
+            for prompt in args.prompts
         ]
     finally:
         if was_training and isinstance(model, torch.nn.Module):
             model.train()
-    return results if batched else results[0]
+    return results if args.batched else results[0]
 
 
-# ---- input checks --------------------------------------------------------------------------------
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise VerifyError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
-def _check_device(model: Any, device: str | torch.device) -> None:
-    try:
-        want = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise VerifyError(f"device {device!r} is not a torch device") from e
-    have = model_device(model)
-    if have.type != want.type or (want.index is not None and have.index != want.index):
-        raise VerifyError(
-            f"the model is on {have} but device = {str(want)!r}; move it first with "
-            f"model.to({str(want)!r})"
-        )
-
-
-def _check_rescorer_vocab(drafter: Any, rescorer: Any, vocab_size: int | None) -> None:
-    """An n-gram LM trained on another tokenizer scores silently wrong: refuse it."""
-    if vocab_size is None:
-        return
-    candidates = [rescorer, getattr(drafter, "rescorer", None),
-                  getattr(getattr(drafter, "heads", None), "rescorer", None)]
-    for r in candidates:
-        check = getattr(getattr(r, "lm", None), "check_vocab", None)
-        if callable(check):
-            try:
-                check(vocab_size)
-            except BlockdraftError as e:
-                raise VerifyError(f"the rescorer's LM does not fit the model: {e}") from e
-
-
-def _is_sequence_of_prompts(x: Any) -> bool:
-    if not isinstance(x, (list, tuple)) or len(x) == 0:
-        return False
-    return all(
-        isinstance(e, (list, tuple)) or (isinstance(e, (np.ndarray, torch.Tensor)) and e.ndim > 0)
-        for e in x
-    )
-
-
-def _split_prompts(prompt_ids: Any) -> tuple[list[Any], bool]:
-    """``(prompts, batched)``: a 2-D array / tensor or a list of sequences is a batch."""
-    if isinstance(prompt_ids, torch.Tensor):
-        prompt_ids = prompt_ids.detach().cpu().numpy()
-    if isinstance(prompt_ids, np.ndarray) and prompt_ids.ndim == 2:
-        return list(prompt_ids), True
-    if _is_sequence_of_prompts(prompt_ids):
-        return list(prompt_ids), True
-    return [prompt_ids], False
-
-
-def _as_prompt(
-    ids: Any, vocab_size: int | None, max_seq_len: int | None, max_new_tokens: int, where: str
-) -> list[int]:
-    if isinstance(ids, torch.Tensor):
-        ids = ids.detach().cpu().numpy()
-    arr = np.asarray(ids)
-    if arr.size == 0:
-        raise VerifyError(
-            f"{where}the prompt is empty; decoding needs at least one token (start with a "
-            "beginning-of-text id, e.g. the EOS id)"
-        )
-    if arr.ndim != 1:
-        raise VerifyError(f"{where}a prompt must be 1-D token ids, got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise VerifyError(f"{where}prompt ids must be integers, got dtype {arr.dtype}")
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or (vocab_size is not None and hi >= vocab_size):
-        raise VerifyError(
-            f"{where}token id {lo if lo < 0 else hi} is outside the model's vocabulary "
-            f"[0, {vocab_size}); was the text encoded with this model's tokenizer?"
-        )
-    if max_seq_len is not None:
-        if arr.size > max_seq_len:
-            raise VerifyError(
-                f"{where}the prompt has {arr.size} tokens, more than the model's context "
-                f"max_seq_len = {max_seq_len}; truncate it"
-            )
-        if max_new_tokens and arr.size + max_new_tokens - 1 > max_seq_len:
-            raise VerifyError(
-                f"{where}a prompt of {arr.size} tokens + max_new_tokens = {max_new_tokens} "
-                f"needs {arr.size + max_new_tokens - 1} positions, more than max_seq_len = "
-                f"{max_seq_len}; use max_new_tokens <= {max_seq_len - arr.size + 1} or a "
-                "shorter prompt"
-            )
-    return [int(t) for t in arr]

@@ -1,4 +1,6 @@
-"""The verifier: ``p`` drafts checked in one batched forward pass (SPEC sec. 2, steps 2-3).
+"""The verifier: ``p`` drafts checked in one batched forward pass.
+
+See docs/definitions.md sec. 2, steps 2-3.
 
 Public surface:
     Verifier(model, criterion="exact")
@@ -13,7 +15,7 @@ each draft's accepted length ``n``; the winner is the draft with the largest ``n
 lowest index, i.e. the best-scored draft, since a :class:`DraftBatch` is ordered best first).
 Only the winner's cache row survives, cropped to the prefix and ``d_1 .. d_{1+n}``; the next
 block's head logits come from the same call, at the input position of ``d_{1+n}`` (their
-``argmax z^1`` is the next certain token, SPEC sec. 2).
+``argmax z^1`` is the next certain token, docs/definitions.md sec. 2).
 
 The model is anything with ``heads_logits(input_ids [B, T], past) -> (logits [B, T, h, V],
 cache)`` whose cache offers the operations of :class:`blockdraft.models.KVCache` (``length``,
@@ -30,21 +32,23 @@ import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
-from blockdraft.drafts.batch import DraftBatch
+from blockdraft.core.batch import DraftBatch
+from blockdraft.models.protocol import HeadsModel
 from blockdraft.verify.criteria import Criterion, VerifyError
 
 
-class HeadsModel(Protocol):
-    """What the verifier needs of a model: every head's raw logits at every new position."""
-
-    def heads_logits(self, input_ids: torch.Tensor, past: Any = None) -> tuple[torch.Tensor, Any]:
-        """``input_ids`` int ``[B, T]`` -> (raw logits ``[B, T, h, V]``, cache)."""
-        ...
+def model_limit(model: Any, name: str) -> int | None:
+    """``model.<name>`` (``vocab_size``, ``max_seq_len``, ``h``), else ``model.config.<name>``,
+    else None (unknown: not checked)."""
+    value = getattr(model, name, None)
+    if value is None:
+        value = getattr(getattr(model, "config", None), name, None)
+    return None if value is None else int(value)
 
 
 def model_device(model: Any) -> torch.device:
@@ -98,7 +102,7 @@ class VerifyOutcome:
 
 
 class Verifier:
-    """Verify ``p`` drafts in one batched forward pass and keep the best (SPEC sec. 2).
+    """Verify ``p`` drafts in one batched forward pass and keep the best (definitions sec. 2).
 
     Args:
         model: a blockwise LM (see :class:`HeadsModel`); put it in eval mode (dropout off).
@@ -116,10 +120,9 @@ class Verifier:
             )
         self.model = model
         self.criterion = Criterion.parse(criterion)
-        config = getattr(model, "config", None)
-        self.vocab_size: int | None = getattr(config, "vocab_size", None)
-        self.max_seq_len: int | None = getattr(config, "max_seq_len", None)
-        self.h: int | None = getattr(model, "h", None) or getattr(config, "h", None)
+        self.vocab_size: int | None = model_limit(model, "vocab_size")
+        self.max_seq_len: int | None = model_limit(model, "max_seq_len")
+        self.h: int | None = model_limit(model, "h")
         self._factored = factored(model)
 
     @property
@@ -158,7 +161,7 @@ class Verifier:
                 shorter block) sharing the certain token ``d_1`` in column 0.
             eos_id: when given, a draft's tokens after its first EOS (among ``d_2 ..``) are
                 never accepted: decoding ends there, so they cannot count (as in the offline
-                simulator, SPEC sec. 6). The EOS itself is accepted like any token.
+                simulator, docs/definitions.md sec. 6). The EOS itself is accepted like any token.
 
         Returns:
             A :class:`VerifyOutcome`: the winner's ``n``, committed ``d_1 .. d_{1+n}``, the
@@ -169,6 +172,38 @@ class Verifier:
                 ``d_1``, a token is outside the vocabulary, the block would run past the
                 model's ``max_seq_len``, or ``past`` is missing or has more than one row.
         """
+        self._check(past, drafts)
+        tokens = torch.tensor(drafts.tokens, dtype=torch.long, device=self.device)  # (p, w)
+        start = time.perf_counter()
+        base, states, cache = self._forward(past, tokens)
+        forward_s = time.perf_counter() - start
+
+        start = time.perf_counter()
+        lengths = self._accept_lengths(tokens, base, eos_id)
+        winner = lengths.index(max(lengths))  # the first maximum: the best-scored draft
+        n = lengths[winner]
+        new_past = cache.select_row(winner).crop(past.length + 1 + n)
+        synchronize(self.device)
+        accept_s = time.perf_counter() - start
+
+        start = time.perf_counter()
+        next_logits = self._next_logits(states, winner, n)
+        forward_s += time.perf_counter() - start
+        return VerifyOutcome(
+            n=n,
+            winner=winner,
+            tokens=tuple(int(t) for t in drafts.tokens[winner, : 1 + n]),
+            next_logits=next_logits,
+            past=new_past,
+            accept_lengths=tuple(lengths),
+            forward_s=forward_s,
+            accept_s=accept_s,
+        )
+
+    # ---- the named steps of a verification call -----------------------------------------------
+
+    def _check(self, past: Any, drafts: DraftBatch) -> None:
+        """Refuse drafts and caches one call cannot verify (see :meth:`verify`'s Raises)."""
         if not isinstance(drafts, DraftBatch):
             raise VerifyError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
         if past is None or not hasattr(past, "expand"):
@@ -181,7 +216,7 @@ class Verifier:
                 f"past must hold one row (the shared prefix), got {past.batch_size}; keep "
                 "the winner's row with select_row(j)"
             )
-        p, width = drafts.tokens.shape
+        width = drafts.tokens.shape[1]
         first = drafts.tokens[:, 0]
         if (first != first[0]).any():
             raise VerifyError(
@@ -199,51 +234,48 @@ class Verifier:
                 f"{past.length + width} > max_seq_len = {self.max_seq_len} positions; verify "
                 f"at most {self.max_seq_len - past.length} columns (drafts.tokens[:, :w])"
             )
-        device = self.device
-        tokens = torch.tensor(drafts.tokens, dtype=torch.long, device=device)  # (p, w)
 
-        start = time.perf_counter()
+    def _forward(self, past: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, Any, Any]:
+        """The one serial call: ``p`` drafts on ``p`` views of the prefix cache.
+
+        Returns ``(base [p, w, V], states, cache)``: the base head's raw logits at every draft
+        position; ``states`` is what :meth:`_next_logits` needs (the hidden states ``[p, w, d]``
+        of a factored model, else every head's logits ``[p, w, h, V]``); the cache holds the
+        prefix and all ``p`` rows of drafts.
+        """
+        p = tokens.shape[0]
         model: Any = self.model
         if self._factored:
             x, cache = model.hidden(tokens, past.expand(p))  # (p, w, d)
             base = model.project(model.head_states(x, heads=1))[:, :, 0]  # (p, w, V)
+            states = x
         else:
-            logits, cache = self.model.heads_logits(tokens, past.expand(p))  # (p, w, h, V)
-            base = logits[:, :, 0]  # (p, w, V)
-        synchronize(device)
-        forward_s = time.perf_counter() - start
+            logits, cache = model.heads_logits(tokens, past.expand(p))  # (p, w, h, V)
+            base, states = logits[:, :, 0], logits  # (p, w, V)
+        synchronize(self.device)
+        return base, states, cache
 
-        start = time.perf_counter()
+    def _accept_lengths(
+        self, tokens: torch.Tensor, base: torch.Tensor, eos_id: int | None
+    ) -> list[int]:
+        """``n`` of every draft under the criterion; nothing after a draft's first EOS."""
+        width = tokens.shape[1]
         n_all = self.criterion.accept_lengths(tokens, base)  # (p,)
         if eos_id is not None and width > 1:
-            slot = torch.arange(1, width, device=device)  # (w-1,): i of d_{1+i}
+            slot = torch.arange(1, width, device=tokens.device)  # (w-1,): i of d_{1+i}
             first_eos = torch.where(tokens[:, 1:] == eos_id, slot, width).min(-1).values  # (p,)
             n_all = torch.minimum(n_all, first_eos)
-        lengths = n_all.tolist()  # [p]
-        winner = lengths.index(max(lengths))  # the first maximum: the best-scored draft
-        n = int(lengths[winner])
-        new_past = cache.select_row(winner).crop(past.length + 1 + n)
-        committed = tuple(int(t) for t in drafts.tokens[winner, : 1 + n])
-        synchronize(device)
-        accept_s = time.perf_counter() - start
+        return [int(x) for x in n_all.tolist()]
 
-        start = time.perf_counter()
+    def _next_logits(self, states: torch.Tensor, winner: int, n: int) -> torch.Tensor:
+        """Every head's raw logits ``[h, V]`` at ``d_{1+n}`` of the winner: the next lattice."""
+        model: Any = self.model
         if self._factored:  # every head at the one position the next step starts from
-            next_logits = model.project(model.head_states(x[winner, n]))  # (h, V)
+            out = model.project(model.head_states(states[winner, n]))  # (h, V)
         else:
-            next_logits = logits[winner, n].clone()  # (h, V)
-        synchronize(device)
-        forward_s += time.perf_counter() - start
-        return VerifyOutcome(
-            n=n,
-            winner=winner,
-            tokens=committed,
-            next_logits=next_logits,
-            past=new_past,
-            accept_lengths=tuple(int(x) for x in lengths),
-            forward_s=forward_s,
-            accept_s=accept_s,
-        )
+            out = states[winner, n].clone()  # (h, V)
+        synchronize(self.device)
+        return out
 
 
 def factored(model: Any) -> bool:

@@ -8,12 +8,19 @@ Public surface:
     time_step(rescorer, lattice, context, repeats) -> float   median ms of one decode step
 
 The torch backend runs the :class:`~blockdraft.models.RescorerLM` itself; the onnx backend runs
-an export of it under ONNX Runtime (imported lazily). See :mod:`.rescorer` for the algorithm,
-the cache and the context window, :mod:`.onnx_export` for the exported graph (a fixed-size
-key/value buffer written in place) and its runner.
+an export of it under ONNX Runtime (imported lazily). One module per concept:
+
+    :mod:`.rescorer`       the rescorer: its key/value cache and its context window
+    :mod:`.search`         the search: Kim's greedy pass (p = 1) and the beam (p > 1)
+    :mod:`.backends`       the LM behind each backend (torch, ONNX Runtime)
+    :mod:`.onnx_graph`     the exported ONNX graph (a fixed-size key/value buffer written in place)
+    :mod:`.onnx_export`    exporting it to a file or bytes, reusing an up-to-date file
+    :mod:`.onnx_runtime`   running it: ONNX Runtime sessions and the key/value buffers
+    :mod:`.timing`         the latency of one decode step
 """
 
 from blockdraft.rescorers.neural.onnx_export import export_rescorer_onnx
-from blockdraft.rescorers.neural.rescorer import BACKENDS, NeuralRescorer, NeuralStats, time_step
+from blockdraft.rescorers.neural.rescorer import BACKENDS, NeuralRescorer, NeuralStats
+from blockdraft.rescorers.neural.timing import time_step
 
 __all__ = ["BACKENDS", "NeuralRescorer", "NeuralStats", "export_rescorer_onnx", "time_step"]

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from blockdraft.core.checks import is_int
 from blockdraft.rescorers.base import RescorerError, as_context
 from blockdraft.rescorers.ngram import native
 
@@ -52,7 +53,7 @@ def read_vocab_mapping(path: str | Path) -> dict[int, str]:
         if not isinstance(obj, dict):
             raise RescorerError(f"{path}: expected a JSON object {{word: id}}")
         for word, tid in obj.items():
-            if not isinstance(tid, int) or tid < 0:
+            if not is_int(tid) or tid < 0:
                 raise RescorerError(f"{path}: id of {word!r} must be an int >= 0, got {tid!r}")
             out[tid] = word
         return out

@@ -1,6 +1,6 @@
 """Global n-gram rescoring of a sausage lattice: the p best distinct drafts (Kim sec. 7.2).
 
-A path's score (SPEC sec. 4, natural log):
+A path's score (docs/definitions.md sec. 4, natural log):
 
     score(d) = sum_i [ head_i(d_i) + alpha * ln P_LM(d_i | context, d_<i) ]
 
@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.drafts.batch import DraftBatch
+from blockdraft.core.batch import DraftBatch
+from blockdraft.core.checks import check_int
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.rescorers.base import RescorerError, as_context, check_p
 from blockdraft.rescorers.ngram.lm import LN10, NgramLM
@@ -86,9 +87,7 @@ class NgramRescorer:
         self.lm = lm
         self.alpha = alpha
         self.backend = backend
-        if not isinstance(prune_beam, int) or prune_beam < 0:
-            raise RescorerError(f"prune_beam must be an integer >= 0, got {prune_beam!r}")
-        self.prune_beam = prune_beam
+        self.prune_beam = check_int(prune_beam, "prune_beam", RescorerError, minimum=0)
         self._wfst: Any = None
         if backend == "wfst":
             from blockdraft.rescorers.ngram.wfst import WfstRescorer

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from blockdraft.core.checks import is_int
 from blockdraft.rescorers.base import RescorerError
 
 
@@ -141,8 +142,9 @@ def train_ngram(
         RescorerError: bad order or pruning, empty corpus, lmplz/build_binary failures (with
             their stderr).
     """
-    if not isinstance(order, int) or not 2 <= order <= 5:
+    if not is_int(order) or not 2 <= order <= 5:
         raise RescorerError(f"order must be an integer from 2 to 5, got {order!r}")
+    order = int(order)
     if prune is not None:
         prune = [int(x) for x in prune]
         if len(prune) > order or prune[0] != 0 or any(x < 0 for x in prune):

@@ -9,12 +9,11 @@ device:cpu(2)|version:0.1.0|commit:42ce341``. The machine fields are added by
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from blockdraft import __version__
+from blockdraft.core.version import __version__
 
 
 @lru_cache(maxsize=1)
@@ -22,7 +21,7 @@ def git_commit() -> str:
     """Short commit of the blockdraft checkout (``"unknown"`` outside a git checkout); a
     ``+dirty`` suffix marks uncommitted changes to tracked files other than benchmark results
     (which a benchmark run itself rewrites)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     try:
         sha = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
@@ -36,18 +35,6 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return sha + ("+dirty" if dirty else "")
-
-
-@lru_cache(maxsize=1)
-def cpu_name() -> str:
-    """The CPU model name (Linux ``/proc/cpuinfo``), else the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def environment(device: str = "cpu") -> dict[str, str]:

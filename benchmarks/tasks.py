@@ -35,7 +35,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from blockdraft.errors import BlockdraftError
+from blockdraft.core.checks import check_positive_int, is_int
+from blockdraft.core.errors import BlockdraftError
 
 
 class TaskError(BlockdraftError):
@@ -269,7 +270,7 @@ def load_task(name: str, data_root: str | Path, n: int | None = None, seed: int 
                 "directory (../shared/data)"
             )
         records.extend(spec.reader(path, name))
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+    if n is not None and (not is_int(n) or n < 0):
         raise TaskError(f"n must be None or an integer >= 0, got {n!r}")
     if n is not None and n > len(records):
         raise TaskError(f"task {name} has {len(records)} usable records, fewer than n = {n}")
@@ -292,8 +293,7 @@ def encode_prompt(
     Raises:
         TaskError: when even the template with no document does not fit ``max_tokens``.
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise TaskError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    max_tokens = check_positive_int(max_tokens, "max_tokens", TaskError)
     head = [] if bos_id is None else [int(bos_id)]
     words = example.text.split()
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blockdraft.arrays import readonly
-from blockdraft.errors import BlockdraftError
+from blockdraft.core.arrays import readonly
+from blockdraft.core.errors import BlockdraftError
 
 
 class DraftError(BlockdraftError, ValueError):
@@ -27,7 +27,7 @@ class DraftBatch:
         tokens: int64 ``[p, h]``; row ``j`` is draft ``j``, column ``i`` the token for slot
             ``i + 1`` (slot 1 is the certain token).
         scores: float64 ``[p]``, the total score, natural log:
-            ``head_scores + alpha * lm_scores`` (SPEC sec. 4). Non-increasing.
+            ``head_scores + alpha * lm_scores`` (docs/definitions.md sec. 4). Non-increasing.
         head_scores: float64 ``[p]``, the sum of the head log-probs of the chosen tokens.
         lm_scores: float64 ``[p]``, the unweighted LM log-prob of the draft given the context
             (zeros when no LM was used).

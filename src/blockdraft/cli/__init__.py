@@ -1,0 +1,72 @@
+"""The ``blockdraft`` command.
+
+Subcommands (``blockdraft COMMAND --help`` for each):
+
+    oracle TRACE            oracle block efficiency B_oracle(k) and the curve B_oracle(k)/B
+    repetition TRACE        consecutive repetition in drafts, vanilla vs n-gram rescored
+    entropy TRACE           head entropies, their means and h_max
+    train                   train a BlockwiseLM (or RescorerLM) and its tokenizer
+    trace                   greedy-decode prompts with a model and record a trace
+    decode                  decode a prompt with BPD (any drafter, rescorer, criterion)
+    rescore LATTICE         the p best drafts of a lattice file under an n-gram LM
+    lattice draw LATTICE    a drawing like Kim et al. Fig. 4 (DOT, SVG, PNG)
+    ngram train             an n-gram LM over token ids with lmplz + build_binary
+    bench rescore           p-best latency of the exact and WFST backends, side by side
+    demo                    the whole pipeline on a small corpus (default: Python's own docs)
+
+Human tables by default, ``--json`` for machines, ``--plot FILE.png`` where a picture helps.
+Exit codes: 0 success, 1 error (a message on stderr), 2 usage error.
+
+Modules: ``parser`` (the argument parser, assembled from each group's ``add_parsers``),
+``common`` (output helpers, argument types, readers), one per command group: ``analyses``
+(oracle, repetition, entropy), ``models`` (train, trace, decode), ``demo``, ``lattice``
+(rescore, lattice draw), ``ngram``, ``bench``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from blockdraft.cli.common import (
+    CliError,
+    id_list,
+    int_list,
+    print_json,
+    print_table,
+    progress_bar,
+    read_id_lines,
+    read_texts,
+)
+from blockdraft.cli.parser import build_parser
+from blockdraft.core.errors import BlockdraftError
+
+__all__ = [
+    "CliError",
+    "build_parser",
+    "id_list",
+    "int_list",
+    "main",
+    "print_json",
+    "print_table",
+    "progress_bar",
+    "read_id_lines",
+    "read_texts",
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # e.g. `blockdraft ... --json | head`
+        sys.stderr.close()
+        return 0
+    except BlockdraftError as e:
+        print(f"blockdraft: error: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
+        print(f"blockdraft: error: {e}", file=sys.stderr)
+        return 1

@@ -1,0 +1,96 @@
+"""``blockdraft bench rescore``: p-best latency of the exact and WFST rescoring backends,
+side by side."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blockdraft.cli.common import (
+    CliError,
+    add_command,
+    int_list,
+    print_json,
+    print_table,
+    progress_bar,
+    read_id_lines,
+)
+
+
+def cmd_bench_rescore(args: argparse.Namespace) -> int:
+    from blockdraft.bench.rescore import bench_rescore, hits_source, random_source
+    from blockdraft.core.signature import environment, format_signature
+    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+
+    lm = NgramLM(args.lm)
+    backends: dict[str, Any] = {}
+    for b in args.backends.split(","):
+        if b == "exact":
+            backends[b] = NgramRescorer(lm, alpha=args.alpha)
+        elif b == "wfst":
+            backends[b] = NgramRescorer(NgramLM(args.arpa or args.lm), alpha=args.alpha,
+                                        backend="wfst")
+        else:
+            raise CliError(f"unknown backend {b!r}; choose from exact, wfst")
+    if args.kind == "hits":
+        if not args.heldout:
+            raise CliError("--kind hits needs --heldout FILE (held-out token ids)")
+        held = np.concatenate(read_id_lines(Path(args.heldout)))
+        unigram = np.bincount(held, minlength=int(held.max()) + 1).astype(np.float64)
+        source = hits_source(held, unigram / unigram.sum())
+    else:
+        source = random_source(lm.max_token_id + 1)
+    rows = bench_rescore(backends, source, kind=args.kind, hs=args.h, ks=args.k, ps=args.p,
+                         n=args.n, seed=args.seed,
+                         reference="exact" if "exact" in backends else None,
+                         progress=progress_bar("timing"))
+    sig = format_signature({"lm": Path(args.lm).name, "order": lm.order, "kind": args.kind,
+                            "alpha": args.alpha, "n": args.n, "seed": args.seed,
+                            **environment()})
+    if args.json:
+        print_json({"signature": sig, "rows": [r.to_dict() for r in rows]})
+        return 0
+    names = list(backends)
+    grid = sorted({(r.h, r.k, r.p) for r in rows})
+    by = {(r.h, r.k, r.p, r.backend): r for r in rows}
+    cols = ["h x k", "p"] + [f"{b} ms (median)" for b in names]
+    if "exact" in names and len(names) > 1:
+        cols += ["speedup", "agreement"]
+    table_rows = []
+    for h, k, p in grid:
+        cells: list[object] = [f"{h}x{k}", p] + [by[(h, k, p, b)].median_ms for b in names]
+        if "exact" in names and len(names) > 1:
+            other = [b for b in names if b != "exact"][0]
+            cells += [f"{by[(h, k, p, other)].median_ms / by[(h, k, p, 'exact')].median_ms:.1f}x",
+                      f"{by[(h, k, p, other)].agreement:.0%}"]
+        table_rows.append(cells)
+    print_table("p-best rescoring latency", cols, table_rows, caption=sig)
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    """``bench rescore``."""
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(
+        dest="bench_command", required=True, metavar="ACTION")
+    p = add_command(bench, "rescore", "p-best latency of the rescoring backends, side by side",
+                    cmd_bench_rescore)
+    p.add_argument("--lm", required=True, type=Path, help="ARPA file or KenLM binary")
+    p.add_argument("--arpa", type=Path, default=None,
+                   help="the ARPA file for the wfst backend when --lm is a binary")
+    p.add_argument("--h", type=int_list, default=[4, 8, 16], help="slots (default 4,8,16)")
+    p.add_argument("--k", type=int_list, default=[2, 4, 8, 16], help="arcs (default 2,4,8,16)")
+    p.add_argument("--p", type=int_list, default=[1, 2, 4, 8, 16],
+                   help="drafts (default 1,2,4,8,16)")
+    p.add_argument("--kind", choices=["hits", "random"], default="random",
+                   help="hits: true held-out tokens among frequency-drawn distractors "
+                        "(needs --heldout); random: uniformly random tokens")
+    p.add_argument("--heldout", type=Path, default=None,
+                   help="held-out token ids (whitespace-separated) for --kind hits")
+    p.add_argument("--backends", default="exact,wfst", help="comma-separated (default exact,wfst)")
+    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--n", type=int, default=100, help="lattices per (h, k) (default 100)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")

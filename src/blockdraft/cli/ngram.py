@@ -1,0 +1,65 @@
+"""``blockdraft ngram train``: an n-gram LM over token ids with lmplz + build_binary."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blockdraft.cli.common import CliError, add_command, print_json, print_table, read_id_lines
+
+
+def cmd_ngram_train(args: argparse.Namespace) -> int:
+    from blockdraft.core.signature import human_count
+    from blockdraft.rescorers.ngram import train_ngram
+
+    if args.ids:
+        seqs: list[np.ndarray] = []
+        for f in args.ids:
+            seqs += read_id_lines(Path(f))
+    else:
+        if not args.tokenizer:
+            raise CliError("--text needs --tokenizer (a tokenizer.json or GPT-2 vocab/merges dir)")
+        from blockdraft.models.tokenizer import Tokenizer
+
+        tok = Tokenizer.load(args.tokenizer)
+        lines = []
+        for f in args.text:
+            lines += [ln for ln in Path(f).read_text(encoding="utf-8").splitlines() if ln.strip()]
+        seqs = [np.asarray(ids, dtype=np.int64) for ids in tok.encode_batch(lines)]
+    r = train_ngram(seqs, args.output, order=args.order, prune=args.prune, memory=args.memory,
+                    binary=not args.no_binary)
+    if args.json:
+        print_json({"arpa": r.arpa, "binary": r.binary, "order": r.order, "counts": r.counts,
+                    "tokens": r.tokens, "discount_fallback": r.discount_fallback,
+                    "seconds": r.seconds, "command": r.command})
+        return 0
+    print_table(
+        f"n-gram LM ({human_count(r.num_ngrams)} n-grams, {human_count(r.tokens)} tokens)",
+        ["order", "n-grams"], [(i + 1, c) for i, c in enumerate(r.counts)],
+        caption=f"ARPA {r.arpa}\nbinary {r.binary}\n{r.command}"
+        + ("\n(--discount_fallback was needed)" if r.discount_fallback else ""),
+    )
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    """``ngram train``."""
+    ng = sub.add_parser("ngram", help="n-gram LM tools").add_subparsers(
+        dest="ngram_command", required=True, metavar="ACTION")
+    p = add_command(ng, "train", "train an n-gram LM over token ids (lmplz + build_binary)",
+                    cmd_ngram_train)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", nargs="+", help="text files, one document per line")
+    src.add_argument("--ids", nargs="+", help="files of whitespace-separated token ids")
+    p.add_argument("--tokenizer", type=Path, help="tokenizer.json or a GPT-2 vocab/merges dir")
+    p.add_argument("--order", type=int, default=4, help="n-gram order, 2 to 5 (default 4)")
+    p.add_argument("-o", "--output", required=True, type=Path,
+                   help="output prefix: writes PREFIX.arpa and PREFIX.bin")
+    p.add_argument("--prune", type=int, nargs="+", default=None,
+                   help="lmplz --prune thresholds per order, e.g. 0 0 1 1")
+    p.add_argument("--memory", default="1G", help="lmplz memory cap -S (default 1G)")
+    p.add_argument("--no-binary", action="store_true", help="skip build_binary")
+    p.add_argument("--json", action="store_true")

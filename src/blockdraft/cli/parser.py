@@ -1,0 +1,24 @@
+"""The ``blockdraft`` argument parser: one subcommand (or group of subcommands) per module,
+each adding its own arguments; ``--help`` lists them in this order."""
+
+from __future__ import annotations
+
+import argparse
+
+from blockdraft.cli import analyses, bench, demo, lattice, models, ngram
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand; ``args.func(args)`` runs the chosen one."""
+    parser = argparse.ArgumentParser(
+        prog="blockdraft",
+        description="Refine the block drafts of blockwise parallel decoding.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    analyses.add_parsers(sub)  # oracle, repetition, entropy
+    models.add_parsers(sub)  # train, trace, decode
+    demo.add_parser(sub)  # demo
+    lattice.add_parsers(sub)  # rescore, lattice draw
+    ngram.add_parsers(sub)  # ngram train
+    bench.add_parsers(sub)  # bench rescore
+    return parser

@@ -1,0 +1,14 @@
+"""The bottom of the house: what every room trades in and the helpers every room shares.
+
+Nothing here imports another blockdraft room (numpy and the standard library only), so every
+room can import from here without a cycle (see ``docs/architecture.md``).
+
+Modules:
+    errors    BlockdraftError, the root of every room's error class
+    version   the package version (one home; ``pyproject.toml`` reads it from here)
+    arrays    numpy helpers (torch tensors accepted, torch never imported)
+    checks    validation of integers and token ids, raising the caller's error class
+    files     atomic writes: files and folders appear complete or not at all
+    batch     DraftBatch: p drafts of h tokens with their scores
+    signature reproducibility signatures (sacrebleu style) and the git commit
+"""

@@ -1,0 +1,57 @@
+"""Hugging Face causal LMs with Medusa heads behind blockdraft's model protocol
+(docs/definitions.md sec. 10).
+
+Public surface (details in each module):
+    HFBlockwiseModel(base, heads, tokenizer=None)   a transformers causal LM + Medusa heads as
+                                                    a FactoredHeadsModel           (adapter)
+    HFBlockwiseConfig, check_supported                                             (adapter)
+    HFCache               the model's own KV cache, immutable (crop, expand, gather) (cache)
+    HFTokenizer           a transformers tokenizer with blockdraft's interface   (tokenizer)
+    MedusaHeads, ResBlock                                                           (medusa)
+    LAYOUTS, detect_layout, read_heads, read_heads_config, write_heads, HeadsConfig
+                          Medusa-1, Medusa-2 full, Medusa version 2, vLLM         (formats)
+    KNOWN_MODELS, load_causal_lm, resolve_base, smollm2_gguf, dense_folder        (loading)
+
+Nothing here imports ``transformers`` until a model is built or loaded.
+"""
+
+from blockdraft.models.hf.adapter import HFBlockwiseConfig, HFBlockwiseModel, check_supported
+from blockdraft.models.hf.cache import HFCache
+from blockdraft.models.hf.formats import (
+    LAYOUTS,
+    HeadsConfig,
+    detect_layout,
+    read_heads,
+    read_heads_config,
+    write_heads,
+)
+from blockdraft.models.hf.loading import (
+    KNOWN_MODELS,
+    dense_folder,
+    load_causal_lm,
+    resolve_base,
+    smollm2_gguf,
+)
+from blockdraft.models.hf.medusa import MedusaHeads, ResBlock
+from blockdraft.models.hf.tokenizer import HFTokenizer
+
+__all__ = [
+    "KNOWN_MODELS",
+    "LAYOUTS",
+    "HFBlockwiseConfig",
+    "HFBlockwiseModel",
+    "HFCache",
+    "HFTokenizer",
+    "HeadsConfig",
+    "MedusaHeads",
+    "ResBlock",
+    "check_supported",
+    "dense_folder",
+    "detect_layout",
+    "load_causal_lm",
+    "read_heads",
+    "read_heads_config",
+    "resolve_base",
+    "smollm2_gguf",
+    "write_heads",
+]

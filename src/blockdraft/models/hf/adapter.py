@@ -1,0 +1,446 @@
+"""`HFBlockwiseModel`: a Hugging Face causal LM plus Medusa heads as a blockwise parallel LM.
+
+The base model's final hidden state ``x`` (after its final norm) feeds ``h`` heads
+(docs/definitions.md sec. 1 and 10):
+
+    head 1:          z^1 = lm_head(x)                       the base LM itself
+    head j + 2:      z^{j+2} = P_j(ResBlocks_j(x))          Medusa head j = 0 .. h-2
+
+where ``P_j`` is the base ``lm_head`` (Medusa "version 2") or head ``j``'s own projection. Head
+``i`` at position ``t`` predicts the token at ``t + i``, so everything downstream (lattices,
+rescorers, the verifier, traces) works unchanged. The model satisfies
+:class:`blockdraft.models.FactoredHeadsModel`: the verifier runs the body once, projects the
+base head at every draft position and all ``h`` heads only where the next block starts.
+
+The key/value cache is the model's own (``transformers.DynamicCache``) behind the project's
+immutable cache protocol (:class:`~blockdraft.models.hf.cache.HFCache`). Position ids are
+passed explicitly: the cache's length plus ``0 .. T-1``.
+
+Public surface:
+    HFBlockwiseModel(base, heads, tokenizer=None, *, device=None, dtype=None)
+        .heads_logits(input_ids [B, T], past=None, last_only=False) -> ([B, T, h, V], HFCache)
+        .hidden(input_ids, past=None) -> (x [B, T, d], HFCache)
+        .head_states(x [..., d], heads=None) -> [..., n, d];  .project(states) -> [..., n, V]
+        .h, .device, .max_seq_len, .config (HFBlockwiseConfig), .tokenizer (HFTokenizer | None)
+    HFBlockwiseConfig      frozen: the sizes the rest of blockdraft reads (h, vocab_size, ...)
+    check_supported(base)  raise a ModelError naming what is supported
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from blockdraft.models.errors import ModelError
+from blockdraft.models.hf.cache import HFCache
+from blockdraft.models.hf.medusa import MedusaHeads
+from blockdraft.models.hf.tokenizer import HFTokenizer
+
+SUPPORTED = (
+    "supported: decoder-only transformers causal LMs whose logits are lm_head(final hidden "
+    "state) and whose attention layers keep plain keys and values (full or sliding-window "
+    "attention), e.g. Llama (SmolLM2), Mistral, Qwen2, GPT-2 (tested: llama, mistral, gpt2)"
+)
+CACHE_LAYER_TYPES = ("full_attention", "sliding_attention")
+"""Attention layer types whose cache is a plain ``DynamicLayer`` of keys and values (a
+sliding window is applied by the attention mask, so a full cache gives the same outputs)."""
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length",
+                 "seq_length")
+
+
+@dataclass(frozen=True)
+class HFBlockwiseConfig:
+    """The sizes of an :class:`HFBlockwiseModel` (what the verifier, the oracle and the CLI
+    read as ``model.config``; the base model's own config is ``model.base.config``).
+
+    Attributes:
+        name: the base model's ``name_or_path`` (a folder), or its class name.
+        architecture: the base model's class, e.g. ``"LlamaForCausalLM"``.
+        model_type: ``config.model_type``, e.g. ``"llama"``.
+        h: heads, the base included (``1 + num Medusa heads``).
+        vocab_size: ``V``, rows of the base ``lm_head``.
+        d_model: ``d``, the final hidden state's size.
+        n_layer: the base's transformer layers.
+        max_seq_len: the longest sequence (positions) the model reads, or None if unknown.
+        medusa_layers: ResBlocks per Medusa head (``L``).
+        own_projection: the Medusa heads have their own ``[V, d]`` projections.
+        dtype: the parameters' dtype, e.g. ``"float32"``.
+    """
+
+    name: str
+    architecture: str
+    model_type: str
+    h: int
+    vocab_size: int
+    d_model: int
+    n_layer: int
+    max_seq_len: int | None
+    medusa_layers: int
+    own_projection: bool
+    dtype: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (for signatures and metadata)."""
+        return dataclasses.asdict(self)
+
+
+def _text_config(base: Any) -> Any:
+    config = base.config
+    getter = getattr(config, "get_text_config", None)
+    return getter(decoder=True) if callable(getter) else config
+
+
+def _unsupported(base: Any) -> str | None:
+    """Why ``base`` cannot run behind the protocol, or None when it can."""
+    if not isinstance(base, nn.Module) or getattr(base, "config", None) is None:
+        return "it is not a transformers model (an nn.Module with a config)"
+    config = _text_config(base)
+    if getattr(base.config, "is_encoder_decoder", False):
+        return "it is an encoder-decoder model"
+    if getattr(config, "add_cross_attention", False):
+        return "it has cross-attention layers"
+    getter = getattr(base, "get_output_embeddings", None)
+    lm_head = getter() if callable(getter) else None
+    if not isinstance(lm_head, nn.Linear):
+        return "it has no linear lm_head (get_output_embeddings())"
+    body = getattr(base, "base_model", None)
+    if not isinstance(body, nn.Module) or body is base:
+        return "it has no separate body (base_model) under its lm_head"
+    params = inspect.signature(body.forward).parameters
+    if "past_key_values" not in params or "position_ids" not in params:
+        return "its body's forward takes no past_key_values and position_ids"
+    for attr in _LOGIT_TRANSFORMS:
+        value = getattr(config, attr, None)
+        neutral = value is None or (attr != "final_logit_softcapping" and value == 1)
+        if not neutral:
+            return f"its logits are post-processed after the lm_head ({attr} = {value})"
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+
+        layer_types, _ = get_layer_types_and_kwargs(config)
+    except Exception:  # noqa: BLE001 - an unusual config: judged by the cache it returns
+        layer_types = []
+    bad = sorted({str(t) for t in layer_types} - set(CACHE_LAYER_TYPES))
+    if bad:
+        return f"its layers of type {', '.join(bad)} keep a cache other than plain keys/values"
+    return None
+
+
+def check_supported(base: Any) -> None:
+    """Raise a :class:`ModelError` when ``base`` is not a supported causal LM.
+
+    Raises:
+        ModelError: naming the reason and what is supported.
+    """
+    problem = _unsupported(base)
+    if problem is not None:
+        kind = getattr(getattr(base, "config", None), "model_type", None)
+        name = type(base).__name__ + (f" (model_type {kind!r})" if kind else "")
+        raise ModelError(f"unsupported architecture {name}: {problem}; {SUPPORTED}")
+
+
+def context_length(base: Any) -> int | None:
+    """The base model's context in positions (``max_position_embeddings``, ``n_positions``,
+    ...), or None when its config names none."""
+    config = _text_config(base)
+    for key in _CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+class HFBlockwiseModel(nn.Module):
+    """A ``transformers`` causal LM with Medusa heads, behind blockdraft's model protocol.
+
+    Args:
+        base: a causal LM (``LlamaForCausalLM``, ``GPT2LMHeadModel``, ...; see
+            :data:`SUPPORTED`); put it in eval mode for decoding (this constructor does).
+        heads: the Medusa heads; moved to the base's device and dtype (in place).
+        tokenizer: the base's ``transformers`` tokenizer (wrapped as :class:`HFTokenizer`),
+            or None.
+        device: move the base there first (default: leave it where it is).
+        dtype: cast the base to this dtype first (``torch.float32``, ...; default: leave it).
+
+    Raises:
+        ModelError: on an unsupported architecture, heads that are not :class:`MedusaHeads`,
+            or heads whose hidden size or vocabulary does not match the base.
+    """
+
+    kind: ClassVar[str] = "hf-medusa"
+
+    def __init__(
+        self,
+        base: Any,
+        heads: MedusaHeads,
+        tokenizer: Any = None,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        check_supported(base)
+        if not isinstance(heads, MedusaHeads):
+            raise ModelError(f"heads must be MedusaHeads, got {type(heads).__name__}")
+        lm_head = base.get_output_embeddings()
+        d, vocab = int(lm_head.in_features), int(lm_head.out_features)
+        if heads.d_model != d:
+            raise ModelError(
+                f"the Medusa heads have hidden size d = {heads.d_model} but the base model's "
+                f"final hidden state has d = {d}; they were trained for another model"
+            )
+        if heads.vocab_size is not None and heads.vocab_size != vocab:
+            raise ModelError(
+                f"the Medusa heads project onto V = {heads.vocab_size} tokens but the base "
+                f"model's vocabulary has V = {vocab}; they were trained for another model"
+            )
+        if device is not None or dtype is not None:
+            base.to(device=device, dtype=dtype)
+        weight = lm_head.weight
+        heads.to(device=weight.device, dtype=weight.dtype)
+        self.base = base
+        self.heads = heads
+        self.tokenizer: HFTokenizer | None = (
+            None if tokenizer is None else HFTokenizer(tokenizer, vocab_size=vocab)
+        )
+        text = _text_config(base)
+        self.config = HFBlockwiseConfig(
+            name=str(getattr(base.config, "name_or_path", "") or type(base).__name__),
+            architecture=type(base).__name__,
+            model_type=str(getattr(base.config, "model_type", "") or ""),
+            h=1 + heads.num_heads,
+            vocab_size=vocab,
+            d_model=d,
+            n_layer=int(getattr(text, "num_hidden_layers", 0) or 0),
+            max_seq_len=context_length(base),
+            medusa_layers=heads.num_layers,
+            own_projection=heads.own_projection,
+            dtype=str(weight.dtype).removeprefix("torch."),
+        )
+        self.eval()
+
+    # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def h(self) -> int:
+        """Prediction heads, the base LM (head 1) included."""
+        return self.config.h
+
+    @property
+    def device(self) -> torch.device:
+        """Where the parameters live (inputs must be there)."""
+        return self.lm_head.weight.device
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """The longest sequence the base model reads (positions), or None if unknown."""
+        return self.config.max_seq_len
+
+    @property
+    def lm_head(self) -> nn.Linear:
+        """The base model's vocabulary projection (head 1)."""
+        head = self.base.get_output_embeddings()
+        assert isinstance(head, nn.Linear)
+        return head
+
+    # ---- the forward pass, in pieces ---------------------------------------------------------
+
+    def _check_inputs(
+        self, input_ids: Any, past: Any, position_ids: Any
+    ) -> tuple[torch.Tensor, HFCache | None, torch.Tensor]:
+        if not isinstance(input_ids, torch.Tensor):
+            raise ModelError(
+                f"input_ids must be a torch LongTensor [B, T], got {type(input_ids).__name__}"
+            )
+        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex \
+                or input_ids.dtype == torch.bool:
+            raise ModelError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+        if input_ids.dim() != 2:
+            raise ModelError(
+                f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}; "
+                "add a batch dimension with ids[None]"
+            )
+        B, T = input_ids.shape  # noqa: N806 - shape names as in the papers
+        if B == 0 or T == 0:
+            raise ModelError(
+                f"input_ids is empty (shape {(B, T)}); the model needs at least one token per row"
+            )
+        device = self.device
+        if input_ids.device != device:
+            raise ModelError(
+                f"input_ids are on {input_ids.device} but the model is on {device}; "
+                "move them with .to(model.device)"
+            )
+        vocab = self.config.vocab_size
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= vocab:
+            raise ModelError(
+                f"token id {lo if lo < 0 else hi} is outside the vocabulary [0, {vocab}); was "
+                "the text encoded with this model's tokenizer?"
+            )
+        t_past = 0
+        if past is not None:
+            if not isinstance(past, HFCache):
+                raise ModelError(f"past must be an HFCache or None, got {type(past).__name__}")
+            if self.config.n_layer and past.n_layer != self.config.n_layer:
+                raise ModelError(
+                    f"past has {past.n_layer} layers but this model has {self.config.n_layer} "
+                    "(was it made by another model?)"
+                )
+            if past.batch_size not in (1, B):
+                raise ModelError(
+                    f"past has {past.batch_size} rows but input_ids has {B}; pass a batch-1 "
+                    "cache (broadcast) or one with the same rows"
+                )
+            if past.device != device:
+                raise ModelError(f"past is on {past.device} but the model is on {device}")
+            if past.batch_size != B:
+                past = past.expand(B)
+            t_past = past.length
+        max_len = self.config.max_seq_len
+        if max_len is not None and t_past + T > max_len:
+            raise ModelError(
+                f"sequence too long: {t_past} cached + {T} new = {t_past + T} positions exceed "
+                f"the model's context max_seq_len = {max_len}; shorten the prompt (keep its "
+                f"last {max(max_len - t_past, 0)} tokens)"
+            )
+        if position_ids is None:
+            positions = torch.arange(t_past, t_past + T, device=device)[None]  # (1, T)
+        else:
+            positions = torch.as_tensor(position_ids, dtype=torch.long, device=device)
+            if positions.dim() == 1:
+                positions = positions[None]  # (1, T)
+            if positions.dim() != 2 or positions.shape[1] != T or positions.shape[0] not in (1, B):
+                raise ModelError(
+                    f"position_ids must be [T] or [B, T] = [{B}, {T}], got "
+                    f"{tuple(positions.shape)}"
+                )
+        return input_ids.long(), past, positions.expand(B, T)  # positions: (B, T)
+
+    def hidden(
+        self,
+        input_ids: torch.Tensor,
+        past: HFCache | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, HFCache]:
+        """The base model's final hidden states (after its final norm).
+
+        Args:
+            input_ids: int ``[B, T]`` token ids (after the ``past`` positions), on the model's
+                device.
+            past: the cache of the preceding positions (batch ``B``, or 1 to share it), or
+                None. It is never modified.
+            position_ids: ``[T]`` or ``[B, T]``; default ``past.length + arange(T)`` (the only
+                value a contiguous cache needs; a token tree passes its depths).
+
+        Returns:
+            ``x`` float ``[B, T, d]`` (``output_hidden_states[-1]`` of the base) and the cache
+            of all ``T_past + T`` positions.
+
+        Raises:
+            ModelError: on bad ids (empty, wrong dtype/shape/device, outside the vocabulary),
+                a sequence longer than ``max_seq_len``, or a cache that does not fit.
+        """
+        from transformers import DynamicCache
+
+        ids, past, positions = self._check_inputs(input_ids, past, position_ids)
+        cache = DynamicCache() if past is None else past.dynamic()
+        out = self.base.base_model(
+            input_ids=ids, past_key_values=cache, position_ids=positions, use_cache=True
+        )
+        new = HFCache.from_dynamic(out.past_key_values)
+        expected = ids.shape[1] + (0 if past is None else past.length)
+        if new.length != expected:
+            raise ModelError(
+                f"the model's cache holds {new.length} positions after a forward over "
+                f"{expected}; {SUPPORTED}"
+            )
+        return out.last_hidden_state, new  # (B, T, d)
+
+    def head_states(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """Each head's pre-projection state: ``[..., d] -> [..., n, d]``.
+
+        Head 1's state is ``x`` itself; head ``j + 2``'s is Medusa head ``j``'s ResBlocks on
+        ``x``. ``heads`` (default ``h``) keeps heads ``1 .. heads``.
+
+        Raises:
+            ModelError: when ``heads`` is outside ``[1, h]``.
+        """
+        n = self.h if heads is None else heads
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.h:
+            raise ModelError(f"heads must be an integer in [1, {self.h}], got {heads!r}")
+        if n == 1:
+            return x.unsqueeze(-2)  # (..., 1, d)
+        return torch.cat((x.unsqueeze(-2), self.heads(x, n - 1)), dim=-2)  # (..., n, d)
+
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """The vocabulary projection of head states: ``[..., n, d] -> [..., n, V]`` raw logits.
+
+        ``states[..., i - 1, :]`` must be head ``i``'s state (as :meth:`head_states` returns
+        them, ``n <= h``): with heads that have their own projections, the position on the
+        second-to-last axis says which projection applies. Heads that share the base
+        ``lm_head`` take any ``[..., d]``.
+
+        Raises:
+            ModelError: own projections and ``states`` without a head axis of at most ``h``.
+        """
+        if self.heads.projections is None:
+            return self.lm_head(states)  # type: ignore[no-any-return]  # (..., n, V)
+        if states.dim() < 2 or not 1 <= states.shape[-2] <= self.h:
+            raise ModelError(
+                f"project needs states [..., n, d] with 1 <= n <= h = {self.h} heads on the "
+                f"second-to-last axis (from head_states), got shape {tuple(states.shape)}"
+            )
+        base = self.lm_head(states[..., :1, :])  # (..., 1, V)
+        if states.shape[-2] == 1:
+            return base  # type: ignore[no-any-return]
+        return torch.cat((base, self.heads.logits(states[..., 1:, :])), dim=-2)  # (..., n, V)
+
+    def heads_logits(
+        self,
+        input_ids: torch.Tensor,
+        past: HFCache | None = None,
+        last_only: bool = False,
+        position_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, HFCache]:
+        """Every head's raw logits at every new position.
+
+        Args:
+            input_ids: int ``[B, T]`` token ids (on the model's device).
+            past: the preceding positions' cache (batch ``B``, or 1 to share it), or None.
+            last_only: return only the last position (``T = 1`` in the output): a prefill
+                that needs the next block's logits alone skips ``(T-1) h V`` projections.
+            position_ids: see :meth:`hidden`.
+
+        Returns:
+            ``logits`` ``[B, T, h, V]`` in the model's dtype (raw; ``log_softmax`` gives
+            natural-log probabilities): ``logits[b, t, i - 1]`` is head ``i``'s prediction of
+            the token at position ``t + i``; and the cache of all positions.
+
+        Raises:
+            ModelError: see :meth:`hidden`.
+        """
+        x, cache = self.hidden(input_ids, past, position_ids)  # (B, T, d)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, d)
+        return self.project(self.head_states(x)), cache  # (B, T, h, V)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        past: HFCache | None = None,
+        last_only: bool = False,
+        position_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, HFCache]:
+        """Same as :meth:`heads_logits`."""
+        return self.heads_logits(input_ids, past, last_only, position_ids)
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The Medusa heads' parameters (what head training updates)."""
+        return list(self.heads.parameters())

@@ -1,0 +1,511 @@
+"""Medusa heads in the checkpoint layouts people have: detect, read, write.
+
+Layouts (``h`` = Medusa head ``0 .. num_heads-1``, ``l`` = ResBlock ``0 .. L-1``, ``d`` the
+base's hidden size, ``V`` its vocabulary):
+
+``"medusa-heads"`` (Medusa-1, FasterDecoding/Medusa ``MedusaModel``)
+    a folder with ``config.json`` (``medusa_num_heads``, ``medusa_num_layers``,
+    ``base_model_name_or_path``) and ``medusa_lm_head.pt`` (or ``.safetensors``) holding
+    ``{h}.{l}.linear.weight [d, d]``, ``{h}.{l}.linear.bias [d]`` and ``{h}.{L}.weight [V, d]``:
+    every head has its own projection.
+``"medusa-full"`` (Medusa-2 full checkpoints)
+    a whole Hugging Face model folder (the base's ``config.json`` plus ``medusa_num_heads``,
+    ``medusa_num_layers``; ``model.safetensors``, sharded or ``pytorch_model.bin``) whose
+    weights also hold the Medusa-1 keys under the prefix ``medusa_head.``. The folder is the
+    base model too.
+``"medusa-v2"`` (Medusa "version 2", as served by TGI)
+    ``config.json`` with ``"version": "2"`` and ``medusa_lm_head.safetensors`` with only
+    ``{h}.{l}.linear.{weight,bias}``: the heads reuse the base's ``lm_head`` (projection keys
+    in such a file are ignored, as TGI ignores them). blockdraft's own heads use this layout.
+``"vllm"`` (vLLM's ``Medusa`` draft model)
+    ``config.json`` with ``model_type: "medusa"``, ``num_heads``, ``num_hidden_layers``
+    (optional ``medusa_fc_bias``, ``original_lm_head``) and ``model.safetensors`` (or
+    ``pytorch_model.bin``) holding ``blocks.{h}.layers.{l}.weight [d, d]`` (``.bias`` only with
+    ``medusa_fc_bias``) and ``lm_heads.{h}.weight [V, d]`` (only ``lm_heads.0.weight``, shared by
+    every head, with ``original_lm_head``). A truncated draft vocabulary (``token_map``) is not
+    supported.
+
+Tied layers. Medusa's own code builds a head as ``[ResBlock(d)] * L``: one module listed ``L``
+times, so its files repeat the same tensors under every ``l`` and its forward applies that one
+block ``L`` times. When every head's ``L`` blocks in a file are identical, :func:`read_heads`
+returns heads with ``tie_layers=True`` (one block applied ``L`` times, the same function and
+the same training semantics as Medusa's). When they differ, every block is applied in order
+(``tie_layers=False``), as TGI and vLLM do; Medusa's own loader would instead apply the LAST
+block ``L`` times (``load_state_dict`` into the shared module keeps the last copy), which
+cannot be what the file's writer meant. With ``L = 1`` there is no difference.
+
+Every file is written atomically: a heads folder is built beside its destination and swapped
+into place (:func:`blockdraft.core.files.atomic_directory`).
+
+Public surface:
+    LAYOUTS                                      the four layout names above
+    detect_layout(path) -> str                   which layout a folder holds
+    read_heads_config(path) -> HeadsConfig       its sizes and the base it names
+    read_heads(path, layout=None) -> MedusaHeads
+    write_heads(heads, path, layout="medusa-v2", *, base_model=None, lm_head=None, base=None)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockdraft.core.files import atomic_directory, write_text_atomic
+from blockdraft.models.errors import ModelError
+from blockdraft.models.hf.medusa import MedusaHeads
+
+LAYOUTS = ("medusa-heads", "medusa-full", "medusa-v2", "vllm")
+CONFIG_FILE = "config.json"
+HEADS_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
+"""The heads file of a Medusa heads folder, in the order they are looked for."""
+FULL_PREFIX = "medusa_head."
+"""The prefix of the Medusa keys inside a Medusa-2 full checkpoint."""
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+
+
+@dataclass(frozen=True)
+class HeadsConfig:
+    """What a heads folder's ``config.json`` says.
+
+    Attributes:
+        layout: one of :data:`LAYOUTS`.
+        num_heads: Medusa heads (``h - 1``).
+        num_layers: ResBlocks per head (``L``).
+        own_projection: each head has its own ``[V, d]`` projection (False: the base's).
+        bias: the ResBlocks' linear layers have a bias.
+        base_model: ``base_model_name_or_path`` (a hub id, a folder, or a blockdraft name),
+            or None when the config names none (vLLM configs usually don't; a Medusa-2 full
+            checkpoint is its own base: its folder).
+    """
+
+    layout: str
+    num_heads: int
+    num_layers: int
+    own_projection: bool
+    bias: bool
+    base_model: str | None
+
+
+# ---- detection ---------------------------------------------------------------------------------
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    file = folder / CONFIG_FILE
+    if not file.is_file():
+        raise ModelError(f"{str(folder)!r} has no {CONFIG_FILE}; it is not a Medusa heads folder")
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read {file}: {e}") from e
+    if not isinstance(config, dict):
+        raise ModelError(f"{file} must hold a JSON object, got {type(config).__name__}")
+    return config
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """The weight files of a Hugging Face model folder (shards resolved through the index)."""
+    for name in _WEIGHT_FILES:
+        file = folder / name
+        if not file.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return [file]
+        try:
+            weight_map = json.loads(file.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ModelError(f"cannot read the shard index {file}: {e}") from e
+        return [folder / shard for shard in sorted(set(weight_map.values()))]
+    return []
+
+
+def detect_layout(path: str | os.PathLike[str]) -> str:
+    """Which of :data:`LAYOUTS` the folder ``path`` holds (see the module docstring).
+
+    Raises:
+        ModelError: when ``path`` is not a folder, has no readable ``config.json``, or holds
+            none of the layouts (the message says what each needs).
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ModelError(f"Medusa heads must be a folder, got {str(folder)!r}")
+    config = _read_config(folder)
+    if "medusa_num_heads" in config:
+        if str(config.get("version", "")) == "2":
+            return "medusa-v2"
+        if any((folder / name).is_file() for name in HEADS_FILES):
+            return "medusa-heads"
+        if _weight_files(folder):
+            return "medusa-full"
+        raise ModelError(
+            f"{str(folder)!r} has medusa_num_heads in its config.json but neither "
+            f"{' nor '.join(HEADS_FILES)} (Medusa heads) nor model weights (a Medusa-2 full "
+            "checkpoint)"
+        )
+    if config.get("model_type") == "medusa" or "MedusaModel" in (config.get("architectures") or []):
+        return "vllm"
+    raise ModelError(
+        f"{str(folder)!r} is not a Medusa heads folder: its config.json has neither "
+        "medusa_num_heads (Medusa-1, Medusa-2 full checkpoints, Medusa version 2) nor "
+        "model_type 'medusa' (vLLM)"
+    )
+
+
+def _positive(config: dict[str, Any], key: str, default: int | None, file: Path) -> int:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelError(f"{file}: {key} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def read_heads_config(path: str | os.PathLike[str]) -> HeadsConfig:
+    """The layout, sizes and named base of a heads folder.
+
+    Raises:
+        ModelError: see :func:`detect_layout`; a missing or invalid size in ``config.json``;
+            a vLLM draft with a truncated vocabulary or a logit scale.
+    """
+    folder = Path(path)
+    layout = detect_layout(folder)
+    config = _read_config(folder)
+    file = folder / CONFIG_FILE
+    named = config.get("base_model_name_or_path")
+    base = str(named) if named else None
+    if layout == "vllm":
+        vocab = config.get("vocab_size")
+        truncated = config.get("truncated_vocab_size")
+        if truncated is not None and vocab is not None and truncated < vocab:
+            raise ModelError(
+                f"{file}: truncated_vocab_size = {truncated} < vocab_size = {vocab}; vLLM "
+                "drafts over a truncated vocabulary (token_map) are not supported"
+            )
+        scale = config.get("logit_scale", 1.0)
+        if scale != 1:
+            raise ModelError(f"{file}: logit_scale = {scale} is not supported (only 1.0)")
+        return HeadsConfig(layout, _positive(config, "num_heads", None, file),
+                           _positive(config, "num_hidden_layers", 1, file), own_projection=True,
+                           bias=bool(config.get("medusa_fc_bias", False)), base_model=base)
+    return HeadsConfig(layout, _positive(config, "medusa_num_heads", None, file),
+                       _positive(config, "medusa_num_layers", 1, file),
+                       own_projection=layout != "medusa-v2", bias=True,
+                       base_model=str(folder) if layout == "medusa-full" else base)
+
+
+# ---- reading -----------------------------------------------------------------------------------
+
+
+def _load_tensors(file: Path, wanted: Callable[[str], bool] | None = None
+                  ) -> dict[str, torch.Tensor]:
+    """The tensors of a ``.safetensors`` or ``torch.save`` file whose key satisfies ``wanted``
+    (a predicate; None: all), on the CPU."""
+    keep = wanted or (lambda key: True)
+    try:
+        if file.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(file), framework="pt") as f:
+                return {k: f.get_tensor(k) for k in f.keys() if keep(k)}
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - safetensors/pickle raise many kinds
+        raise ModelError(f"cannot read the weights file {file}: {e}") from e
+    if not isinstance(state, dict):
+        raise ModelError(f"{file} must hold a dict of tensors, got {type(state).__name__}")
+    return {str(k): v for k, v in state.items() if keep(str(k)) and isinstance(v, torch.Tensor)}
+
+
+def _heads_state(folder: Path, layout: str) -> dict[str, torch.Tensor]:
+    """The raw tensors of the heads, keys as the layout writes them (without prefixes)."""
+    if layout in ("medusa-heads", "medusa-v2"):
+        for name in HEADS_FILES:
+            if (folder / name).is_file():
+                return _load_tensors(folder / name)
+        raise ModelError(f"{str(folder)!r} has no {' or '.join(HEADS_FILES)}")
+    files = _weight_files(folder)
+    if not files:
+        raise ModelError(f"{str(folder)!r} has no model weights ({', '.join(_WEIGHT_FILES)})")
+    state: dict[str, torch.Tensor] = {}
+    if layout == "medusa-full":
+        for file in files:
+            part = _load_tensors(file, lambda k: k.startswith(FULL_PREFIX))
+            state.update({k[len(FULL_PREFIX):]: v for k, v in part.items()})
+        return state
+    for file in files:  # vllm: some exports put everything under "medusa_heads."
+        part = _load_tensors(file)
+        state.update({k.removeprefix("medusa_heads."): v for k, v in part.items()})
+    return state
+
+
+def _take(state: dict[str, torch.Tensor], key: str, shape: tuple[int, ...], where: str
+          ) -> torch.Tensor:
+    if key not in state:
+        raise ModelError(f"{where}: missing tensor {key!r}")
+    tensor = state[key]
+    if tuple(tensor.shape) != shape:
+        raise ModelError(f"{where}: {key!r} has shape {tuple(tensor.shape)}, expected {shape}")
+    return tensor
+
+
+def _same(a: tuple[torch.Tensor, torch.Tensor | None],
+          b: tuple[torch.Tensor, torch.Tensor | None]) -> bool:
+    """Whether two blocks' (weight, bias) are identical."""
+    if not torch.equal(a[0], b[0]):
+        return False
+    return (a[1] is None and b[1] is None) or (
+        a[1] is not None and b[1] is not None and torch.equal(a[1], b[1]))
+
+
+def _build(
+    cfg: HeadsConfig,
+    blocks: dict[tuple[int, int], tuple[str, str | None]],
+    projections: dict[int, str] | None,
+    state: dict[str, torch.Tensor],
+    where: str,
+) -> MedusaHeads:
+    """MedusaHeads from a state dict, given each block's (weight key, bias key or None) and
+    each head's projection key (None: the base ``lm_head``)."""
+    first_key = blocks[0, 0][0]
+    if first_key not in state:
+        raise ModelError(f"{where}: missing tensor {first_key!r}")
+    first = state[first_key]
+    if first.dim() != 2 or first.shape[0] != first.shape[1]:
+        raise ModelError(f"{where}: {first_key!r} must be a square [d, d] matrix, got "
+                         f"{tuple(first.shape)}")
+    d = int(first.shape[0])
+    weights: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor | None]] = {}
+    for (h, layer), (wkey, bkey) in blocks.items():
+        w = _take(state, wkey, (d, d), where)
+        b = None if bkey is None else _take(state, bkey, (d,), where)
+        weights[h, layer] = (w, b)
+    vocab: int | None = None
+    proj: dict[int, torch.Tensor] = {}
+    if projections is not None:
+        pkey = projections[0]
+        if pkey not in state:
+            raise ModelError(f"{where}: missing tensor {pkey!r}")
+        vocab = int(state[pkey].shape[0])
+        proj = {h: _take(state, key, (vocab, d), where) for h, key in projections.items()}
+    n, L = cfg.num_heads, cfg.num_layers  # noqa: N806
+    tie = L > 1 and all(
+        _same(weights[h, layer], weights[h, 0]) for h in range(n) for layer in range(1, L)
+    )
+    heads = MedusaHeads(d, vocab, n, L, projections is not None, bias=cfg.bias, tie_layers=tie)
+    heads.to(first.dtype)
+    with torch.no_grad():
+        for h in range(n):
+            for layer in range(1 if tie else L):
+                w, b = weights[h, layer]
+                linear = heads.block(h, layer).linear
+                linear.weight.copy_(w)
+                if linear.bias is not None:
+                    linear.bias.copy_(b if b is not None else torch.zeros(d))
+        if heads.projections is not None:
+            shared = projections is not None and len(set(projections.values())) == 1 and n > 1
+            if shared:  # vLLM's original_lm_head: one matrix for every head
+                module = heads.projections[0]
+                heads.projections = torch.nn.ModuleList([module] * n)
+            for h in range(1 if shared else n):
+                heads.projection(h).weight.copy_(proj[h])
+    return heads
+
+
+def read_heads(path: str | os.PathLike[str], layout: str | None = None) -> MedusaHeads:
+    """The Medusa heads stored in a folder of any layout, in the file's dtype, on the CPU.
+
+    Args:
+        path: the heads folder (for ``"medusa-full"``: the whole model's folder).
+        layout: one of :data:`LAYOUTS`; default :func:`detect_layout`.
+
+    Raises:
+        ModelError: an unknown layout, a missing or misshapen tensor (named), or a config the
+            layout does not allow.
+    """
+    folder = Path(path)
+    cfg = read_heads_config(folder)
+    if layout is not None and layout != cfg.layout:
+        if layout not in LAYOUTS:
+            raise ModelError(f"unknown heads layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+        raise ModelError(f"{str(folder)!r} holds the {cfg.layout!r} layout, not {layout!r}")
+    state = _heads_state(folder, cfg.layout)
+    where = f"{folder} ({cfg.layout})"
+    n, L = cfg.num_heads, cfg.num_layers  # noqa: N806
+    if cfg.layout == "vllm":
+        if "token_map" in state:
+            raise ModelError(f"{where}: a token_map (truncated draft vocabulary) is not supported")
+        config = _read_config(folder)
+        blocks = {(h, layer): (f"blocks.{h}.layers.{layer}.weight",
+                           f"blocks.{h}.layers.{layer}.bias" if cfg.bias else None)
+                  for h in range(n) for layer in range(L)}
+        shared = bool(config.get("original_lm_head", False))
+        projections = {h: "lm_heads.0.weight" if shared else f"lm_heads.{h}.weight"
+                       for h in range(n)}
+        return _build(cfg, blocks, projections, state, where)
+    blocks = {(h, layer): (f"{h}.{layer}.linear.weight", f"{h}.{layer}.linear.bias")
+              for h in range(n) for layer in range(L)}
+    own = None if cfg.layout == "medusa-v2" else {h: f"{h}.{L}.weight" for h in range(n)}
+    return _build(cfg, blocks, own, state, where)
+
+
+# ---- writing -----------------------------------------------------------------------------------
+
+
+def _medusa_state(heads: MedusaHeads, lm_head: torch.Tensor | None, projections: bool,
+                  prefix: str = "") -> dict[str, torch.Tensor]:
+    """Medusa's keys: ``{h}.{layer}.linear.{weight,bias}`` and (``projections``) ``{h}.{L}.weight``.
+    Every tensor is its own contiguous CPU copy (safetensors refuses shared memory)."""
+    state: dict[str, torch.Tensor] = {}
+    L = heads.num_layers  # noqa: N806
+    for h in range(heads.num_heads):
+        for layer in range(L):
+            linear = heads.block(h, layer).linear
+            weight = linear.weight.detach()
+            bias = linear.bias.detach() if linear.bias is not None else torch.zeros_like(
+                weight[0])  # Medusa's blocks always have a bias: a missing one is zero
+            state[f"{prefix}{h}.{layer}.linear.weight"] = weight.cpu().contiguous().clone()
+            state[f"{prefix}{h}.{layer}.linear.bias"] = bias.cpu().contiguous().clone()
+        if projections:
+            state[f"{prefix}{h}.{L}.weight"] = _projection(heads, h, lm_head)
+    return state
+
+
+def _projection(heads: MedusaHeads, h: int, lm_head: torch.Tensor | None) -> torch.Tensor:
+    if heads.projections is not None:
+        weight = heads.projection(h).weight.detach()
+    elif lm_head is not None:
+        weight = lm_head.detach()
+    else:
+        raise ModelError(
+            "these heads share the base lm_head, and this layout stores a projection per "
+            "head: pass lm_head (the base's lm_head weight [V, d]) or write layout 'medusa-v2'"
+        )
+    return weight.cpu().contiguous().clone()
+
+
+def _save_safetensors(state: dict[str, torch.Tensor], file: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file(state, str(file), metadata={"format": "pt"})
+
+
+def _write_json(file: Path, data: dict[str, Any]) -> None:
+    write_text_atomic(file, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_heads(
+    heads: MedusaHeads,
+    path: str | os.PathLike[str],
+    layout: str = "medusa-v2",
+    *,
+    base_model: str | None = None,
+    lm_head: torch.Tensor | None = None,
+    base: Any = None,
+) -> Path:
+    """Write ``heads`` as a folder of ``layout``, replacing ``path`` atomically.
+
+    Args:
+        heads: the heads (their dtype is kept).
+        path: the folder to create (an existing one is replaced as a whole).
+        layout: one of :data:`LAYOUTS`.
+        base_model: ``base_model_name_or_path`` to record (a folder, hub id or blockdraft
+            name such as ``"smollm2"``); default empty (vLLM: omitted).
+        lm_head: the base's ``lm_head`` weight ``[V, d]``, needed to store heads that share it
+            in a layout with a projection per head (``"medusa-heads"``; ``"vllm"`` stores it
+            once with ``original_lm_head``).
+        base: the base ``transformers`` model, needed for ``"medusa-full"`` (its weights and
+            config are written too; shared heads get copies of its ``lm_head``).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ModelError: an unknown layout; ``"medusa-v2"`` for heads with their own projections;
+            a missing ``lm_head`` or ``base``.
+    """
+    if not isinstance(heads, MedusaHeads):
+        raise ModelError(f"heads must be MedusaHeads, got {type(heads).__name__}")
+    if layout not in LAYOUTS:
+        raise ModelError(f"unknown heads layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+    folder = Path(path)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    medusa_config = {"medusa_num_heads": heads.num_heads, "medusa_num_layers": heads.num_layers,
+                     "base_model_name_or_path": base_model or ""}
+    if layout == "medusa-v2":
+        if heads.own_projection:
+            raise ModelError(
+                "Medusa version-2 heads share the base lm_head, but these heads have their own "
+                "projections; write layout 'medusa-heads' or 'vllm' instead"
+            )
+        with atomic_directory(folder) as tmp:
+            _save_safetensors(_medusa_state(heads, None, projections=False),
+                              tmp / "medusa_lm_head.safetensors")
+            _write_json(tmp / CONFIG_FILE, {**medusa_config, "version": "2"})
+        return folder
+    if layout == "medusa-heads":
+        state = _medusa_state(heads, lm_head, projections=True)
+        with atomic_directory(folder) as tmp:
+            torch.save(state, tmp / "medusa_lm_head.pt")
+            _write_json(tmp / CONFIG_FILE, medusa_config)
+        return folder
+    if layout == "vllm":
+        return _write_vllm(heads, folder, base_model, lm_head)
+    return _write_full(heads, folder, base)
+
+
+def _write_vllm(heads: MedusaHeads, folder: Path, base_model: str | None,
+                lm_head: torch.Tensor | None) -> Path:
+    state: dict[str, torch.Tensor] = {}
+    for h in range(heads.num_heads):
+        for layer in range(heads.num_layers):
+            linear = heads.block(h, layer).linear
+            state[f"blocks.{h}.layers.{layer}.weight"] = linear.weight.detach().cpu().clone()
+            if linear.bias is not None:
+                state[f"blocks.{h}.layers.{layer}.bias"] = linear.bias.detach().cpu().clone()
+    shared = heads.projections is None
+    for h in range(1 if shared else heads.num_heads):
+        state[f"lm_heads.{h}.weight"] = _projection(heads, h, lm_head)
+    vocab, d = state["lm_heads.0.weight"].shape
+    config: dict[str, Any] = {
+        "model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": int(d),
+        "vocab_size": int(vocab), "truncated_vocab_size": int(vocab),
+        "num_heads": heads.num_heads, "num_hidden_layers": heads.num_layers,
+        "medusa_fc_bias": heads.bias, "original_lm_head": shared,
+    }
+    if base_model:
+        config["base_model_name_or_path"] = base_model
+    with atomic_directory(folder) as tmp:
+        _save_safetensors(state, tmp / "model.safetensors")
+        _write_json(tmp / CONFIG_FILE, config)
+    return folder
+
+
+def _write_full(heads: MedusaHeads, folder: Path, base: Any) -> Path:
+    if base is None or not callable(getattr(base, "save_pretrained", None)):
+        raise ModelError("a Medusa-2 full checkpoint holds the base model too: pass base=")
+    lm_head = base.get_output_embeddings().weight
+    state = _medusa_state(heads, lm_head, projections=True, prefix=FULL_PREFIX)
+    with atomic_directory(folder) as tmp:
+        base.save_pretrained(str(tmp))
+        single = tmp / "model.safetensors"
+        index = tmp / "model.safetensors.index.json"
+        if single.is_file():
+            from safetensors.torch import load_file
+
+            _save_safetensors({**load_file(str(single)), **state}, single)
+        elif index.is_file():
+            shard = "medusa_head.safetensors"
+            _save_safetensors(state, tmp / shard)
+            data = json.loads(index.read_text(encoding="utf-8"))
+            data["weight_map"].update({k: shard for k in state})
+            _write_json(index, data)
+        else:
+            raise ModelError(f"save_pretrained wrote no safetensors weights into {tmp}")
+        config = json.loads((tmp / CONFIG_FILE).read_text(encoding="utf-8"))
+        config.update(medusa_num_heads=heads.num_heads, medusa_num_layers=heads.num_layers)
+        _write_json(tmp / CONFIG_FILE, config)
+    return folder
+

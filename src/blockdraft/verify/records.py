@@ -1,0 +1,90 @@
+"""The records of a decode: one :class:`DecodeStep` per verification call, one
+:class:`DecodeResult` per prompt (frozen, numpy/torch free apart from the drafts they hold)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from blockdraft.core.batch import DraftBatch
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeStep:
+    """One verification call of the decode loop.
+
+    Attributes:
+        position: index in :attr:`DecodeResult.tokens` of this step's certain token ``d_1``.
+        drafts: the drafts proposed (``[p, h]``, before the last step's cut to the columns
+            that can count).
+        n: accepted draft tokens of the winner (none after its EOS; see the module doc).
+        winner: row of the winning draft.
+        source: where the winning draft came from (``"iad"`` for an input copy, else the
+            batch's source such as ``"lattice"`` or ``"ngram-exact"``).
+        accept_lengths: ``n`` of every draft verified.
+        tokens: the tokens this call yielded: ``d_2 .. d_{1+n}`` then the next certain token,
+            cut after EOS and at ``max_new_tokens`` (``min(1 + n, remaining)`` of them).
+        forward_s: wall seconds in the model's forward pass.
+        draft_s: wall seconds building the lattice and drafting (rescoring included).
+        other_s: wall seconds elsewhere in the step (criterion, cache selection, book-keeping).
+    """
+
+    position: int
+    drafts: DraftBatch
+    n: int
+    winner: int
+    source: str
+    accept_lengths: tuple[int, ...]
+    tokens: tuple[int, ...]
+    forward_s: float
+    draft_s: float
+    other_s: float
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeResult:
+    """The output of :func:`decode` for one prompt.
+
+    Attributes:
+        tokens: the generated ids ``y_1 .. y_m`` (the prompt excluded; EOS included when it
+            stopped the decode). A list, like :func:`~blockdraft.models.greedy_generate`'s,
+            so the two compare with ``==``.
+        calls: serial calls of the model, the prefill included (0 when nothing was asked).
+        steps: one record per verification call.
+        prompt_length: tokens in the prompt.
+        stopped: ``"eos"``, ``"max_new_tokens"``, or ``"empty"`` (``max_new_tokens == 0``).
+        criterion: the acceptance criterion, as a string (``"exact"`` is lossless).
+        drafter: the draft strategy's name.
+        prefill_s: wall seconds of the prompt's forward pass.
+        wall_s: wall seconds of the whole decode.
+    """
+
+    tokens: list[int]
+    calls: int
+    steps: tuple[DecodeStep, ...]
+    prompt_length: int
+    stopped: str
+    criterion: str
+    drafter: str
+    prefill_s: float
+    wall_s: float
+
+    @property
+    def block_efficiency(self) -> float:
+        """``B = len(tokens) / calls`` (docs/definitions.md sec. 2), ``1 <= B <= h``; 0.0
+        without calls."""
+        return len(self.tokens) / self.calls if self.calls else 0.0
+
+    @property
+    def accept_lengths(self) -> list[int]:
+        """The winner's ``n`` of every step."""
+        return [s.n for s in self.steps]
+
+    @property
+    def forward_s(self) -> float:
+        """Wall seconds in the model's forward passes, the prefill included."""
+        return self.prefill_s + sum(s.forward_s for s in self.steps)
+
+    @property
+    def draft_s(self) -> float:
+        """Wall seconds building lattices and drafting (rescoring included)."""
+        return sum(s.draft_s for s in self.steps)
