@@ -37,6 +37,7 @@ import numpy as np
 
 from blockdraft.core.checks import check_positive_int, is_int
 from blockdraft.core.errors import BlockdraftError
+from blockdraft.core.jsonl import iter_jsonl
 
 
 class TaskError(BlockdraftError):
@@ -110,20 +111,6 @@ def _join(prefix: str, text: str, suffix: str) -> str:
     return " ".join(part for part in (prefix, text, suffix) if part)
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskError(f"{path}:{line_no}: not valid JSON ({e.msg})") from e
-            if not isinstance(rec, dict):
-                raise TaskError(f"{path}:{line_no}: expected a JSON object per line")
-            yield line_no, rec
-
-
 def _field(rec: dict[str, Any], key: str, where: str) -> str:
     if key not in rec:
         raise TaskError(f"{where}: the record has no {key!r} field (fields: {sorted(rec)})")
@@ -137,7 +124,7 @@ def _field(rec: dict[str, Any], key: str, where: str) -> str:
 
 
 def _read_lambada(path: Path, task: str) -> Iterator[TaskExample]:
-    for line_no, rec in _jsonl(path):
+    for line_no, rec in iter_jsonl(path, TaskError):
         words = _field(rec, "text", f"{path}:{line_no}").split()
         if len(words) >= 2:
             yield TaskExample(task, f"{path.name}:{line_no}", "", " ".join(words[:-1]),
@@ -145,7 +132,7 @@ def _read_lambada(path: Path, task: str) -> Iterator[TaskExample]:
 
 
 def _read_prefixes(path: Path, task: str) -> Iterator[TaskExample]:
-    for line_no, rec in _jsonl(path):
+    for line_no, rec in iter_jsonl(path, TaskError):
         where = f"{path}:{line_no}"
         text = _field(rec, "instructions", where)
         if text:
@@ -204,7 +191,7 @@ def _read_samsum(path: Path, task: str) -> Iterator[TaskExample]:
 def _summary_reader(prefix: str, text_key: str, ref_key: str, newline_marker: str = ""
                     ) -> Callable[[Path, str], Iterator[TaskExample]]:
     def read(path: Path, task: str) -> Iterator[TaskExample]:
-        for line_no, rec in _jsonl(path):
+        for line_no, rec in iter_jsonl(path, TaskError):
             where = f"{path}:{line_no}"
             raw = rec.get(text_key, "")
             if newline_marker and isinstance(raw, str):

@@ -12,6 +12,7 @@ import numpy as np
 from blockdraft.cli.common import (
     CliError,
     add_command,
+    add_group,
     int_list,
     print_json,
     print_table,
@@ -73,8 +74,7 @@ def cmd_bench_rescore(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any) -> None:
     """``bench rescore``."""
-    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(
-        dest="bench_command", required=True, metavar="ACTION")
+    bench = add_group(sub, "bench", "benchmarks")
     p = add_command(bench, "rescore", "p-best latency of the rescoring backends, side by side",
                     cmd_bench_rescore)
     p.add_argument("--lm", required=True, type=Path, help="ARPA file or KenLM binary")

@@ -1,5 +1,5 @@
 """What every command shares: the error class, rich tables, JSON, progress bars, argument
-types and input readers, and :func:`add_command`."""
+types and input readers, :func:`add_group` and :func:`add_command`."""
 
 from __future__ import annotations
 
@@ -131,3 +131,10 @@ def add_command(parent: Any, name: str, help_: str, func: Command) -> argparse.A
     p: argparse.ArgumentParser = parent.add_parser(name, help=help_, description=help_)
     p.set_defaults(func=func)
     return p
+
+
+def add_group(sub: Any, name: str, help_: str) -> Any:
+    """A command group ``name`` (``blockdraft NAME ACTION``) of the subparsers ``sub``; returns
+    its own subparsers, for :func:`add_command`. The chosen action is ``args.NAME_command``."""
+    return sub.add_parser(name, help=help_).add_subparsers(
+        dest=f"{name}_command", required=True, metavar="ACTION")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.cli.common import add_command, id_list, print_json, print_table
+from blockdraft.cli.common import add_command, add_group, id_list, print_json, print_table
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
@@ -73,8 +73,7 @@ def add_parsers(sub: Any) -> None:
                    help="comma-separated context token ids (default: the file's context)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    lat = sub.add_parser("lattice", help="lattice tools").add_subparsers(
-        dest="lattice_command", required=True, metavar="ACTION")
+    lat = add_group(sub, "lattice", "lattice tools")
     p = add_command(lat, "draw", "draw a lattice like Kim et al. Fig. 4", cmd_lattice_draw)
     p.add_argument("lattice", type=Path)
     p.add_argument("-o", "--output", required=True, type=Path,

@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.cli.common import CliError, add_command, print_json, print_table, read_id_lines
+from blockdraft.cli.common import (
+    CliError,
+    add_command,
+    add_group,
+    print_json,
+    print_table,
+    read_id_lines,
+)
 
 
 def cmd_ngram_train(args: argparse.Namespace) -> int:
@@ -47,8 +54,7 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any) -> None:
     """``ngram train``."""
-    ng = sub.add_parser("ngram", help="n-gram LM tools").add_subparsers(
-        dest="ngram_command", required=True, metavar="ACTION")
+    ng = add_group(sub, "ngram", "n-gram LM tools")
     p = add_command(ng, "train", "train an n-gram LM over token ids (lmplz + build_binary)",
                     cmd_ngram_train)
     src = p.add_mutually_exclusive_group(required=True)

@@ -38,6 +38,7 @@ from torch import nn
 from blockdraft.models.cache import KVCache
 from blockdraft.models.config import BlockwiseConfig
 from blockdraft.models.errors import ModelError
+from blockdraft.models.inputs import check_input_ids, check_past_fits
 
 
 def rope_tables(config: BlockwiseConfig, device: torch.device | str | None = None,
@@ -245,36 +246,7 @@ class BlockwiseLM(nn.Module):
     # ---- the forward pass, in pieces ---------------------------------------------------------
 
     def _check_inputs(self, input_ids: Any, past: KVCache | None) -> torch.Tensor:
-        if not isinstance(input_ids, torch.Tensor):
-            raise ModelError(
-                f"input_ids must be a torch LongTensor [B, T], got {type(input_ids).__name__}"
-            )
-        if input_ids.dtype.is_floating_point or input_ids.dtype in (torch.bool, torch.complex64,
-                                                                      torch.complex128):
-            raise ModelError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-        if input_ids.dim() != 2:
-            raise ModelError(
-                f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}; "
-                "add a batch dimension with ids[None]"
-            )
-        B, T = input_ids.shape  # noqa: N806
-        if B == 0 or T == 0:
-            raise ModelError(
-                f"input_ids is empty (shape {(B, T)}); the model needs at least one token per row"
-            )
-        if input_ids.device != self.device:
-            raise ModelError(
-                f"input_ids are on {input_ids.device} but the model is on {self.device}; "
-                "move them with .to(model.device)"
-            )
-        lo, hi = int(input_ids.min()), int(input_ids.max())
-        if lo < 0 or hi >= self.config.vocab_size:
-            bad = lo if lo < 0 else hi
-            raise ModelError(
-                f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size}); "
-                "was the text encoded with this model's tokenizer?"
-            )
-        t_past = 0
+        ids = check_input_ids(input_ids, self.config.vocab_size, self.device)
         if past is not None:
             if not isinstance(past, KVCache):
                 raise ModelError(f"past must be a KVCache or None, got {type(past).__name__}")
@@ -285,21 +257,8 @@ class BlockwiseLM(nn.Module):
                     f"needs {self.config.n_layer} layers of [B, {self.config.n_head}, T, "
                     f"{self.config.head_dim}] (was it made by another model?)"
                 )
-            if past.batch_size not in (1, B):
-                raise ModelError(
-                    f"past has {past.batch_size} rows but input_ids has {B}; pass a batch-1 "
-                    "cache (broadcast) or one with the same rows"
-                )
-            if past.device != self.device:
-                raise ModelError(f"past is on {past.device} but the model is on {self.device}")
-            t_past = past.length
-        if t_past + T > self.config.max_seq_len:
-            raise ModelError(
-                f"sequence too long: {t_past} cached + {T} new = {t_past + T} positions exceed "
-                f"max_seq_len = {self.config.max_seq_len}; shorten the prompt (keep its last "
-                f"{self.config.max_seq_len - t_past} tokens) or use a model with a longer context"
-            )
-        return input_ids.long()
+        check_past_fits(past, ids.shape[0], ids.shape[1], self.device, self.config.max_seq_len)
+        return ids
 
     def hidden(
         self, input_ids: torch.Tensor, past: KVCache | None = None
@@ -437,14 +396,9 @@ class BlockwiseLM(nn.Module):
             x = x[:, -1:]  # (B, 1, d)
         return self.project(self.head_states(x)), cache  # (B, T, h, V)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        past: KVCache | None = None,
-        last_only: bool = False,
-    ) -> tuple[torch.Tensor, KVCache]:
-        """Same as :meth:`heads_logits`."""
-        return self.heads_logits(input_ids, past, last_only)
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, KVCache]:
+        """Same as :meth:`heads_logits` (same arguments)."""
+        return self.heads_logits(*args, **kwargs)
 
 
 class RescorerLM(BlockwiseLM):

@@ -9,20 +9,31 @@ can branch from a shared prefix as often as it likes). The operations a BPD veri
     cache.crop(length)              keep the first ``length`` positions, a view
     cache.select_row(j).crop(n)     the winning draft's accepted prefix (docs/definitions.md
                                     sec. 2, step 3)
+    cache.gather(positions)         keep the given positions, in order (a copy): a token tree's
+                                    accepted path (docs/definitions.md sec. 11)
+    cache.to(device)                the same cache on another device
 
-Keys are stored after the rotary position embedding, so a cropped cache continues at position
-``length`` with no recomputation.
+Every operation returns a cache of the same class (a subclass such as
+:class:`blockdraft.models.hf.HFCache` keeps its type).
+
+Keys are stored after the rotary position embedding, so a cropped or gathered cache continues
+at position ``length`` with no recomputation, provided the kept positions are
+``0 .. length - 1`` in the sequence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
-from blockdraft.core.checks import check_int, check_positive_int
+from blockdraft.core.checks import check_int, check_positive_int, is_int
 from blockdraft.models.errors import ModelError
+
+_Cache = TypeVar("_Cache", bound="KVCache")
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,9 +56,13 @@ class KVCache:
     def __post_init__(self) -> None:
         if len(self.keys) == 0 or len(self.keys) != len(self.values):
             raise ModelError(
-                f"a KVCache needs one key and one value tensor per layer, got {len(self.keys)} "
-                f"keys and {len(self.values)} values"
+                f"{type(self).__name__} needs one key and one value tensor per layer, got "
+                f"{len(self.keys)} keys and {len(self.values)} values"
             )
+        self._check_layer_shapes()
+
+    def _check_layer_shapes(self) -> None:
+        """Every layer's keys and values have one shape, ``[B, n_head, T, head_dim]``."""
         shape = self.keys[0].shape
         if len(shape) != 4:
             raise ModelError(f"cache tensors must be [B, n_head, T, head_dim], got {tuple(shape)}")
@@ -82,8 +97,13 @@ class KVCache:
 
     # ---- views and selections ----------------------------------------------------------------
 
-    def crop(self, length: int) -> KVCache:
-        """The first ``length`` positions (``0 < length <= self.length``), as views.
+    def _map(self: _Cache, fn: Callable[[torch.Tensor], torch.Tensor]) -> _Cache:
+        """A cache of the same class holding ``fn`` of every key and value tensor."""
+        return dataclasses.replace(self, keys=tuple(fn(k) for k in self.keys),
+                                   values=tuple(fn(v) for v in self.values))
+
+    def crop(self: _Cache, length: int) -> _Cache:
+        """The first ``length`` positions (``1 <= length <= self.length``), as views.
 
         Raises:
             ModelError: when ``length`` is outside ``[1, self.length]``.
@@ -91,24 +111,20 @@ class KVCache:
         length = check_int(length, "crop length", ModelError, minimum=1, maximum=self.length)
         if length == self.length:
             return self
-        return KVCache(
-            keys=tuple(k[:, :, :length] for k in self.keys),  # (B, nh, length, hs)
-            values=tuple(v[:, :, :length] for v in self.values),  # (B, nh, length, hs)
-        )
+        return self._map(lambda t: t[:, :, :length])  # (B, nh, length, hs)
 
-    def select_row(self, row: int) -> KVCache:
+    def select_row(self: _Cache, row: int) -> _Cache:
         """Row ``row`` alone (batch 1), as views.
 
         Raises:
             ModelError: when ``row`` is not in ``[0, B)``.
         """
-        row = check_int(row, "row", ModelError, minimum=0, maximum=self.batch_size - 1)
-        return KVCache(
-            keys=tuple(k[row : row + 1] for k in self.keys),  # (1, nh, T, hs)
-            values=tuple(v[row : row + 1] for v in self.values),  # (1, nh, T, hs)
-        )
+        if not is_int(row) or not 0 <= row < self.batch_size:
+            raise ModelError(f"row must be an integer in [0, {self.batch_size}), got {row!r}")
+        j = int(row)
+        return self._map(lambda t: t[j : j + 1])  # (1, nh, T, hs)
 
-    def select_rows(self, rows: Sequence[int] | torch.Tensor) -> KVCache:
+    def select_rows(self: _Cache, rows: Sequence[int] | torch.Tensor) -> _Cache:
         """Rows ``rows`` in that order (repeats allowed): a gather, so it copies.
 
         Raises:
@@ -118,15 +134,10 @@ class KVCache:
         if index.numel() == 0:
             raise ModelError("select_rows needs at least one row")
         if int(index.min()) < 0 or int(index.max()) >= self.batch_size:
-            raise ModelError(
-                f"rows must lie in [0, {self.batch_size}), got {index.tolist()}"
-            )
-        return KVCache(
-            keys=tuple(k.index_select(0, index) for k in self.keys),  # (len(rows), nh, T, hs)
-            values=tuple(v.index_select(0, index) for v in self.values),
-        )
+            raise ModelError(f"rows must lie in [0, {self.batch_size}), got {index.tolist()}")
+        return self._map(lambda t: t.index_select(0, index))  # (len(rows), nh, T, hs)
 
-    def expand(self, batch_size: int) -> KVCache:
+    def expand(self: _Cache, batch_size: int) -> _Cache:
         """A batch-1 cache repeated as ``batch_size`` rows without copying (``Tensor.expand``).
 
         The next forward on top of it writes ``batch_size`` new rows (the prefix is copied
@@ -144,14 +155,32 @@ class KVCache:
                 f"only a batch-1 cache can be expanded, this one has {self.batch_size} rows; "
                 "use select_row(j) first"
             )
-        return KVCache(
-            keys=tuple(k.expand(batch_size, -1, -1, -1) for k in self.keys),  # (p, nh, T, hs)
-            values=tuple(v.expand(batch_size, -1, -1, -1) for v in self.values),
-        )
+        return self._map(lambda t: t.expand(batch_size, -1, -1, -1))  # (p, nh, T, hs)
 
-    def to(self, device: torch.device | str) -> KVCache:
+    def gather(self: _Cache, positions: Sequence[int] | torch.Tensor) -> _Cache:
+        """The positions ``positions`` (1-D, in that order, every row alike): a copy.
+
+        For a token tree (docs/definitions.md sec. 11): after verifying ``N`` tree nodes on a
+        prefix of ``P`` positions, ``gather([0 .. P-1] + [P + u for u in accepted path])``
+        keeps the prefix and the accepted path, which then sit at contiguous positions.
+
+        Raises:
+            ModelError: on an empty or non-1-D selection, or a position outside
+                ``[0, length)``.
+        """
+        index = torch.as_tensor(positions, dtype=torch.long).to(self.device)
+        if index.dim() != 1 or index.numel() == 0:
+            raise ModelError(
+                f"positions must be a non-empty 1-D sequence, got shape {tuple(index.shape)}"
+            )
+        if int(index.min()) < 0 or int(index.max()) >= self.length:
+            raise ModelError(f"positions must lie in [0, {self.length}), got {index.tolist()}")
+        return self._map(lambda t: t.index_select(2, index))  # (B, nh, n, hs)
+
+    def to(self: _Cache, device: torch.device | str) -> _Cache:
         """The same cache on ``device``."""
-        return KVCache(
-            keys=tuple(k.to(device) for k in self.keys),
-            values=tuple(v.to(device) for v in self.values),
-        )
+        return self._map(lambda t: t.to(device))
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(n_layer={self.n_layer}, batch_size={self.batch_size}, "
+                f"length={self.length})")

@@ -7,6 +7,9 @@ Public surface:
                              with GPT-2 ``vocab.json`` + ``merges.txt`` (or ``gpt2_*`` names)
     tok.encode(text) -> list[int];  tok.decode(ids) -> str;  tok.save(directory) -> Path
     tok.vocab_size, tok.eos_id, tok.pad_id
+    BaseTokenizer            the part every tokenizer shares (``backend``, ``vocab_size``,
+                             checked ``encode`` and ``decode``, ``len``); also the base of
+                             :class:`blockdraft.models.hf.HFTokenizer`
 
 Byte-level BPE round-trips any text exactly: ``decode(encode(s)) == s``. The end-of-text token
 ``<|endoftext|>`` is EOS (and doubles as BOS where a model needs a first token); a trained
@@ -72,7 +75,61 @@ def read_gpt2_merges(path: str | Path) -> list[tuple[str, str]]:
     return merges
 
 
-class Tokenizer:
+class BaseTokenizer:
+    """What blockdraft's tokenizers share over a wrapped backend: ``backend``,
+    ``vocab_size``, ``encode`` (a str check, then the subclass's :meth:`_encode`), ``decode``
+    (with the vocabulary check) and ``len``. Subclasses set ``_backend`` and ``_vocab_size``
+    (this :class:`Tokenizer` over HF ``tokenizers``, and
+    :class:`blockdraft.models.hf.HFTokenizer` over a ``transformers`` tokenizer).
+    """
+
+    __slots__ = ("_backend", "_vocab_size")
+
+    _backend: Any
+    _vocab_size: int
+
+    @property
+    def backend(self) -> Any:
+        """The wrapped backend tokenizer (treat it as read-only)."""
+        return self._backend
+
+    @property
+    def vocab_size(self) -> int:
+        """``V``: every valid id is in ``[0, V)`` (special tokens included; for a model's
+        tokenizer, every id the model can produce)."""
+        return self._vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, without special tokens added (no BOS/EOS).
+
+        Raises:
+            ModelError: when ``text`` is not a string.
+        """
+        if not isinstance(text, str):
+            raise ModelError(f"encode expects a str, got {type(text).__name__}")
+        return self._encode(text)
+
+    def _encode(self, text: str) -> list[int]:
+        """The backend's token ids of a str ``text`` (no special tokens added)."""
+        raise NotImplementedError
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """The text of ``ids``; special tokens are written out unless ``skip_special_tokens``.
+
+        Raises:
+            ModelError: on an id outside ``[0, vocab_size)``.
+        """
+        ids = [int(i) for i in ids]
+        for i in ids:
+            if not 0 <= i < self._vocab_size:
+                raise ModelError(f"token id {i} is outside the vocabulary [0, {self._vocab_size})")
+        return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def __len__(self) -> int:
+        return self._vocab_size
+
+
+class Tokenizer(BaseTokenizer):
     """A byte-level BPE tokenizer with an end-of-text token.
 
     Build one with :meth:`train`, :meth:`from_gpt2_files` or :meth:`load`; the wrapped HF
@@ -82,7 +139,7 @@ class Tokenizer:
         ModelError: when the backend lacks the end-of-text token ``<|endoftext|>``.
     """
 
-    __slots__ = ("_backend", "_eos_id", "_pad_id", "_vocab_size")
+    __slots__ = ("_eos_id", "_pad_id")
 
     def __init__(self, backend: Any) -> None:
         eos = backend.token_to_id(EOS_TOKEN)
@@ -233,16 +290,6 @@ class Tokenizer:
     # ---- use ---------------------------------------------------------------------------------
 
     @property
-    def backend(self) -> Any:
-        """The wrapped ``tokenizers.Tokenizer``."""
-        return self._backend
-
-    @property
-    def vocab_size(self) -> int:
-        """``V``: every id is in ``[0, V)`` (special tokens included)."""
-        return self._vocab_size
-
-    @property
     def eos_id(self) -> int:
         """Id of ``<|endoftext|>``."""
         return self._eos_id
@@ -252,14 +299,7 @@ class Tokenizer:
         """Id of ``<pad>``, or None when the tokenizer has none (GPT-2)."""
         return self._pad_id
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (no EOS appended).
-
-        Raises:
-            ModelError: when ``text`` is not a string.
-        """
-        if not isinstance(text, str):
-            raise ModelError(f"encode expects a str, got {type(text).__name__}")
+    def _encode(self, text: str) -> list[int]:
         return list(self._backend.encode(text, add_special_tokens=False).ids)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -269,18 +309,6 @@ class Tokenizer:
                 raise ModelError(f"encode_batch expects strings, got {type(text).__name__}")
         return [list(e.ids) for e in self._backend.encode_batch(list(texts),
                                                                 add_special_tokens=False)]
-
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        """The text of ``ids``; special tokens are written out unless ``skip_special_tokens``.
-
-        Raises:
-            ModelError: on an id outside ``[0, vocab_size)``.
-        """
-        ids = [int(i) for i in ids]
-        for i in ids:
-            if not 0 <= i < self._vocab_size:
-                raise ModelError(f"token id {i} is outside the vocabulary [0, {self._vocab_size})")
-        return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
 
     def id_to_token(self, token_id: int) -> str:
         """The BPE symbol of ``token_id`` (byte-level: a leading space shows as ``Ġ``)."""
@@ -304,9 +332,6 @@ class Tokenizer:
         with atomic_path(file) as tmp:
             self._backend.save(str(tmp))
         return file
-
-    def __len__(self) -> int:
-        return self._vocab_size
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self._vocab_size}, eos_id={self._eos_id})"

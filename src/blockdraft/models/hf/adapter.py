@@ -40,6 +40,7 @@ from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.cache import HFCache
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.tokenizer import HFTokenizer
+from blockdraft.models.inputs import check_input_ids, check_past_fits
 
 SUPPORTED = (
     "supported: decoder-only transformers causal LMs whose logits are lm_head(final hidden "
@@ -254,37 +255,9 @@ class HFBlockwiseModel(nn.Module):
     def _check_inputs(
         self, input_ids: Any, past: Any, position_ids: Any
     ) -> tuple[torch.Tensor, HFCache | None, torch.Tensor]:
-        if not isinstance(input_ids, torch.Tensor):
-            raise ModelError(
-                f"input_ids must be a torch LongTensor [B, T], got {type(input_ids).__name__}"
-            )
-        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex \
-                or input_ids.dtype == torch.bool:
-            raise ModelError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-        if input_ids.dim() != 2:
-            raise ModelError(
-                f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}; "
-                "add a batch dimension with ids[None]"
-            )
-        B, T = input_ids.shape  # noqa: N806 - shape names as in the papers
-        if B == 0 or T == 0:
-            raise ModelError(
-                f"input_ids is empty (shape {(B, T)}); the model needs at least one token per row"
-            )
         device = self.device
-        if input_ids.device != device:
-            raise ModelError(
-                f"input_ids are on {input_ids.device} but the model is on {device}; "
-                "move them with .to(model.device)"
-            )
-        vocab = self.config.vocab_size
-        lo, hi = int(input_ids.min()), int(input_ids.max())
-        if lo < 0 or hi >= vocab:
-            raise ModelError(
-                f"token id {lo if lo < 0 else hi} is outside the vocabulary [0, {vocab}); was "
-                "the text encoded with this model's tokenizer?"
-            )
-        t_past = 0
+        ids = check_input_ids(input_ids, self.config.vocab_size, device)
+        B, T = ids.shape  # noqa: N806 - shape names as in the papers
         if past is not None:
             if not isinstance(past, HFCache):
                 raise ModelError(f"past must be an HFCache or None, got {type(past).__name__}")
@@ -293,23 +266,9 @@ class HFBlockwiseModel(nn.Module):
                     f"past has {past.n_layer} layers but this model has {self.config.n_layer} "
                     "(was it made by another model?)"
                 )
-            if past.batch_size not in (1, B):
-                raise ModelError(
-                    f"past has {past.batch_size} rows but input_ids has {B}; pass a batch-1 "
-                    "cache (broadcast) or one with the same rows"
-                )
-            if past.device != device:
-                raise ModelError(f"past is on {past.device} but the model is on {device}")
-            if past.batch_size != B:
-                past = past.expand(B)
-            t_past = past.length
-        max_len = self.config.max_seq_len
-        if max_len is not None and t_past + T > max_len:
-            raise ModelError(
-                f"sequence too long: {t_past} cached + {T} new = {t_past + T} positions exceed "
-                f"the model's context max_seq_len = {max_len}; shorten the prompt (keep its "
-                f"last {max(max_len - t_past, 0)} tokens)"
-            )
+        t_past = check_past_fits(past, B, T, device, self.config.max_seq_len)
+        if past is not None and past.batch_size != B:
+            past = past.expand(B)
         if position_ids is None:
             positions = torch.arange(t_past, t_past + T, device=device)[None]  # (1, T)
         else:
@@ -321,7 +280,7 @@ class HFBlockwiseModel(nn.Module):
                     f"position_ids must be [T] or [B, T] = [{B}, {T}], got "
                     f"{tuple(positions.shape)}"
                 )
-        return input_ids.long(), past, positions.expand(B, T)  # positions: (B, T)
+        return ids, past, positions.expand(B, T)  # positions: (B, T)
 
     def hidden(
         self,
@@ -431,15 +390,9 @@ class HFBlockwiseModel(nn.Module):
             x = x[:, -1:]  # (B, 1, d)
         return self.project(self.head_states(x)), cache  # (B, T, h, V)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        past: HFCache | None = None,
-        last_only: bool = False,
-        position_ids: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, HFCache]:
-        """Same as :meth:`heads_logits`."""
-        return self.heads_logits(input_ids, past, last_only, position_ids)
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, HFCache]:
+        """Same as :meth:`heads_logits` (same arguments)."""
+        return self.heads_logits(*args, **kwargs)
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The Medusa heads' parameters (what head training updates)."""

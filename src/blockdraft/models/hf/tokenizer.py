@@ -14,14 +14,15 @@ Public surface:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.tokenizer import BaseTokenizer
 
 
-class HFTokenizer:
+class HFTokenizer(BaseTokenizer):
     """A ``transformers`` tokenizer seen through blockdraft's tokenizer interface.
 
     Args:
@@ -35,7 +36,7 @@ class HFTokenizer:
         ModelError: when the tokenizer has more tokens than ``vocab_size``.
     """
 
-    __slots__ = ("_backend", "_vocab_size")
+    __slots__ = ()
 
     def __init__(self, tokenizer: Any, vocab_size: int | None = None) -> None:
         if isinstance(tokenizer, HFTokenizer):
@@ -56,16 +57,6 @@ class HFTokenizer:
         self._vocab_size = int(vocab_size if vocab_size is not None else own)
 
     # ---- properties --------------------------------------------------------------------------
-
-    @property
-    def backend(self) -> Any:
-        """The wrapped ``transformers`` tokenizer."""
-        return self._backend
-
-    @property
-    def vocab_size(self) -> int:
-        """``V``: every id the model can produce is in ``[0, V)``."""
-        return self._vocab_size
 
     @property
     def eos_id(self) -> int | None:
@@ -90,31 +81,12 @@ class HFTokenizer:
 
     # ---- use ---------------------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``, without special tokens (no BOS/EOS added).
-
-        Raises:
-            ModelError: when ``text`` is not a string.
-        """
-        if not isinstance(text, str):
-            raise ModelError(f"encode expects a str, got {type(text).__name__}")
+    def _encode(self, text: str) -> list[int]:
         return [int(i) for i in self._backend.encode(text, add_special_tokens=False)]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`encode` of each text."""
         return [self.encode(t) for t in texts]
-
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        """The text of ``ids``; special tokens are written out unless ``skip_special_tokens``.
-
-        Raises:
-            ModelError: on an id outside ``[0, vocab_size)``.
-        """
-        ids = [int(i) for i in ids]
-        for i in ids:
-            if not 0 <= i < self._vocab_size:
-                raise ModelError(f"token id {i} is outside the vocabulary [0, {self._vocab_size})")
-        return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
 
     def id_to_token(self, token_id: int) -> str:
         """The vocabulary entry of ``token_id``.
@@ -168,9 +140,6 @@ class HFTokenizer:
         directory.mkdir(parents=True, exist_ok=True)
         self._backend.save_pretrained(str(directory))
         return directory
-
-    def __len__(self) -> int:
-        return self._vocab_size
 
     def __repr__(self) -> str:
         return (f"HFTokenizer({type(self._backend).__name__}, vocab_size={self._vocab_size}, "
