@@ -1,6 +1,12 @@
 """The model commands: ``train`` (a BlockwiseLM or RescorerLM and its tokenizer, by the
-shared training recipe), ``trace`` (greedy-decode prompts and record a trace) and ``decode``
-(one prompt with blockwise parallel decoding)."""
+shared training recipe; or, with ``--mode medusa``, Medusa heads on a Hugging Face model by
+self-distillation), ``trace`` (greedy-decode prompts and record a trace) and ``decode`` (one
+prompt with blockwise parallel decoding).
+
+``trace`` and ``decode`` take any model :func:`blockdraft.models.load_model` loads: a
+blockdraft checkpoint folder, a known name (``smollm2``), a Hugging Face folder or ``.gguf``
+file with ``--heads``, with ``--dtype``; ``--chat`` wraps each prompt in the model's chat
+template."""
 
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from blockdraft.cli.common import (
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from blockdraft.models import Tokenizer, TrainConfig, load_model, load_tokenizer
+    from blockdraft.models import TrainConfig, load_model, load_tokenizer
     from blockdraft.recipes import (
         eos_stream,
         model_config,
@@ -36,8 +42,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         train_tokenizer,
     )
 
+    if args.mode == "medusa":
+        return _train_medusa(args)
+    if not args.corpus:
+        raise CliError(f"--mode {args.mode} needs --corpus (text files to train on)")
+    if args.prompts or args.base:
+        raise CliError("--prompts and --base are for --mode medusa")
     if args.threads:
         torch.set_num_threads(args.threads)
+    args.steps = 2000 if args.steps is None else args.steps
+    args.batch_size = 32 if args.batch_size is None else args.batch_size
     sizes = ("h", "n_layer", "n_head", "d_model", "d_ff")
     if args.init is not None:
         given = [f"--{f.replace('_', '-')}" for f in sizes if getattr(args, f) is not None]
@@ -52,8 +66,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             "6.2), so it needs a trained base: use --mode heads --init MODEL_DIR"
         )
     lines = read_texts(args.corpus)
+    tok: Any
     if args.tokenizer:
-        tok = Tokenizer.load(args.tokenizer)
+        tok = load_tokenizer(args.tokenizer)
+        if tok.eos_id is None:
+            raise CliError(f"the tokenizer {args.tokenizer} has no end-of-text token to "
+                           "separate the corpus lines with")
     elif args.init is not None:
         tok = load_tokenizer(args.init)
     else:
@@ -103,6 +121,50 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_medusa(args: argparse.Namespace) -> int:
+    """``--mode medusa``: :func:`blockdraft.models.hf.training.train_medusa_heads`."""
+    import shlex
+
+    from blockdraft.models.hf.training import TrainSettings, train_medusa_heads
+
+    if not args.prompts:
+        raise CliError("--mode medusa needs --prompts (JSON-lines files of training prompts, "
+                       '{"source": ..., "prompt": ...} a line)')
+    unused = [flag for flag, value in (("--corpus", args.corpus), ("--init", args.init),
+                                       ("--tokenizer", args.tokenizer),
+                                       ("--rescorer", args.rescorer), ("--distill", args.distill))
+              if value]
+    if unused:
+        raise CliError(f"--mode medusa does not take {', '.join(unused)}")
+    h = 6 if args.h is None else args.h
+    if h < 2:
+        raise CliError(f"--h is the heads with the base (h = 1 + Medusa heads), >= 2; got {h}")
+    defaults = TrainSettings()
+    settings = TrainSettings(
+        heads=h - 1, layers=args.medusa_layers, seed=args.seed, lr=args.lr,
+        steps=defaults.steps if args.steps is None else args.steps,
+        batch=defaults.batch if args.batch_size is None else args.batch_size)
+    result = train_medusa_heads(
+        args.base or "smollm2", [str(f) for f in args.prompts], args.out,
+        heads=h - 1, layers=args.medusa_layers, max_prompts=args.max_prompts,
+        minutes=args.minutes, distill_minutes=args.distill_minutes, seed=args.seed,
+        threads=args.threads, dtype=args.dtype or "float32", settings=settings,
+        command="blockdraft " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        progress=not args.json)
+    last = result.curve[-1] if result.curve else None
+    if args.json:
+        print_json({"out": args.out, "step": result.step, "finished": result.finished,
+                    "last": last})
+        return 0
+    rows: list[tuple[str, object]] = [("steps", result.step), ("finished", result.finished)]
+    if last:
+        rows += [(str(key), value) for key, value in last.items()
+                 if isinstance(value, (int, float, str))]
+    print_table(f"trained {h - 1} Medusa heads on {args.base or 'smollm2'}", ["", "value"], rows,
+                caption=f"heads: {args.out}")
+    return 0
+
+
 def _distillation_stream(model: Any, tok: Any, lines: list[str], args: argparse.Namespace
                          ) -> np.ndarray:
     """Sequence-level distillation data: ``args.distill`` corpus lines drawn with the seed,
@@ -134,22 +196,68 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+def _load(args: argparse.Namespace) -> Any:
+    """The model of ``--model`` (``--heads``, ``--dtype``, ``--device``)."""
+    from blockdraft.models import load_model
+
+    return load_model(args.model, dtype=args.dtype, device=args.device, heads=args.heads)
+
+
+def _tokenizer(model: Any, args: argparse.Namespace) -> Any:
+    """The model's own tokenizer (a Hugging Face model's), else the one beside ``--model``."""
+    from blockdraft.models import load_tokenizer
+
+    tok = getattr(model, "tokenizer", None)
+    return tok if tok is not None else load_tokenizer(args.model)
+
+
+def _vocab_size(model: Any) -> int:
+    return int(model.config.vocab_size)
+
+
+def encode_prompt(tok: Any, text: str, chat: bool) -> list[int]:
+    """The ids of a prompt: ``text`` encoded, or with ``chat`` one user turn in the model's
+    chat template (ending with the assistant's turn opener).
+
+    Raises:
+        CliError: ``chat`` with a tokenizer without a chat template.
+    """
+    if not chat:
+        return [int(i) for i in tok.encode(text)]
+    if not getattr(tok, "has_chat_template", False):
+        raise CliError("--chat: this model's tokenizer has no chat template (it is not a chat "
+                       "model); drop --chat to decode the plain text")
+    return [int(i) for i in tok.apply_chat_template([{"role": "user", "content": text}])]
+
+
+def _model_name(args: argparse.Namespace) -> str:
+    name = str(args.model)
+    return Path(name).name if Path(name).exists() else name
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from blockdraft.core.signature import environment
-    from blockdraft.models import load_model, load_tokenizer
     from blockdraft.oracle.record import record_trace
 
-    model = load_model(args.model, device=args.device)
+    if args.ids and args.chat:
+        raise CliError("--chat wraps text prompts in the chat template; --ids prompts are ids")
+    model = _load(args)
     if args.ids:
         prompts = [p.tolist() for p in read_id_lines(Path(args.prompts))]
         eos = args.eos_id
     else:
-        tok = load_tokenizer(args.model)
+        tok = _tokenizer(model, args)
         lines = read_texts([args.prompts])
-        prompts = [tok.encode(line) for line in lines]
+        prompts = [encode_prompt(tok, line, args.chat) for line in lines]
         eos = tok.eos_id if args.eos_id is None else args.eos_id
-    sig = {"model": Path(args.model).name, "prompts": Path(args.prompts).name,
-           "max_new_tokens": args.max_new_tokens, **environment(args.device)}
+    sig: dict[str, Any] = {"model": _model_name(args), "prompts": Path(args.prompts).name}
+    if args.heads is not None:
+        sig["heads"] = Path(args.heads).name
+    if args.dtype is not None:
+        sig["dtype"] = args.dtype
+    if args.chat:
+        sig["chat"] = True
+    sig.update({"max_new_tokens": args.max_new_tokens, **environment(args.device)})
     trace = record_trace(model, prompts, args.output, max_new_tokens=args.max_new_tokens,
                          eos_id=eos, K=args.K, signature=sig, overwrite=args.overwrite,
                          progress=progress_bar("tracing"))
@@ -158,23 +266,43 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_rescorer_model(path: Path, vocab_size: int, tok: Any) -> None:
+    """A RescorerLM of another vocabulary would index outside its embedding or score other
+    tokens: refuse it (its size, and its saved tokenizer's fingerprint when it has one)."""
+    from blockdraft.models import load_tokenizer, read_model_config
+
+    _, config, _ = read_model_config(path)
+    if config.vocab_size != vocab_size:
+        raise CliError(
+            f"the rescoring LM {path} has V = {config.vocab_size} but the model has V = "
+            f"{vocab_size}; train it with the model's tokenizer (blockdraft train --rescorer "
+            "--tokenizer MODEL)")
+    if not (path / "tokenizer.json").is_file() or tok is None:
+        return
+    if load_tokenizer(path).fingerprint() != tok.fingerprint():
+        raise CliError(f"the rescoring LM {path} was trained with another tokenizer than the "
+                       "model's (same V, different tokens)")
+
+
 def cmd_decode(args: argparse.Namespace) -> int:
-    from blockdraft.models import greedy_generate, load_model, load_tokenizer
+    from blockdraft.models import greedy_generate
     from blockdraft.verify import Criterion, decode
 
-    model = load_model(args.model, device=args.device)
-    tok = load_tokenizer(args.model)
-    prompt = tok.encode(args.prompt)
+    model = _load(args)
+    tok = _tokenizer(model, args)
+    prompt = encode_prompt(tok, args.prompt, args.chat)
+    vocab = _vocab_size(model)
     rescorer: Any = None
     if args.lm:
         from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 
         lm = NgramLM(args.lm)
-        lm.check_vocab(tok.vocab_size)
+        lm.check_vocab(vocab, tok)
         rescorer = NgramRescorer(lm, alpha=args.alpha)
     elif args.rescorer_model:
         from blockdraft.rescorers.neural import NeuralRescorer
 
+        _check_rescorer_model(Path(args.rescorer_model), vocab, tok)
         rescorer = NeuralRescorer(str(args.rescorer_model), alpha=args.alpha,
                                   backend=args.neural_backend)
     criterion = Criterion.parse(args.criterion)
@@ -190,10 +318,19 @@ def cmd_decode(args: argparse.Namespace) -> int:
         ref = greedy_generate(model, prompt, args.max_new_tokens, eos_id=tok.eos_id)
         greedy_s = time.perf_counter() - t0
         if criterion.lossless and ref != res.tokens:
-            raise CliError("lossless decoding differs from greedy decoding (a bug: report it)")
+            at = next((i for i, (a, b) in enumerate(zip(ref, res.tokens, strict=False))
+                       if a != b), min(len(ref), len(res.tokens)))
+            dtype = str(getattr(model.config, "dtype", "") or "")
+            hint = ("; in a reduced precision (here " + dtype + ") a forward over several "
+                    "tokens can round differently from one-token forwards and flip a near-tie "
+                    "(docs/real-models.md)") if dtype in ("bfloat16", "float16") else (
+                   " (a bug: report it)")
+            raise CliError(f"lossless decoding differs from greedy decoding at new token {at}"
+                           + hint)
     text = tok.decode(res.tokens)
     if args.json:
-        print_json({"text": text, "tokens": res.tokens, "block_efficiency": res.block_efficiency,
+        print_json({"text": text, "tokens": res.tokens, "prompt_tokens": len(prompt),
+                    "block_efficiency": res.block_efficiency,
                     "calls": res.calls, "wall_s": res.wall_s, "forward_s": res.forward_s,
                     "draft_s": res.draft_s, "greedy_s": greedy_s, "criterion": str(criterion),
                     "drafter": res.drafter, "stopped": res.stopped})
@@ -211,22 +348,62 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    """``--model``, ``--heads``, ``--dtype`` and ``--chat`` of ``trace`` and ``decode``."""
+    p.add_argument("--model", required=True,
+                   help="a blockdraft checkpoint folder, a known model name (smollm2), a "
+                        "Hugging Face model folder or .gguf file (with --heads), or a Medusa "
+                        "heads folder naming its base")
+    p.add_argument("--heads", type=Path, default=None,
+                   help="Medusa heads folder (any layout) for a Hugging Face model; overrides "
+                        "the heads a known name brings")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                   help="parameter dtype (default: a checkpoint as saved, a Hugging Face model "
+                        "in float32; bfloat16 may break exact equality with greedy, see "
+                        "docs/real-models.md)")
+    p.add_argument("--chat", action="store_true",
+                   help="wrap each prompt in the model's chat template as one user turn "
+                        "(an error if the model has none)")
+
+
 def add_parsers(sub: Any) -> None:
     """``train``, ``trace`` and ``decode``."""
     p = add_command(sub, "train", "train a BlockwiseLM (or a RescorerLM) and its BPE tokenizer",
                     cmd_train)
-    p.add_argument("--corpus", nargs="+", required=True, help="text files, one document a line")
+    p.add_argument("--corpus", nargs="+", default=None,
+                   help="text files, one document a line (every mode but medusa)")
     p.add_argument("-o", "--out", required=True, type=Path, help="checkpoint directory")
     p.add_argument("--preset", default="small", choices=["tiny", "small", "base"])
-    p.add_argument("--h", type=int, default=None, help="prediction heads (default: preset's)")
+    p.add_argument("--h", type=int, default=None,
+                   help="prediction heads, the base's included (default: the preset's; "
+                        "--mode medusa: 1 + Medusa heads, default 6)")
     p.add_argument("--rescorer", action="store_true",
                    help="train a RescorerLM (h = 1) for local neural rescoring")
     p.add_argument("--mode", default="base-then-heads",
-                   choices=["joint", "heads", "base", "base-then-heads"],
-                   help="joint (Kim App. C.1), heads on a frozen base (Stern), base only, or "
-                        "base then heads (default)")
-    p.add_argument("--tokenizer", type=Path, default=None,
-                   help="reuse a tokenizer (tokenizer.json or GPT-2 files) instead of training")
+                   choices=["joint", "heads", "base", "base-then-heads", "medusa"],
+                   help="joint (Kim App. C.1), heads on a frozen base (Stern), base only, "
+                        "base then heads (default), or medusa: Medusa heads on a Hugging Face "
+                        "model (--base) by self-distillation on --prompts")
+    p.add_argument("--tokenizer", default=None,
+                   help="reuse a tokenizer instead of training one: a model name (smollm2), a "
+                        "Hugging Face model folder or .gguf file, a blockdraft model folder, a "
+                        "tokenizer.json or GPT-2 files (e.g. --rescorer --tokenizer smollm2: a "
+                        "RescorerLM over SmolLM2's token ids)")
+    p.add_argument("--base", default=None,
+                   help="--mode medusa: the base model (a name, HF folder or .gguf; default "
+                        "smollm2)")
+    p.add_argument("--prompts", nargs="+", type=Path, default=None,
+                   help="--mode medusa: JSON-lines files of training prompts")
+    p.add_argument("--medusa-layers", type=int, default=1,
+                   help="--mode medusa: ResBlocks per Medusa head (default 1)")
+    p.add_argument("--max-prompts", type=int, default=None,
+                   help="--mode medusa: training prompts to distil (default: all)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="--mode medusa: time box of the head training (minutes)")
+    p.add_argument("--distill-minutes", type=float, default=None,
+                   help="--mode medusa: time box of the distillation data step (minutes)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                   help="--mode medusa: the base's dtype while generating (default float32)")
     p.add_argument("--init", type=Path, default=None,
                    help="start from this trained model directory (its config and tokenizer)")
     p.add_argument("--distill", type=int, default=0, metavar="N",
@@ -241,8 +418,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--n-head", type=int, default=None, help="attention heads (preset's)")
     p.add_argument("--d-model", type=int, default=None, help="residual width (preset's)")
     p.add_argument("--d-ff", type=int, default=None, help="MLP hidden width (preset's)")
-    p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=None,
+                   help="optimizer steps (default 2000; --mode medusa: its default)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="sequences per step (default 32; --mode medusa: positions per step, "
+                        "its default)")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--eval-fraction", type=float, default=0.01,
@@ -258,7 +438,7 @@ def add_parsers(sub: Any) -> None:
     p = add_command(sub, "trace",
                     "greedy-decode prompts and record a trace (docs/definitions.md sec. 6)",
                     cmd_trace)
-    p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
+    _model_arguments(p)
     p.add_argument("--prompts", required=True, type=Path,
                    help="one prompt per line (text, or token ids with --ids)")
     p.add_argument("-o", "--output", required=True, type=Path, help="trace directory")
@@ -271,7 +451,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--device", default="cpu")
 
     p = add_command(sub, "decode", "decode a prompt with blockwise parallel decoding", cmd_decode)
-    p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
+    _model_arguments(p)
     p.add_argument("--prompt", required=True, help="prompt text")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--k", type=int, default=16, help="lattice width (default 16)")

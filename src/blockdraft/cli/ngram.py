@@ -22,31 +22,38 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
     from blockdraft.core.signature import human_count
     from blockdraft.rescorers.ngram import train_ngram
 
+    info = None
+    if args.tokenizer:
+        from blockdraft.models import load_tokenizer
+
+        tok = load_tokenizer(args.tokenizer)
+        info = tok.info(str(args.tokenizer))
     if args.ids:
         seqs: list[np.ndarray] = []
         for f in args.ids:
             seqs += read_id_lines(Path(f))
     else:
         if not args.tokenizer:
-            raise CliError("--text needs --tokenizer (a tokenizer.json or GPT-2 vocab/merges dir)")
-        from blockdraft.models.tokenizer import Tokenizer
-
-        tok = Tokenizer.load(args.tokenizer)
+            raise CliError("--text needs --tokenizer (a model name such as smollm2, a model or "
+                           "tokenizer folder, a tokenizer.json or a .gguf file)")
         lines = []
         for f in args.text:
             lines += [ln for ln in Path(f).read_text(encoding="utf-8").splitlines() if ln.strip()]
         seqs = [np.asarray(ids, dtype=np.int64) for ids in tok.encode_batch(lines)]
     r = train_ngram(seqs, args.output, order=args.order, prune=args.prune, memory=args.memory,
-                    binary=not args.no_binary)
+                    binary=not args.no_binary, tokenizer=info)
     if args.json:
         print_json({"arpa": r.arpa, "binary": r.binary, "order": r.order, "counts": r.counts,
                     "tokens": r.tokens, "discount_fallback": r.discount_fallback,
-                    "seconds": r.seconds, "command": r.command})
+                    "seconds": r.seconds, "command": r.command,
+                    "tokenizer": None if info is None else info.to_dict()})
         return 0
     print_table(
         f"n-gram LM ({human_count(r.num_ngrams)} n-grams, {human_count(r.tokens)} tokens)",
         ["order", "n-grams"], [(i + 1, c) for i, c in enumerate(r.counts)],
         caption=f"ARPA {r.arpa}\nbinary {r.binary}\n{r.command}"
+        + (f"\ntokenizer {info.name} (V = {info.vocab_size}, fingerprint {info.fingerprint}) "
+           f"recorded in {r.vocab_record}" if info is not None else "")
         + ("\n(--discount_fallback was needed)" if r.discount_fallback else ""),
     )
     return 0
@@ -60,7 +67,11 @@ def add_parsers(sub: Any) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", nargs="+", help="text files, one document per line")
     src.add_argument("--ids", nargs="+", help="files of whitespace-separated token ids")
-    p.add_argument("--tokenizer", type=Path, help="tokenizer.json or a GPT-2 vocab/merges dir")
+    p.add_argument("--tokenizer",
+                   help="the token ids' tokenizer: a model name (smollm2), a Hugging Face "
+                        "model folder or .gguf file, a blockdraft model folder, a tokenizer.json "
+                        "or a GPT-2 vocab/merges dir; recorded beside the LM (PREFIX.vocab.json) "
+                        "so a model with another tokenizer refuses it")
     p.add_argument("--order", type=int, default=4, help="n-gram order, 2 to 5 (default 4)")
     p.add_argument("-o", "--output", required=True, type=Path,
                    help="output prefix: writes PREFIX.arpa and PREFIX.bin")

@@ -7,14 +7,43 @@ at the bottom of the house because the lattice and the rescorers return it too):
     vanilla()                       HeadDrafter(k=1, p=1)
     InputCopyDrafter(prompt_ids)    input-guided drafting (IAD): copy the prompt after a match
     CombinedDrafter(heads, iad)     the heads' drafts plus the IAD draft as one more row
+
+Token trees (docs/definitions.md sec. 11; ``DraftTree`` lives in ``core/tree.py``), each a
+``TreeDrafter`` (``propose_tree(lattice, context) -> DraftTree``):
+
+    TrieDrafter(drafter, budget)            any drafter's p drafts merged into a trie
+    MedusaTreeDrafter(choices, budget)      a static Medusa tree (MC_SIM_7B_63 by default);
+        MedusaTreeDrafter.calibrated(acc, budget): Medusa's calibrated tree
+    ConfidenceTreeDrafter(k, budget)        EAGLE-2 style: the N most confident nodes
+    RescoredTreeDrafter(lm, k, budget, alpha)   best-first by head + alpha x LM score (an
+        NgramLM, or NeuralPathScorer(rescorer_lm) for a small neural LM)
 """
 
 from blockdraft.core.batch import DraftBatch, DraftError
+from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.heads import HeadDrafter, vanilla
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
-from blockdraft.drafts.protocol import Drafter
+from blockdraft.drafts.protocol import Drafter, TreeDrafter
+from blockdraft.drafts.tree_scorers import NeuralPathScorer
+from blockdraft.drafts.trees import (
+    MC_SIM_7B_63,
+    ConfidenceTreeDrafter,
+    MedusaTreeDrafter,
+    RescoredTreeDrafter,
+    TrieDrafter,
+    calibrated_choices,
+    confidence_tree,
+    medusa_tree,
+    rescored_tree,
+    sort_choices,
+    trie_tree,
+)
 
 __all__ = [
-    "CombinedDrafter", "DraftBatch", "DraftError", "Drafter", "HeadDrafter",
-    "InputCopyDrafter", "row_source", "vanilla",
+    "MC_SIM_7B_63", "CombinedDrafter", "ConfidenceTreeDrafter", "DraftBatch", "DraftError",
+    "DraftTree", "Drafter", "HeadDrafter", "InputCopyDrafter", "MedusaTreeDrafter",
+    "NeuralPathScorer",
+    "RescoredTreeDrafter", "TreeDrafter", "TrieDrafter", "calibrated_choices",
+    "confidence_tree", "medusa_tree", "rescored_tree", "row_source", "sort_choices",
+    "trie_tree", "vanilla",
 ]

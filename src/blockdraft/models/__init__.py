@@ -7,13 +7,13 @@ for :class:`BlockwiseLM` in the rooms downstream (drafts, verify, oracle).
 
 from blockdraft.models.blockwise import BlockwiseLM, RescorerLM
 from blockdraft.models.cache import KVCache
-from blockdraft.models.checkpoint import load_tokenizer, read_model_config, save_model
+from blockdraft.models.checkpoint import read_model_config, save_model
 from blockdraft.models.config import PRESETS, BlockwiseConfig
 from blockdraft.models.errors import ModelError
 from blockdraft.models.generate import greedy_generate
-from blockdraft.models.load import load_model
+from blockdraft.models.load import load_model, load_tokenizer
 from blockdraft.models.protocol import DecoderCache, FactoredHeadsModel, HeadsModel
-from blockdraft.models.tokenizer import Tokenizer
+from blockdraft.models.tokenizer import BaseTokenizer, Tokenizer, TokenizerInfo
 from blockdraft.models.train import (
     EvalResult,
     TrainConfig,
@@ -25,6 +25,7 @@ from blockdraft.models.train import (
 
 __all__ = [
     "PRESETS",
+    "BaseTokenizer",
     "BlockwiseConfig",
     "BlockwiseLM",
     "DecoderCache",
@@ -35,6 +36,7 @@ __all__ = [
     "ModelError",
     "RescorerLM",
     "Tokenizer",
+    "TokenizerInfo",
     "TrainConfig",
     "TrainResult",
     "distill_targets",

@@ -21,9 +21,9 @@ Public surface:
         .logits(input_ids, past=None, ...) -> (logits [B, T, V], KVCache)
 
 Incremental decoding: pass the returned cache as ``past``; position ids continue from the
-cache. A batch-1 ``past`` under a ``B``-row input is broadcast (the verifier's ``p`` drafts on
-one prefix). Every position is a real token: there is no padding (rows of a batch have the
-same length).
+cache (a token tree passes its own, and its ancestor mask: ``position_ids``, ``tree_mask``,
+docs/definitions.md sec. 11). A batch-1 ``past`` under a ``B``-row input is broadcast (the
+verifier's ``p`` drafts on one prefix). Every position is a real token: there is no padding.
 """
 
 from __future__ import annotations
@@ -261,13 +261,24 @@ class BlockwiseLM(nn.Module):
         return ids
 
     def hidden(
-        self, input_ids: torch.Tensor, past: KVCache | None = None
+        self,
+        input_ids: torch.Tensor,
+        past: KVCache | None = None,
+        position_ids: torch.Tensor | None = None,
+        tree_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, KVCache]:
         """The final, normed hidden states.
 
         Args:
             input_ids: int ``[B, T]`` token ids, on the model's device.
             past: the cache of the preceding positions (batch ``B`` or 1), or None.
+            position_ids: int ``[T]`` or ``[B, T]`` positions of the new tokens; default
+                ``T_past + arange(T)``. A token tree passes ``T_past + depths``
+                (docs/definitions.md sec. 11).
+            tree_mask: bool ``[T, T]``: ``tree_mask[u, v]`` lets new token ``u`` attend to new
+                token ``v`` (a tree's ancestor mask, itself included); every new token also
+                attends to the whole prefix. Default: causal. With both defaults the forward
+                is the plain causal one, unchanged.
 
         Returns:
             ``x`` float ``[B, T, d]`` and the cache of all ``T_past + T`` positions.
@@ -276,6 +287,8 @@ class BlockwiseLM(nn.Module):
             ModelError: on bad ids (empty, wrong dtype/shape/device, outside the vocabulary),
                 a sequence longer than ``max_seq_len``, or a cache that does not fit.
         """
+        if position_ids is not None or tree_mask is not None:
+            return self._tree_hidden(input_ids, past, position_ids, tree_mask)
         input_ids = self._check_inputs(input_ids, past)
         B, T = input_ids.shape  # noqa: N806
         dev = input_ids.device
@@ -291,6 +304,52 @@ class BlockwiseLM(nn.Module):
             is_causal = bool(T > 1)
         elif T > 1:
             attn_mask = torch.ones(T, t_all, dtype=torch.bool, device=dev).tril(t_past)  # (T, Tk)
+        return self._run_blocks(input_ids, past, positions, attn_mask, is_causal)
+
+    def _tree_hidden(
+        self,
+        input_ids: torch.Tensor,
+        past: KVCache | None,
+        position_ids: torch.Tensor | None,
+        tree_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, KVCache]:
+        """:meth:`hidden` with explicit positions and / or a mask over the new tokens (a token
+        tree, docs/definitions.md sec. 11): the context check is on the largest position, not
+        on the cache length (a tree of ``N`` nodes reaches only ``T_past + max depth``)."""
+        ids = check_input_ids(input_ids, self.config.vocab_size, self.device)
+        B, T = ids.shape  # noqa: N806
+        dev = ids.device
+        t_past = 0 if past is None else past.length
+        if position_ids is None:
+            positions = torch.arange(t_past, t_past + T, device=dev)[None]  # (1, T)
+        else:
+            positions = torch.as_tensor(position_ids, dtype=torch.long, device=dev)
+            positions = positions[None] if positions.dim() == 1 else positions  # (1 or B, T)
+            if positions.dim() != 2 or positions.shape[1] != T or positions.shape[0] not in (
+                    1, B) or int(positions.min()) < 0:
+                raise ModelError(f"position_ids must be [T] or [B, T] = [{B}, {T}], >= 0, got "
+                                 f"{positions.tolist()}")
+        self._check_inputs(ids[:, :1], past)  # the cache's layers, rows and device
+        check_past_fits(None, B, int(positions.max()) + 1, dev, self.config.max_seq_len)
+        if past is not None and past.batch_size != B:
+            past = past.expand(B)
+        mask = (torch.ones(T, T, dtype=torch.bool, device=dev).tril() if tree_mask is None
+                else torch.as_tensor(tree_mask, device=dev).to(torch.bool))  # (T, T)
+        if tuple(mask.shape) != (T, T):
+            raise ModelError(f"tree_mask must be bool [T, T] = [{T}, {T}], got {mask.shape}")
+        prefix = torch.ones(T, t_past, dtype=torch.bool, device=dev)  # (T, T_past)
+        attn_mask = torch.cat((prefix, mask), dim=1)  # (T, T_past + T)
+        return self._run_blocks(ids, past, positions, attn_mask, False)
+
+    def _run_blocks(
+        self,
+        input_ids: torch.Tensor,
+        past: KVCache | None,
+        positions: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> tuple[torch.Tensor, KVCache]:
+        """The body on checked inputs: ``positions [1 or B, T]``, ``attn_mask [T, Tk]``."""
         cos = self.rope_cos[positions][:, None]  # (1, 1, T, hs/2)
         sin = self.rope_sin[positions][:, None]  # (1, 1, T, hs/2)
         x = self.transformer.drop(self.transformer.wte(input_ids))  # (B, T, d)
@@ -374,6 +433,8 @@ class BlockwiseLM(nn.Module):
         input_ids: torch.Tensor,
         past: KVCache | None = None,
         last_only: bool = False,
+        position_ids: torch.Tensor | None = None,
+        tree_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, KVCache]:
         """Every head's raw logits at every new position.
 
@@ -382,6 +443,8 @@ class BlockwiseLM(nn.Module):
             past: the preceding positions' cache (batch ``B``, or 1 to share it), or None.
             last_only: return only the last position (``T = 1`` in the output): a prefill
                 that needs the next block's logits alone skips ``(T-1) h V`` projections.
+            position_ids, tree_mask: a token tree's positions and ancestor mask (see
+                :meth:`hidden`); default the plain causal forward.
 
         Returns:
             ``logits`` float ``[B, T, h, V]`` (raw; ``log_softmax`` gives natural-log
@@ -391,7 +454,7 @@ class BlockwiseLM(nn.Module):
         Raises:
             ModelError: see :meth:`hidden`.
         """
-        x, cache = self.hidden(input_ids, past)  # (B, T, d)
+        x, cache = self.hidden(input_ids, past, position_ids, tree_mask)  # (B, T, d)
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return self.project(self.head_states(x)), cache  # (B, T, h, V)

@@ -3,7 +3,7 @@
 Public surface:
     save_model(model, directory, tokenizer=None, extra_meta=None) -> Path
     load_model(directory, device="cpu") -> BlockwiseLM | RescorerLM
-    load_tokenizer(directory) -> Tokenizer
+    load_tokenizer(directory) -> Tokenizer | HFTokenizer
     read_model_config(directory) -> (kind, BlockwiseConfig, meta)
 
 ``config.json`` is ``{"format": "blockdraft-model", "format_version": 1, "kind":
@@ -27,12 +27,14 @@ from blockdraft.core.files import atomic_path, write_text_atomic
 from blockdraft.models.blockwise import BlockwiseLM, RescorerLM
 from blockdraft.models.config import BlockwiseConfig
 from blockdraft.models.errors import ModelError
-from blockdraft.models.tokenizer import TOKENIZER_FILE, Tokenizer
+from blockdraft.models.tokenizer import TOKENIZER_FILE, BaseTokenizer, Tokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT = "blockdraft-model"
 FORMAT_VERSION = 1
+HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+"""Beside ``tokenizer.json``, marks a transformers tokenizer (saved by ``HFTokenizer.save``)."""
 MODEL_KINDS: dict[str, type[BlockwiseLM]] = {"blockwise": BlockwiseLM, "rescorer": RescorerLM}
 
 
@@ -43,7 +45,7 @@ def _write_json(path: Path, data: Any) -> None:
 def save_model(
     model: BlockwiseLM,
     directory: str | Path,
-    tokenizer: Tokenizer | None = None,
+    tokenizer: BaseTokenizer | None = None,
     extra_meta: dict[str, Any] | None = None,
 ) -> Path:
     """Write a model directory (created if needed; existing files are replaced).
@@ -188,25 +190,50 @@ def load_model(directory: str | Path, device: torch.device | str = "cpu") -> Blo
     model.load_state_dict(state)
     tok_file = directory / TOKENIZER_FILE
     if tok_file.is_file():
-        tokenizer = Tokenizer.load(tok_file)
-        if tokenizer.vocab_size != config.vocab_size:
+        size = _tokenizer_file_size(tok_file)
+        # A transformers tokenizer (tokenizer_config.json beside it) may be smaller than the
+        # model's padded vocabulary; blockdraft's own BPE is exactly its size.
+        hf = (directory / HF_TOKENIZER_CONFIG).is_file()
+        if size > config.vocab_size or (size != config.vocab_size and not hf):
             raise ModelError(
-                f"{tok_file} has {tokenizer.vocab_size} tokens but {directory / CONFIG_FILE} "
+                f"{tok_file} has {size} tokens but {directory / CONFIG_FILE} "
                 f"says vocab_size = {config.vocab_size}; put the model's own tokenizer beside it"
             )
     return model.to(device).eval()
 
 
-def load_tokenizer(directory: str | Path) -> Tokenizer:
-    """The tokenizer saved beside a model (``directory/tokenizer.json``).
+def _tokenizer_file_size(file: Path) -> int:
+    """Tokens (added ones included) of a ``tokenizer.json`` file."""
+    from tokenizers import Tokenizer as RustTokenizer
+
+    try:
+        return int(RustTokenizer.from_file(str(file)).get_vocab_size(with_added_tokens=True))
+    except Exception as e:  # tokenizers raises a bare Exception on bad JSON
+        raise ModelError(f"{file} is not a valid tokenizer file: {e}") from e
+
+
+def load_tokenizer(directory: str | Path) -> BaseTokenizer:
+    """The tokenizer saved beside a model (``directory/tokenizer.json``): blockdraft's
+    :class:`Tokenizer`, or an :class:`~blockdraft.models.hf.HFTokenizer` when a transformers
+    ``tokenizer_config.json`` is beside it (a model trained over a Hugging Face model's
+    tokenizer; its ``vocab_size`` is then the model's). :func:`blockdraft.models.load_tokenizer`
+    takes model names and Hugging Face folders too.
 
     Raises:
         ModelError: when there is none (save the model with ``tokenizer=``) or it is invalid.
     """
-    path = Path(directory) / TOKENIZER_FILE
+    directory = Path(directory)
+    path = directory / TOKENIZER_FILE
     if not path.is_file():
         raise ModelError(
             f"no {TOKENIZER_FILE} in {directory}; save the model with "
             "save_model(model, directory, tokenizer=tok) or load a tokenizer with Tokenizer.load"
         )
+    if (directory / HF_TOKENIZER_CONFIG).is_file():
+        from blockdraft.models.hf.tokenizer import load_hf_tokenizer
+
+        size = None
+        if (directory / CONFIG_FILE).is_file():
+            size = read_model_config(directory)[1].vocab_size
+        return load_hf_tokenizer(directory, vocab_size=size)
     return Tokenizer.load(path)

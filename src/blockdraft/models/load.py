@@ -3,6 +3,7 @@
 Public surface:
     load_model(name_or_path, *, dtype=None, device="cpu", heads=None)
         -> BlockwiseLM | RescorerLM | HFBlockwiseModel
+    load_tokenizer(name_or_path) -> Tokenizer | HFTokenizer     the same names and paths
 
 What ``name_or_path`` may be:
 
@@ -31,7 +32,9 @@ from typing import Any
 from blockdraft.models.blockwise import BlockwiseLM
 from blockdraft.models.checkpoint import CONFIG_FILE
 from blockdraft.models.checkpoint import load_model as load_checkpoint
+from blockdraft.models.checkpoint import load_tokenizer as load_checkpoint_tokenizer
 from blockdraft.models.errors import ModelError
+from blockdraft.models.tokenizer import BaseTokenizer, Tokenizer
 
 _HF_PACKAGE = Path(__file__).resolve().parent / "hf"
 
@@ -207,3 +210,68 @@ def load_model(
     base, tokenizer = load_causal_lm(base_source, dtype="float32" if dtype is None else dtype,
                                      device=device)
     return HFBlockwiseModel(base, medusa, tokenizer)
+
+
+def _hf_vocab_size(folder: Path) -> int | None:
+    """``vocab_size`` of a Hugging Face model folder's ``config.json`` (or its text config)."""
+    config = _json_config(folder) or {}
+    for source in (config, config.get("text_config") or {}):
+        value = source.get("vocab_size") if isinstance(source, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def load_tokenizer(name_or_path: str | os.PathLike[str]) -> BaseTokenizer:
+    """The tokenizer of a model, by the names and paths :func:`load_model` takes, or a
+    tokenizer file.
+
+    - a known name (``"smollm2"``), a ``.gguf`` file or a Hugging Face model folder: the
+      model's ``transformers`` tokenizer as an :class:`~blockdraft.models.hf.HFTokenizer`
+      whose ``vocab_size`` is the model's ``V`` (``config.json``), so token ids mean the same
+      as in the model;
+    - a Medusa heads folder naming its base: the base's tokenizer;
+    - a blockdraft checkpoint folder: the tokenizer saved beside it
+      (:func:`blockdraft.models.checkpoint.load_tokenizer`);
+    - a folder with ``tokenizer_config.json`` (a saved transformers tokenizer):
+      ``HFTokenizer``;
+    - a ``tokenizer.json`` file, a folder holding one, or GPT-2 ``vocab.json`` +
+      ``merges.txt``: blockdraft's :class:`~blockdraft.models.Tokenizer`.
+
+    Raises:
+        ModelError: nothing loadable there (the message says what was looked for), a missing
+            package (with the install command).
+    """
+    from blockdraft.models.hf.loading import KNOWN_MODELS, resolve_base
+    from blockdraft.models.hf.tokenizer import load_hf_tokenizer
+
+    key = str(name_or_path)
+    path = Path(key)
+    if key in KNOWN_MODELS or (path.is_file() and path.suffix == ".gguf"):
+        folder = resolve_base(key)
+        return load_hf_tokenizer(folder, vocab_size=_hf_vocab_size(folder))
+    if path.is_dir():
+        config = _json_config(path)
+        if config is not None and ("medusa_num_heads" in config
+                                   or config.get("model_type") == "medusa"):
+            from blockdraft.models.hf.formats import read_heads_config
+
+            info = read_heads_config(path)
+            if info.layout != "medusa-full":
+                return load_tokenizer(_named_base(info.base_model, path))
+        if config is not None and _HF_KEYS & config.keys():
+            if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json",
+                                                      "tokenizer.model", "vocab.json")):
+                raise ModelError(f"the Hugging Face model folder {key!r} holds no tokenizer")
+            return load_hf_tokenizer(path, vocab_size=_hf_vocab_size(path))
+        if config is not None and _CHECKPOINT_KEYS & config.keys():
+            return load_checkpoint_tokenizer(path)
+        if (path / "tokenizer_config.json").is_file():
+            return load_hf_tokenizer(path)
+        return Tokenizer.load(path)
+    if path.is_file():
+        return Tokenizer.load(path)
+    raise ModelError(
+        f"no tokenizer {key!r}: not a path, and not one of the known model names "
+        f"({', '.join(sorted(KNOWN_MODELS))})"
+    )

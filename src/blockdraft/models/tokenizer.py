@@ -8,8 +8,11 @@ Public surface:
     tok.encode(text) -> list[int];  tok.decode(ids) -> str;  tok.save(directory) -> Path
     tok.vocab_size, tok.eos_id, tok.pad_id
     BaseTokenizer            the part every tokenizer shares (``backend``, ``vocab_size``,
-                             checked ``encode`` and ``decode``, ``len``); also the base of
+                             checked ``encode`` and ``decode``, ``len``, ``vocabulary``,
+                             ``fingerprint``, ``info``); also the base of
                              :class:`blockdraft.models.hf.HFTokenizer`
+    TokenizerInfo            frozen: a tokenizer's name, ``V`` and vocabulary fingerprint (what
+                             an n-gram LM records of the tokenizer it was trained with)
 
 Byte-level BPE round-trips any text exactly: ``decode(encode(s)) == s``. The end-of-text token
 ``<|endoftext|>`` is EOS (and doubles as BOS where a model needs a first token); a trained
@@ -19,8 +22,10 @@ tokens.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +80,47 @@ def read_gpt2_merges(path: str | Path) -> list[tuple[str, str]]:
     return merges
 
 
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What identifies a tokenizer's token ids, to refuse artefacts made with another one.
+
+    Attributes:
+        name: where it came from (a model name or a path; informative only).
+        vocab_size: ``V``, the ids ``[0, V)`` (a model's padded vocabulary included).
+        fingerprint: :meth:`BaseTokenizer.fingerprint`, equal for two tokenizers exactly when
+            they map the same token strings to the same ids.
+    """
+
+    name: str
+    vocab_size: int
+    fingerprint: str
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-serialisable dict."""
+        return {"name": self.name, "vocab_size": self.vocab_size,
+                "fingerprint": self.fingerprint}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> TokenizerInfo:
+        """The inverse of :meth:`to_dict`.
+
+        Raises:
+            ModelError: a missing or mistyped field.
+        """
+        name, size, fp = data.get("name"), data.get("vocab_size"), data.get("fingerprint")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1 or not isinstance(
+                fp, str) or not fp:
+            raise ModelError(f"not a tokenizer record (name, vocab_size, fingerprint): {data!r}")
+        return cls(str(name or ""), size, fp)
+
+
+def vocabulary_fingerprint(vocab: Mapping[str, int]) -> str:
+    """16 hex digits of SHA-256 over a ``{token string: id}`` vocabulary, in id order."""
+    pairs = sorted((int(i), str(t)) for t, i in vocab.items())
+    raw = json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
 class BaseTokenizer:
     """What blockdraft's tokenizers share over a wrapped backend: ``backend``,
     ``vocab_size``, ``encode`` (a str check, then the subclass's :meth:`_encode`), ``decode``
@@ -98,6 +144,24 @@ class BaseTokenizer:
         """``V``: every valid id is in ``[0, V)`` (special tokens included; for a model's
         tokenizer, every id the model can produce)."""
         return self._vocab_size
+
+    @property
+    def eos_id(self) -> int | None:
+        """The end-of-text id (a chat model's end of turn), or None when there is none."""
+        raise NotImplementedError
+
+    @property
+    def pad_id(self) -> int | None:
+        """The padding id, or None."""
+        raise NotImplementedError
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`encode` of each text."""
+        return [self.encode(t) for t in texts]
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the tokenizer's files into ``directory`` (created)."""
+        raise NotImplementedError
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, without special tokens added (no BOS/EOS).
@@ -127,6 +191,20 @@ class BaseTokenizer:
 
     def __len__(self) -> int:
         return self._vocab_size
+
+    def vocabulary(self) -> dict[str, int]:
+        """``{token string: id}`` of every token the backend knows (added tokens included)."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """The vocabulary's fingerprint (:func:`vocabulary_fingerprint`): two tokenizers with
+        the same one give every token string the same id, whatever their class or files."""
+        return vocabulary_fingerprint(self.vocabulary())
+
+    def info(self, name: str = "") -> TokenizerInfo:
+        """This tokenizer's :class:`TokenizerInfo` (``name``: where it came from)."""
+        return TokenizerInfo(name=str(name), vocab_size=self.vocab_size,
+                             fingerprint=self.fingerprint())
 
 
 class Tokenizer(BaseTokenizer):
@@ -323,6 +401,11 @@ class Tokenizer(BaseTokenizer):
         """The id of a BPE symbol, or None."""
         i = self._backend.token_to_id(token)
         return None if i is None else int(i)
+
+    def vocabulary(self) -> dict[str, int]:
+        """``{BPE symbol: id}``, special tokens included."""
+        return {str(t): int(i) for t, i in
+                self._backend.get_vocab(with_added_tokens=True).items()}
 
     def save(self, directory: str | Path) -> Path:
         """Write ``directory/tokenizer.json`` (the directory is created); returns its path."""

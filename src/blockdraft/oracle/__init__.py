@@ -10,6 +10,8 @@ Public surface (details in each module):
     synthetic_trace(path, ...) -> Trace                                             (trace)
     simulate(trace, strategy) -> SimulationResult                                   (simulate)
     simulate_at_positions(trace, strategy, example, t) -> StepRecords               (simulate)
+    tree_accept_length(tree, greedy_ids, t) -> (n, node)   token trees (sec. 11)    (simulate)
+    rank_accuracies(trace, k) -> [h - 1, k]   input of Medusa's calibrated tree  (calibration)
     Oracle(k), accept_lengths, oracle_accept_lengths                                (acceptance)
     StepRecords, SimulationResult                                                   (results)
     repetition, head_entropy, h_max, wins_ties_losses, compare_steps, oracle_curve  (analysis)
@@ -32,10 +34,16 @@ from blockdraft.oracle.analysis import (
     repetition,
     wins_ties_losses,
 )
+from blockdraft.oracle.calibration import rank_accuracies
 from blockdraft.oracle.errors import OracleError, TraceFormatError
 from blockdraft.oracle.plots import plot_entropy_densities, plot_oracle_curve
 from blockdraft.oracle.results import SimulationResult, StepRecords
-from blockdraft.oracle.simulate import TraceMismatchWarning, simulate, simulate_at_positions
+from blockdraft.oracle.simulate import (
+    TraceMismatchWarning,
+    simulate,
+    simulate_at_positions,
+    tree_accept_length,
+)
 from blockdraft.oracle.trace import Trace, TraceExample, TraceWriter, synthetic_trace
 
 __all__ = [
@@ -62,9 +70,11 @@ __all__ = [
     "oracle_curve",
     "plot_entropy_densities",
     "plot_oracle_curve",
+    "rank_accuracies",
     "repetition",
     "simulate",
     "simulate_at_positions",
     "synthetic_trace",
+    "tree_accept_length",
     "wins_ties_losses",
 ]

@@ -12,8 +12,12 @@ Public surface:
         the step outcome at given positions (e.g. the vanilla trajectory's,
         docs/definitions.md sec. 7).
     TraceMismatchWarning          warned when head 1's stored top-1 differs from ``y``
-A strategy is an :class:`Oracle` or any :class:`~blockdraft.drafts.protocol.Drafter`
-(``HeadDrafter`` is one).
+    tree_accept_length(tree, greedy_ids, t) -> (n, node)   a token tree's verdict
+A strategy is an :class:`Oracle`, any :class:`~blockdraft.drafts.protocol.Drafter`
+(``HeadDrafter`` is one), or any :class:`~blockdraft.drafts.protocol.TreeDrafter` (token trees,
+docs/definitions.md sec. 11: ``n`` is the depth of the deepest node whose root path matches
+``y_{t+1..}``; the step's ``winner`` is that node, its ``drafts`` row the node's path followed
+by the lattice's top-1 tokens, ``num_drafts`` the tree's leaves).
 Re-exported from the modules that define them:
     Oracle(k), accept_lengths, oracle_accept_lengths                   (acceptance)
     StepRecords, SimulationResult                                      (results)
@@ -38,7 +42,8 @@ import numpy as np
 
 from blockdraft.core.batch import DraftBatch
 from blockdraft.core.checks import check_positive_int
-from blockdraft.drafts.protocol import Drafter
+from blockdraft.core.tree import DraftTree
+from blockdraft.drafts.protocol import Drafter, TreeDrafter
 from blockdraft.oracle.acceptance import Oracle, accept_lengths, oracle_accept_lengths
 from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.results import SimulationResult, StepRecords
@@ -53,7 +58,11 @@ __all__ = [
     "oracle_accept_lengths",
     "simulate",
     "simulate_at_positions",
+    "tree_accept_length",
 ]
+
+Strategy = Oracle | Drafter | TreeDrafter
+"""What :func:`simulate` walks: the oracle, a drafter or a tree builder."""
 
 
 class TraceMismatchWarning(UserWarning):
@@ -69,12 +78,12 @@ class _Outcome:
     num_drafts: int
 
 
-def _strategy_k(trace: Trace, strategy: Oracle | Drafter) -> int:
+def _strategy_k(trace: Trace, strategy: Strategy) -> int:
     """Validate a strategy against a trace; return its lattice width."""
-    if not isinstance(strategy, Oracle) and not isinstance(strategy, Drafter):
+    if not isinstance(strategy, (Oracle, Drafter, TreeDrafter)):
         raise OracleError(
             f"strategy must be an Oracle or have .k and .propose(lattice, context) (like "
-            f"HeadDrafter), got {type(strategy).__name__}"
+            f"HeadDrafter) or .propose_tree(lattice, context), got {type(strategy).__name__}"
         )
     k = check_positive_int(strategy.k, f"strategy {_name(strategy)!r}: k", OracleError)
     if k > trace.K:
@@ -89,8 +98,33 @@ def _name(strategy: Any) -> str:
     return str(getattr(strategy, "name", "") or type(strategy).__name__)
 
 
+def tree_accept_length(tree: DraftTree, greedy_ids: np.ndarray, t: int) -> tuple[int, int]:
+    """Exact acceptance of a token tree at position ``t`` (docs/definitions.md sec. 11).
+
+    Args:
+        tree: the tree built at ``t`` (its root is ``y_{t+1}``).
+        greedy_ids: int ``[m]``, ``y_1 .. y_m``.
+        t: the position, ``0 <= t < m``.
+
+    Returns:
+        ``(n, node)``: the deepest node whose root path matches ``y_{t+1..}`` (nodes past
+        ``y_m`` never match) and its depth ``n``. Siblings are distinct, so the matching
+        nodes form one chain.
+    """
+    y = np.asarray(greedy_ids)
+    depths = np.asarray(tree.depths)
+    ok = np.zeros(tree.num_nodes, dtype=bool)
+    ok[0] = True
+    for u in range(1, tree.num_nodes):
+        pos = t + int(depths[u])
+        ok[u] = ok[tree.parents[u]] and pos < y.size and tree.tokens[u] == y[pos]
+    cand = np.flatnonzero(ok)
+    node = int(cand[np.argmax(depths[cand])])
+    return int(depths[node]), node
+
+
 def _stepper(
-    example: TraceExample, strategy: Oracle | Drafter, k: int
+    example: TraceExample, strategy: Strategy, k: int
 ) -> Callable[[int], _Outcome]:
     """A function: position ``t`` -> the step's outcome under ``strategy``."""
     y = np.asarray(example.greedy_ids, dtype=np.int64)
@@ -105,6 +139,22 @@ def _stepper(
             return _Outcome(n=n, winner=0, draft=draft, num_drafts=1)
 
         return oracle_step
+
+    if not isinstance(strategy, Drafter):
+        vanilla = np.asarray(example.topk_ids[:, :, 0], dtype=np.int64)  # (m, h)
+
+        def tree_step(t: int) -> _Outcome:
+            tree = strategy.propose_tree(example.lattice(t, k), example.context(t))
+            if not isinstance(tree, DraftTree):
+                raise OracleError(f"strategy {_name(strategy)!r} returned "
+                                  f"{type(tree).__name__}, not a DraftTree")
+            n, node = tree_accept_length(tree, y, t)
+            draft = vanilla[t].copy()
+            path = tree.path_tokens(node)[: draft.size]
+            draft[: path.size] = path
+            return _Outcome(n=n, winner=node, draft=draft, num_drafts=int(tree.leaves().size))
+
+        return tree_step
 
     def step(t: int) -> _Outcome:
         batch = strategy.propose(example.lattice(t, k), example.context(t))
@@ -165,7 +215,7 @@ def _warn_mismatches(trace: Trace, ex: np.ndarray, ts: np.ndarray) -> None:
 # ---------------------------------------------------------------------------- public
 def simulate(
     trace: Trace,
-    strategy: Oracle | Drafter,
+    strategy: Strategy,
     *,
     examples: Iterable[int] | slice | None = None,
     progress: bool = False,
@@ -175,7 +225,8 @@ def simulate(
     Args:
         trace: the trace.
         strategy: an :class:`Oracle`, or any :class:`Drafter` such as
-            :class:`~blockdraft.drafts.heads.HeadDrafter` (vanilla, p-best 0-gram, rescored).
+            :class:`~blockdraft.drafts.heads.HeadDrafter` (vanilla, p-best 0-gram, rescored),
+            or a tree builder (:class:`TreeDrafter`, docs/definitions.md sec. 11).
             Each step gives it the lattice at ``t`` of width ``strategy.k`` (slot 1 = the
             stored top-1 of head 1 alone) and the context ``x, y_1..y_t`` (int64).
         examples: trace indices (or a slice) to simulate; all by default.
@@ -257,7 +308,7 @@ def simulate(
 
 def simulate_at_positions(
     trace: Trace,
-    strategy: Oracle | Drafter,
+    strategy: Strategy,
     example: Sequence[int] | np.ndarray,
     t: Sequence[int] | np.ndarray,
 ) -> StepRecords:

@@ -4,7 +4,7 @@ See docs/definitions.md sec. 2.
 
 Public surface:
     decode(model, prompt_ids, rescorer=None, k=16, p=1, criterion="exact",
-           max_new_tokens=64, eos_id=None, drafter=None, device="cpu", iad=False)
+           max_new_tokens=64, eos_id=None, drafter=None, device="cpu", iad=False, tree=None)
         -> DecodeResult (one prompt) | list[DecodeResult] (a list of prompts)
     predict(drafter, head_logits, k, context) -> DraftBatch     step 1, no model call
     accept(outcome, remaining, eos_id) -> tuple[int, ...]        step 3, the tokens a call yields
@@ -19,6 +19,9 @@ The loop reads as the paper (Stern et al. 2018, sec. 3-4) and as Medusa's ``medu
         outcome = verifier.verify(past, drafts)               # one batched call
         tokens += accept(outcome, remaining, eos_id)          # d_2..d_{1+n}, next certain token
         past, head_logits = outcome.past, outcome.next_logits
+
+With ``tree`` (docs/definitions.md sec. 11) steps 1-2 build a token tree and verify it in one
+forward with tree attention (:class:`~blockdraft.verify.tree.TreeVerifier`); step 3 is the same.
 
 Counting (docs/definitions.md sec. 2): the prefill yields 1 token (``d_1``), every verification call
 ``1 + n`` (``d_2 .. d_{1+n}`` and the next certain token), cut after EOS and at
@@ -36,20 +39,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 import torch
 
 from blockdraft.core.batch import DraftBatch
+from blockdraft.core.checks import check_int
+from blockdraft.core.errors import BlockdraftError
+from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
-from blockdraft.drafts.protocol import Drafter
+from blockdraft.drafts.protocol import Drafter, TreeDrafter
+from blockdraft.drafts.trees import TrieDrafter
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.models.protocol import HeadsModel
 from blockdraft.verify.criteria import Criterion, VerifyError
 from blockdraft.verify.inputs import check_decode_inputs
 from blockdraft.verify.records import DecodeResult, DecodeStep
-from blockdraft.verify.verifier import Verifier, VerifyOutcome, synchronize
+from blockdraft.verify.tree import TreeVerifier
+from blockdraft.verify.verifier import VerifyOutcome, synchronize
 
 Prompt = Sequence[int] | np.ndarray | torch.Tensor
 """One prompt: a 1-D sequence of token ids."""
@@ -122,19 +130,49 @@ def _block_width(h: int, remaining: int, cached: int, max_seq_len: int | None) -
     return width
 
 
+def _tree_step(
+    verifier: TreeVerifier,
+    tree_drafter: TreeDrafter,
+    k: int,
+    context: np.ndarray,
+    head_logits: torch.Tensor,
+    past: Any,
+    remaining: int,
+    eos_id: int | None,
+) -> tuple[DraftTree, VerifyOutcome, float]:
+    """Steps 1-2 with a token tree (docs/definitions.md sec. 11): ``(tree, outcome, draft_s)``.
+
+    The tree is cut to the depths that can count (``remaining`` tokens, the model's context),
+    as a batch is cut to its first columns.
+    """
+    start = time.perf_counter()
+    lattice = SausageLattice.from_logits(head_logits, k, certain_first=True)
+    tree = tree_drafter.propose_tree(lattice, context)
+    draft_s = time.perf_counter() - start
+    name = str(getattr(tree_drafter, "name", "") or type(tree_drafter).__name__)
+    if not isinstance(tree, DraftTree):
+        raise VerifyError(f"{name}.propose_tree returned {type(tree).__name__}, not a DraftTree")
+    certain = int(lattice.tokens[0, 0])
+    if int(tree.tokens[0]) != certain:
+        raise VerifyError(f"{name} proposed a tree rooted at {int(tree.tokens[0])}; the root "
+                          f"must be the certain token d_1 = {certain}")
+    width = _block_width(tree.max_depth + 1, remaining, past.length, verifier.max_seq_len)
+    return tree, verifier.verify_tree(past, tree.truncate(width - 1), eos_id), draft_s
+
+
 def _done(tokens: list[int], max_new_tokens: int, eos_id: int | None) -> bool:
     return len(tokens) >= max_new_tokens or (eos_id is not None and tokens[-1] == eos_id)
 
 
 def _decode_prompt(
-    verifier: Verifier,
-    drafter: Drafter,
+    verifier: TreeVerifier,
+    drafter: Drafter | TreeDrafter,
     k: int,
     prompt: list[int],
     max_new_tokens: int,
     eos_id: int | None,
 ) -> DecodeResult:
-    """BPD on one validated prompt."""
+    """BPD on one validated prompt (with token trees when ``drafter`` is a TreeDrafter)."""
     wall_start = time.perf_counter()
     name = str(getattr(drafter, "name", "") or type(drafter).__name__)
     if max_new_tokens == 0:
@@ -148,11 +186,29 @@ def _decode_prompt(
     prefill_s = time.perf_counter() - start
     tokens = [int(torch.argmax(head_logits[0]))]
     steps: list[DecodeStep] = []
+    trees = not callable(getattr(drafter, "propose", None))  # a TreeDrafter
     while not _done(tokens, max_new_tokens, eos_id):
         step_start = time.perf_counter()
         certain = tokens[-1]
+        if trees:
+            tree, outcome, draft_s = _tree_step(
+                verifier, cast(TreeDrafter, drafter), k, np.asarray(prompt + tokens[:-1]),
+                head_logits, past, max_new_tokens - len(tokens), eos_id)
+            new = accept(outcome, max_new_tokens - len(tokens), eos_id)
+            steps.append(DecodeStep(
+                position=len(tokens) - 1, drafts=tree.to_drafts(), n=outcome.n,
+                winner=outcome.winner, source=tree.source,
+                accept_lengths=outcome.accept_lengths, tokens=new,
+                forward_s=outcome.forward_s, draft_s=draft_s,
+                other_s=max(0.0, time.perf_counter() - step_start - draft_s - outcome.forward_s),
+                tree=tree,
+            ))
+            tokens.extend(new)
+            past, head_logits = outcome.past, outcome.next_logits
+            continue
         # 1. predict: lattice of the head logits -> drafter (rescorer) -> [p, h] drafts
-        drafts = predict(drafter, head_logits, k, np.asarray(prompt + tokens[:-1]))
+        drafts = predict(cast(Drafter, drafter), head_logits, k,
+                         np.asarray(prompt + tokens[:-1]))
         draft_s = time.perf_counter() - step_start
         if not isinstance(drafts, DraftBatch):
             raise VerifyError(f"{name}.propose returned {type(drafts).__name__}, not a DraftBatch")
@@ -219,6 +275,7 @@ def decode(
     rescorer: Any = ..., k: int = ..., p: int = ..., criterion: Criterion | str = ...,
     max_new_tokens: int = ..., eos_id: int | None = ..., drafter: Drafter | None = ...,
     device: str | torch.device = ..., iad: bool = ...,
+    tree: bool | TreeDrafter | None = ...,
 ) -> DecodeResult | list[DecodeResult]: ...
 
 
@@ -235,6 +292,7 @@ def decode(
     drafter: Drafter | None = None,
     device: str | torch.device = "cpu",
     iad: bool = False,
+    tree: bool | TreeDrafter | None = None,
 ) -> DecodeResult | list[DecodeResult]:
     """Blockwise parallel decoding with draft refinement (docs/definitions.md sec. 2).
 
@@ -269,6 +327,17 @@ def decode(
             changed: move the model there first.
         iad: add an input-guided draft (copy of the prompt after a unique match,
             docs/definitions.md sec. 9) as one more path beside the heads' drafts.
+        tree: verify token trees, one forward per step with tree attention
+            (docs/definitions.md sec. 11). ``None`` or ``False`` (default): the drafts as a
+            batch. ``True``: the same drafts (from ``drafter``, or ``k, p, rescorer``, with
+            ``iad``) merged into a trie (:class:`~blockdraft.drafts.TrieDrafter`): the same
+            output and ``n`` as the batch, fewer tokens per forward. A tree builder (anything
+            with ``k``, ``name`` and ``propose_tree(lattice, context) -> DraftTree``, e.g.
+            :class:`~blockdraft.drafts.ConfidenceTreeDrafter`,
+            :class:`~blockdraft.drafts.MedusaTreeDrafter`,
+            :class:`~blockdraft.drafts.RescoredTreeDrafter`): its trees, on lattices of its
+            ``k``; then ``drafter``, ``rescorer`` and ``iad`` must not be given. Then each
+            :class:`DecodeStep` records the ``tree``, and its ``winner`` is the accepted node.
 
     Returns:
         A :class:`DecodeResult` per prompt (a list for a list of prompts).
@@ -278,28 +347,60 @@ def decode(
             ``max_seq_len`` or one that leaves no room for ``max_new_tokens`` (``len(prompt) +
             max_new_tokens - 1`` positions are read), a bad ``k``, ``p``, ``max_new_tokens``,
             ``eos_id`` or criterion, a rescorer LM trained on another vocabulary, a model on
-            another device, or a drafter whose drafts do not start with the certain token.
+            another device, a drafter whose drafts do not start with the certain token, or a
+            ``tree`` that is neither a bool nor a tree builder (or one given with a drafter).
     """
-    verifier = Verifier(model, criterion)
+    verifier = TreeVerifier(model, criterion)
+    builder = _tree_builder(tree, drafter, rescorer, iad)
     args = check_decode_inputs(
         verifier, prompt_ids, rescorer=rescorer, k=k, p=p, max_new_tokens=max_new_tokens,
         eos_id=eos_id, drafter=drafter, device=device,
     )
+    lattice_k = args.lattice_k
+    if builder is not None:
+        lattice_k = check_int(getattr(builder, "k", None), "the tree builder's k", VerifyError,
+                              minimum=1, maximum=verifier.vocab_size)
+        check_vocab = getattr(getattr(builder, "lm", None), "check_vocab", None)
+        if callable(check_vocab) and verifier.vocab_size is not None:
+            try:
+                check_vocab(verifier.vocab_size)
+            except BlockdraftError as e:
+                raise VerifyError(f"the tree builder's LM does not fit the model: {e}") from e
     was_training = bool(getattr(model, "training", False))
     if isinstance(model, torch.nn.Module):
         model.eval()
     try:
-        results = [
-            _decode_prompt(
-                verifier,
-                CombinedDrafter(args.drafter, InputCopyDrafter(prompt)) if iad else args.drafter,
-                args.lattice_k, prompt, args.max_new_tokens, args.eos_id,
+        results = []
+        for prompt in args.prompts:
+            drafts: Drafter = (
+                CombinedDrafter(args.drafter, InputCopyDrafter(prompt)) if iad else args.drafter
             )
-            for prompt in args.prompts
-        ]
+            source: Drafter | TreeDrafter = drafts
+            if builder is not None:
+                source = builder
+            elif tree is True:
+                source = TrieDrafter(drafts)
+            results.append(_decode_prompt(verifier, source, lattice_k, prompt,
+                                          args.max_new_tokens, args.eos_id))
     finally:
         if was_training and isinstance(model, torch.nn.Module):
             model.train()
     return results if args.batched else results[0]
 
+
+def _tree_builder(tree: Any, drafter: Any, rescorer: Any, iad: bool) -> TreeDrafter | None:
+    """The tree builder ``decode(tree=...)`` names, or None (a batch, or ``tree=True``)."""
+    if tree is None or isinstance(tree, bool):
+        return None
+    if not callable(getattr(tree, "propose_tree", None)):
+        raise VerifyError(
+            "tree must be None, True, False or a tree builder with propose_tree(lattice, "
+            f"context), got {type(tree).__name__}"
+        )
+    if drafter is not None or rescorer is not None or iad:
+        raise VerifyError(
+            "a tree builder makes the drafts itself: pass tree=<builder> without drafter, "
+            "rescorer or iad (or tree=True to merge a drafter's drafts into a trie)"
+        )
+    return tree  # type: ignore[no-any-return]
 

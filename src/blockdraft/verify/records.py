@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from blockdraft.core.batch import DraftBatch
+from blockdraft.core.tree import DraftTree
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,6 +27,10 @@ class DecodeStep:
         forward_s: wall seconds in the model's forward pass.
         draft_s: wall seconds building the lattice and drafting (rescoring included).
         other_s: wall seconds elsewhere in the step (criterion, cache selection, book-keeping).
+        tree: the token tree verified, when the decode verified trees (docs/definitions.md
+            sec. 11); then ``drafts`` are its root-to-leaf paths (``tree.to_drafts()``, padded
+            with -1), ``winner`` is the accepted node's index in the tree and
+            ``accept_lengths`` the ``n`` of every root-to-leaf path. None for a batch.
     """
 
     position: int
@@ -38,6 +43,7 @@ class DecodeStep:
     forward_s: float
     draft_s: float
     other_s: float
+    tree: DraftTree | None = None
 
 
 @dataclass(frozen=True, eq=False)

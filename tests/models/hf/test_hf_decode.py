@@ -60,6 +60,66 @@ def test_exact_bpd_equals_greedy_and_transformers_generate(
     assert result.calls == 1 + len(result.steps)
 
 
+@pytest.fixture(scope="module")
+def ngram_lm(tmp_path_factory: pytest.TempPathFactory, models: Any) -> Any:
+    """A 3-gram LM over the tiny models' token ids (< 128: every model's vocabulary), trained
+    on greedy continuations of the copy-headed Llama, so rescored drafts differ from
+    vanilla ones and get accepted."""
+    from blockdraft.rescorers.base import RescorerError
+    from blockdraft.rescorers.ngram import NgramLM, train_ngram
+
+    model = models("llama", "copy")
+    seqs = [[*prompt, *greedy_generate(model, prompt, 40)]
+            for prompt in ([1, 5, 9, 33], [2, 7], [100, 3, 3], [64, 12, 90, 91, 4])]
+    seqs = [[t % 128 for t in seq] for seq in seqs]
+    try:
+        r = train_ngram(seqs, tmp_path_factory.mktemp("hf-lm") / "lm3", order=3)
+    except RescorerError as e:
+        pytest.skip(f"KenLM's lmplz is not built ({e})")
+    return NgramLM(r.arpa)
+
+
+@given(
+    kind=st.sampled_from(["llama", "gpt2", "mistral"]),
+    own_projection=st.booleans(),
+    num_layers=st.integers(1, 2),
+    rescore=st.booleans(),
+    prompt=st.lists(st.integers(2, 127), min_size=1, max_size=12),
+    k=st.integers(1, 4),
+    p=st.integers(1, 4),
+    max_new=st.integers(1, 30),
+    eos=st.one_of(st.none(), st.integers(2, 127)),
+)
+@settings(max_examples=16, deadline=None)
+def test_property_exact_decode_equals_greedy_in_float32(
+    hf_model: Any, ngram_lm: Any, kind: str, own_projection: bool, num_layers: int,
+    rescore: bool, prompt: list[int], k: int, p: int, max_new: int, eos: int | None
+) -> None:
+    """Lossless in float32 (docs/definitions.md sec. 1): with random Medusa heads in either
+    projection layout, 1-2 ResBlocks, a sliding-window model, vanilla, p-best 0-gram or p-best
+    n-gram rescored drafts and any EOS, exact BPD returns greedy decoding's tokens."""
+    from blockdraft.rescorers.ngram import NgramRescorer
+
+    model = _cached_model(hf_model, kind, own_projection, num_layers)
+    assert next(model.parameters()).dtype == torch.float32
+    y = greedy_generate(model, prompt, max_new, eos_id=eos)
+    drafter = HeadDrafter(k=k, p=p, rescorer=NgramRescorer(ngram_lm, alpha=1.0)
+                          if rescore else None)
+    result = decode(model, prompt, drafter=drafter, max_new_tokens=max_new, eos_id=eos)
+    assert result.tokens == y
+
+
+_MODELS: dict[tuple[str, bool, int], HFBlockwiseModel] = {}
+
+
+def _cached_model(hf_model: Any, kind: str, own: bool, layers: int) -> HFBlockwiseModel:
+    key = (kind, own, layers)
+    if key not in _MODELS:
+        _MODELS[key] = hf_model(kind, heads="random", num_layers=layers, own_projection=own,
+                                seed=len(_MODELS))
+    return _MODELS[key]
+
+
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 @pytest.mark.parametrize(("k", "p"), [(1, 1), (4, 3)])
 def test_drafts_are_accepted_and_eos_stops(models: Any, kind: str, k: int, p: int) -> None:

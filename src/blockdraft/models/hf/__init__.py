@@ -7,6 +7,7 @@ Public surface (details in each module):
     HFBlockwiseConfig, check_supported                                             (adapter)
     HFCache               the model's own KV cache, immutable (crop, expand, gather) (cache)
     HFTokenizer           a transformers tokenizer with blockdraft's interface   (tokenizer)
+    load_hf_tokenizer(folder, vocab_size=None)                                    (tokenizer)
     MedusaHeads, ResBlock                                                           (medusa)
     LAYOUTS, detect_layout, read_heads, read_heads_config, write_heads, HeadsConfig
                           Medusa-1, Medusa-2 full, Medusa version 2, vLLM         (formats)
@@ -33,7 +34,7 @@ from blockdraft.models.hf.loading import (
     smollm2_gguf,
 )
 from blockdraft.models.hf.medusa import MedusaHeads, ResBlock
-from blockdraft.models.hf.tokenizer import HFTokenizer
+from blockdraft.models.hf.tokenizer import HFTokenizer, load_hf_tokenizer
 
 __all__ = [
     "KNOWN_MODELS",
@@ -49,6 +50,7 @@ __all__ = [
     "dense_folder",
     "detect_layout",
     "load_causal_lm",
+    "load_hf_tokenizer",
     "read_heads",
     "read_heads_config",
     "resolve_base",

@@ -253,7 +253,7 @@ class HFBlockwiseModel(nn.Module):
     # ---- the forward pass, in pieces ---------------------------------------------------------
 
     def _check_inputs(
-        self, input_ids: Any, past: Any, position_ids: Any
+        self, input_ids: Any, past: Any, position_ids: Any, tree: bool = False
     ) -> tuple[torch.Tensor, HFCache | None, torch.Tensor]:
         device = self.device
         ids = check_input_ids(input_ids, self.config.vocab_size, device)
@@ -266,7 +266,7 @@ class HFBlockwiseModel(nn.Module):
                     f"past has {past.n_layer} layers but this model has {self.config.n_layer} "
                     "(was it made by another model?)"
                 )
-        t_past = check_past_fits(past, B, T, device, self.config.max_seq_len)
+        t_past = check_past_fits(past, B, 1 if tree else T, device, self.config.max_seq_len)
         if past is not None and past.batch_size != B:
             past = past.expand(B)
         if position_ids is None:
@@ -280,13 +280,54 @@ class HFBlockwiseModel(nn.Module):
                     f"position_ids must be [T] or [B, T] = [{B}, {T}], got "
                     f"{tuple(positions.shape)}"
                 )
+        if tree:  # a token tree reaches only its deepest position, not T_past + T
+            check_past_fits(None, B, int(positions.max()) + 1, device, self.config.max_seq_len)
         return ids, past, positions.expand(B, T)  # positions: (B, T)
+
+    def _tree_attention_mask(
+        self, tree_mask: Any, positions: torch.Tensor, t_past: int
+    ) -> torch.Tensor:
+        """The 4D additive mask ``[1, 1, T, T_past + T]`` of a token tree (docs/definitions.md
+        sec. 11): 0 where a new token attends (the prefix, and the new tokens ``tree_mask``
+        allows), the dtype's minimum elsewhere. transformers returns a 4D mask as-is
+        (``masking_utils._preprocess_mask_arguments``); an additive float mask works for the
+        eager and SDPA attentions alike. A sliding window (every layer sliding) is applied
+        on the positions; a model mixing sliding and full layers is refused once the span
+        exceeds the window.
+        """
+        T = positions.shape[1]  # noqa: N806
+        device = positions.device
+        mask = torch.as_tensor(tree_mask, device=device).to(torch.bool)
+        if tuple(mask.shape) != (T, T):
+            raise ModelError(f"tree_mask must be bool [T, T] = [{T}, {T}], got "
+                             f"{tuple(mask.shape)}")
+        allowed = torch.cat((torch.ones(T, t_past, dtype=torch.bool, device=device), mask), 1)
+        window = getattr(_text_config(self.base), "sliding_window", None)
+        if isinstance(window, int) and window > 0 and int(positions.max()) + 1 > window:
+            try:
+                from transformers.cache_utils import get_layer_types_and_kwargs
+
+                kinds = set(get_layer_types_and_kwargs(_text_config(self.base))[0])
+            except Exception:  # noqa: BLE001 - judged as all sliding
+                kinds = {"sliding_attention"}
+            if kinds != {"sliding_attention"}:
+                raise ModelError(
+                    "tree verification with a mix of sliding-window and full attention layers "
+                    f"is not supported beyond the window ({window} positions)"
+                )
+            key_pos = torch.cat((torch.arange(t_past, device=device), positions[0]))  # (Tk,)
+            allowed &= (positions[0][:, None] - key_pos[None, :]) < window
+        dtype = self.lm_head.weight.dtype
+        out = torch.zeros(allowed.shape, dtype=dtype, device=device)
+        out.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return out[None, None]  # (1, 1, T, T_past + T)
 
     def hidden(
         self,
         input_ids: torch.Tensor,
         past: HFCache | None = None,
         position_ids: torch.Tensor | None = None,
+        tree_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, HFCache]:
         """The base model's final hidden states (after its final norm).
 
@@ -296,7 +337,11 @@ class HFBlockwiseModel(nn.Module):
             past: the cache of the preceding positions (batch ``B``, or 1 to share it), or
                 None. It is never modified.
             position_ids: ``[T]`` or ``[B, T]``; default ``past.length + arange(T)`` (the only
-                value a contiguous cache needs; a token tree passes its depths).
+                value a contiguous cache needs; a token tree passes ``past.length + depths``).
+            tree_mask: bool ``[T, T]``, which new tokens each new token attends to (a token
+                tree's ancestor mask, docs/definitions.md sec. 11); the prefix is always
+                attended. Passed to the base as a 4D additive mask ``[1, 1, T, T_past + T]``.
+                Default: causal (transformers builds the mask).
 
         Returns:
             ``x`` float ``[B, T, d]`` (``output_hidden_states[-1]`` of the base) and the cache
@@ -308,10 +353,16 @@ class HFBlockwiseModel(nn.Module):
         """
         from transformers import DynamicCache
 
-        ids, past, positions = self._check_inputs(input_ids, past, position_ids)
+        tree = tree_mask is not None
+        ids, past, positions = self._check_inputs(input_ids, past, position_ids, tree)
         cache = DynamicCache() if past is None else past.dynamic()
+        extra: dict[str, Any] = {}
+        if tree:
+            extra["attention_mask"] = self._tree_attention_mask(
+                tree_mask, positions, 0 if past is None else past.length)
         out = self.base.base_model(
-            input_ids=ids, past_key_values=cache, position_ids=positions, use_cache=True
+            input_ids=ids, past_key_values=cache, position_ids=positions, use_cache=True,
+            **extra,
         )
         new = HFCache.from_dynamic(out.past_key_values)
         expected = ids.shape[1] + (0 if past is None else past.length)
@@ -367,6 +418,7 @@ class HFBlockwiseModel(nn.Module):
         past: HFCache | None = None,
         last_only: bool = False,
         position_ids: torch.Tensor | None = None,
+        tree_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, HFCache]:
         """Every head's raw logits at every new position.
 
@@ -375,7 +427,7 @@ class HFBlockwiseModel(nn.Module):
             past: the preceding positions' cache (batch ``B``, or 1 to share it), or None.
             last_only: return only the last position (``T = 1`` in the output): a prefill
                 that needs the next block's logits alone skips ``(T-1) h V`` projections.
-            position_ids: see :meth:`hidden`.
+            position_ids, tree_mask: see :meth:`hidden`.
 
         Returns:
             ``logits`` ``[B, T, h, V]`` in the model's dtype (raw; ``log_softmax`` gives
@@ -385,7 +437,7 @@ class HFBlockwiseModel(nn.Module):
         Raises:
             ModelError: see :meth:`hidden`.
         """
-        x, cache = self.hidden(input_ids, past, position_ids)  # (B, T, d)
+        x, cache = self.hidden(input_ids, past, position_ids, tree_mask)  # (B, T, d)
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return self.project(self.head_states(x)), cache  # (B, T, h, V)

@@ -5,11 +5,13 @@ The CLI and the decode helpers use ``encode``, ``decode``, ``vocab_size``, ``eos
 them over any ``transformers`` tokenizer, plus the model's chat template.
 
 Public surface:
+    load_hf_tokenizer(folder, vocab_size=None) -> HFTokenizer   AutoTokenizer of a local folder
     HFTokenizer(tokenizer, vocab_size=None)
         .encode(text) -> list[int]        no special tokens added (as blockdraft's Tokenizer)
         .decode(ids, skip_special_tokens=False) -> str
         .apply_chat_template(messages, add_generation_prompt=True) -> list[int]
         .vocab_size, .eos_id, .pad_id, .bos_id, .has_chat_template, .backend
+        .vocabulary(), .fingerprint(), .info(name)   (as every blockdraft tokenizer)
 """
 
 from __future__ import annotations
@@ -85,8 +87,19 @@ class HFTokenizer(BaseTokenizer):
         return [int(i) for i in self._backend.encode(text, add_special_tokens=False)]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """:meth:`encode` of each text."""
-        return [self.encode(t) for t in texts]
+        """:meth:`encode` of each text (one batched call of the backend).
+
+        Raises:
+            ModelError: when an item is not a string.
+        """
+        texts = list(texts)
+        for text in texts:
+            if not isinstance(text, str):
+                raise ModelError(f"encode_batch expects strings, got {type(text).__name__}")
+        if not texts:
+            return []
+        out = self._backend(texts, add_special_tokens=False)["input_ids"]
+        return [[int(i) for i in ids] for ids in out]
 
     def id_to_token(self, token_id: int) -> str:
         """The vocabulary entry of ``token_id``.
@@ -106,6 +119,10 @@ class HFTokenizer(BaseTokenizer):
         if i is None or (unk is not None and i == unk and token != self._backend.unk_token):
             return None
         return int(i)
+
+    def vocabulary(self) -> dict[str, int]:
+        """``{token string: id}``, added and special tokens included."""
+        return {str(t): int(i) for t, i in self._backend.get_vocab().items()}
 
     def apply_chat_template(
         self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
@@ -152,3 +169,27 @@ def _optional_id(value: Any) -> int | None:
     if isinstance(value, (list, tuple)):
         return int(value[0]) if value else None
     return int(value)
+
+
+def load_hf_tokenizer(folder: str | Path, vocab_size: int | None = None) -> HFTokenizer:
+    """The ``transformers`` tokenizer saved in a local folder (``AutoTokenizer``), wrapped.
+
+    Args:
+        folder: a folder with ``tokenizer_config.json`` / ``tokenizer.json`` (a Hugging Face
+            model folder, or one written by :meth:`HFTokenizer.save`).
+        vocab_size: the model's ``V`` (default: the tokenizer's own size).
+
+    Raises:
+        ModelError: transformers is missing, or cannot read a tokenizer there.
+    """
+    from blockdraft.models.hf.loading import require
+
+    require("transformers")
+    from transformers import AutoTokenizer
+
+    try:
+        backend = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"transformers could not load a tokenizer from {str(folder)!r}: {e}"
+                         ) from e
+    return HFTokenizer(backend, vocab_size=vocab_size)

@@ -1,7 +1,12 @@
 """Global n-gram rescoring: `NgramLM` (KenLM over token ids), `NgramRescorer` (exact p-best
 search or WFST composition), and `train_ngram` (lmplz + build_binary)."""
 
-from blockdraft.rescorers.ngram.lm import NgramLM, read_vocab_mapping
+from blockdraft.rescorers.ngram.lm import (
+    NgramLM,
+    read_vocab_mapping,
+    read_vocab_record,
+    vocab_record_path,
+)
 from blockdraft.rescorers.ngram.rescorer import BACKENDS, NgramRescorer, SearchStats
 from blockdraft.rescorers.ngram.train import NgramTrainResult, find_kenlm_tool, train_ngram
 
@@ -13,5 +18,7 @@ __all__ = [
     "SearchStats",
     "find_kenlm_tool",
     "read_vocab_mapping",
+    "read_vocab_record",
     "train_ngram",
+    "vocab_record_path",
 ]

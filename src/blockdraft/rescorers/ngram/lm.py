@@ -15,6 +15,12 @@ Unknown tokens (ids the LM has never seen, scored by KenLM as ``<unk>``), the ``
     a float      that fixed LM log-prob in nats (e.g. ``-1000.0``, after Kim et al. App. D),
                  with the LM state reset as KenLM does after ``<unk>``.
 
+The tokenizer: ``blockdraft ngram train`` (``train_ngram(..., tokenizer=tok.info(name))``)
+records the tokenizer the ids came from in ``<prefix>.vocab.json`` beside the LM (name, ``V``
+and a fingerprint of its vocabulary); :meth:`NgramLM.check_vocab` then refuses the LM for a
+model of another vocabulary size or another tokenizer. An LM without that record is checked by
+its largest token id alone.
+
 Units: every score returned is a natural-log probability (KenLM's log10 times ln 10, converted
 once at this boundary).
 """
@@ -31,6 +37,9 @@ from typing import Any
 import numpy as np
 
 from blockdraft.core.checks import is_int
+from blockdraft.core.files import write_text_atomic
+from blockdraft.models.errors import ModelError
+from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError, as_context
 from blockdraft.rescorers.ngram import native
 
@@ -65,6 +74,46 @@ def read_vocab_mapping(path: str | Path) -> dict[int, str]:
             raise RescorerError(f"{path}:{lineno}: expected 'id<TAB>word', got {line!r}")
         out[int(parts[0])] = parts[1]
     return out
+
+
+VOCAB_RECORD_SUFFIX = ".vocab.json"
+"""``<prefix>.vocab.json``: the tokenizer an LM's ids came from (see the module docstring)."""
+
+
+def vocab_record_path(lm_path: str | Path) -> Path:
+    """``lm4.bin`` / ``lm4.arpa`` / ``lm4`` -> ``lm4.vocab.json`` beside it."""
+    path = Path(lm_path)
+    stem = path.stem if path.suffix in (".arpa", ".bin", ".binary", ".klm") else path.name
+    return path.with_name(stem + VOCAB_RECORD_SUFFIX)
+
+
+def write_vocab_record(out_prefix: str | Path, tokenizer: TokenizerInfo | None) -> Path | None:
+    """Write (or, for None, remove a stale) ``<out_prefix>.vocab.json``; returns its path."""
+    prefix = Path(out_prefix)
+    path = prefix.with_name(prefix.name + VOCAB_RECORD_SUFFIX)
+    if tokenizer is None:
+        path.unlink(missing_ok=True)
+        return None
+    data = {"format": "blockdraft-ngram-vocab", "format_version": 1,
+            "tokenizer": tokenizer.to_dict()}
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def read_vocab_record(lm_path: str | Path) -> TokenizerInfo | None:
+    """The tokenizer recorded beside an LM, or None when there is no record.
+
+    Raises:
+        RescorerError: a record that cannot be read.
+    """
+    path = vocab_record_path(lm_path)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return TokenizerInfo.from_dict(data["tokenizer"])
+    except (OSError, ValueError, KeyError, TypeError, ModelError) as e:
+        raise RescorerError(f"cannot read the LM's tokenizer record {path}: {e}") from e
 
 
 def _arpa_unigrams(path: Path) -> list[str]:
@@ -117,7 +166,8 @@ class NgramLM:
 
     Attributes:
         path, order, engine, vocab_size (LM words including ``<unk>``, ``<s>``, ``</s>``),
-        max_token_id (largest token id the LM knows; -1 if none).
+        max_token_id (largest token id the LM knows; -1 if none), tokenizer (the
+        :class:`~blockdraft.models.TokenizerInfo` recorded beside the LM, or None).
 
     Raises:
         RescorerError: missing or unreadable file, an LM whose words are not token ids (and no
@@ -189,6 +239,7 @@ class NgramLM:
         mapping = read_vocab_mapping(vocab) if isinstance(vocab, (str, Path)) else vocab
         self._table = self._build_table(lm_words, mapping)
         self.max_token_id = int(self._table.size - 1)
+        self.tokenizer: TokenizerInfo | None = read_vocab_record(self.path)
 
     def arpa_path(self) -> Path | None:
         """The ARPA file of this LM: the file itself, or ``<stem>.arpa`` beside a binary."""
@@ -261,16 +312,53 @@ class NgramLM:
         idx = int(self._table[ids[0]]) if inside else 0
         return self._lm_words[idx] if idx else "<unk>"
 
-    def check_vocab(self, vocab_size: int) -> None:
-        """Raise when the LM knows token ids outside a model's vocabulary ``[0, vocab_size)``.
+    def check_vocab(self, vocab_size: int, tokenizer: Any = None) -> None:
+        """Raise when the LM does not fit a model's vocabulary ``[0, vocab_size)``.
 
         An LM trained with another tokenizer is the usual cause; scoring with it would be
-        silently wrong.
+        silently wrong. Checked: the LM's largest token id; with a tokenizer record beside the
+        LM (see the module docstring) also its ``V``, and, when ``tokenizer`` is given (a
+        :class:`~blockdraft.models.TokenizerInfo` or any blockdraft tokenizer, e.g. a Hugging
+        Face model's ``HFTokenizer``), its vocabulary fingerprint.
+
+        Raises:
+            RescorerError: naming both tokenizers.
         """
         if self.max_token_id >= vocab_size:
             raise RescorerError(
                 f"the LM {self.path.name} knows token id {self.max_token_id}, outside the "
                 f"model's vocabulary of {vocab_size}; was it trained with another tokenizer?"
+            )
+        rec = self.tokenizer
+        if rec is None:
+            return
+        named = f" ({rec.name})" if rec.name else ""
+        if rec.vocab_size != vocab_size:
+            raise RescorerError(
+                f"the LM {self.path.name} was trained over a tokenizer{named} of V = "
+                f"{rec.vocab_size} tokens but the model's vocabulary has V = {vocab_size}; "
+                "train the LM with the model's tokenizer (blockdraft ngram train --tokenizer "
+                "MODEL)"
+            )
+        if tokenizer is None:
+            return
+        if isinstance(tokenizer, TokenizerInfo):
+            theirs = tokenizer
+        else:
+            info = getattr(tokenizer, "info", None)
+            if not callable(info):
+                raise RescorerError(
+                    f"tokenizer must be a TokenizerInfo or a blockdraft tokenizer, got "
+                    f"{type(tokenizer).__name__}"
+                )
+            theirs = info()
+        if theirs.fingerprint != rec.fingerprint:
+            other = f" ({theirs.name})" if theirs.name else ""
+            raise RescorerError(
+                f"the LM {self.path.name} was trained over another tokenizer{named}, "
+                f"fingerprint {rec.fingerprint}, than the model's{other}, fingerprint "
+                f"{theirs.fingerprint} (same V = {vocab_size}, different tokens); train the "
+                "LM with the model's tokenizer"
             )
 
     def unk_ln(self) -> float | None:

@@ -9,6 +9,10 @@ most of the machine's memory up front) and a temporary directory beside the outp
 too small for Kneser-Ney discount estimation lmplz fails; it is then rerun with
 ``--discount_fallback`` and the result says so.
 
+With ``tokenizer=`` (a :class:`~blockdraft.models.TokenizerInfo`), the tokenizer the ids came
+from is recorded beside the LM in ``<prefix>.vocab.json``; :meth:`NgramLM.check_vocab` then
+refuses the LM for a model with another tokenizer (blockdraft's BPE or a Hugging Face model's).
+
 Executables are found in this order: the ``lmplz``/``build_binary`` arguments,
 ``$BLOCKDRAFT_KENLM_BIN``, the directory of the running Python (``make setup`` links them into
 ``.venv/bin``), the repository's ``build/kenlm/bin``, then ``$PATH``.
@@ -26,11 +30,14 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 import numpy as np
 
 from blockdraft.core.checks import is_int
+from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
+from blockdraft.rescorers.ngram.lm import write_vocab_record
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class NgramTrainResult:
         discount_fallback: whether ``--discount_fallback`` was needed.
         seconds: wall time of lmplz + build_binary.
         command: the lmplz command line, for signatures.
+        vocab_record: ``<prefix>.vocab.json`` (the tokenizer's record), or None.
     """
 
     arpa: Path
@@ -56,6 +64,7 @@ class NgramTrainResult:
     discount_fallback: bool
     seconds: float
     command: str
+    vocab_record: Path | None = None
 
     @property
     def num_ngrams(self) -> int:
@@ -100,9 +109,21 @@ def arpa_counts(path: str | Path) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def write_corpus(sequences: Iterable[Sequence[int] | np.ndarray], path: str | Path) -> int:
-    """Write token-id sequences as lmplz input (one line each); returns the token count."""
+@overload
+def write_corpus(sequences: Iterable[Sequence[int] | np.ndarray], path: str | Path) -> int: ...
+
+
+@overload
+def write_corpus(sequences: Iterable[Sequence[int] | np.ndarray], path: str | Path, *,
+                 with_max: Literal[True]) -> tuple[int, int]: ...
+
+
+def write_corpus(sequences: Iterable[Sequence[int] | np.ndarray], path: str | Path, *,
+                 with_max: bool = False) -> int | tuple[int, int]:
+    """Write token-id sequences as lmplz input (one line each); returns the token count (and
+    with ``with_max`` the largest id, -1 when empty)."""
     n = 0
+    top = -1
     with open(path, "w", encoding="ascii") as f:
         for seq in sequences:
             arr = np.asarray(seq, dtype=np.int64).reshape(-1)
@@ -113,7 +134,8 @@ def write_corpus(sequences: Iterable[Sequence[int] | np.ndarray], path: str | Pa
             f.write(" ".join(map(str, arr.tolist())))
             f.write("\n")
             n += int(arr.size)
-    return n
+            top = max(top, int(arr.max()))
+    return (n, top) if with_max else n
 
 
 def train_ngram(
@@ -126,6 +148,7 @@ def train_ngram(
     binary: bool = True,
     lmplz: str | Path | None = None,
     build_binary: str | Path | None = None,
+    tokenizer: TokenizerInfo | None = None,
 ) -> NgramTrainResult:
     """Train an order-``order`` Kneser-Ney LM over token ids.
 
@@ -137,10 +160,13 @@ def train_ngram(
             ``(0, 0, 1, 1)`` drops singleton 3- and 4-grams.
         memory: lmplz ``-S`` cap (e.g. ``"1G"`` or ``"20%"``).
         binary: also build the KenLM probing binary.
+        tokenizer: the tokenizer the ids came from (``tok.info(name)``), recorded in
+            ``<out_prefix>.vocab.json`` for :meth:`NgramLM.check_vocab`; an old record there
+            is removed when None.
 
     Raises:
         RescorerError: bad order or pruning, empty corpus, lmplz/build_binary failures (with
-            their stderr).
+            their stderr), ids outside the tokenizer's vocabulary.
     """
     if not is_int(order) or not 2 <= order <= 5:
         raise RescorerError(f"order must be an integer from 2 to 5, got {order!r}")
@@ -161,9 +187,14 @@ def train_ngram(
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=out_prefix.parent, prefix=".lmplz-") as tmp:
         corpus = Path(tmp) / "corpus.txt"
-        n_tokens = write_corpus(sequences, corpus)
+        n_tokens, max_id = write_corpus(sequences, corpus, with_max=True)
         if n_tokens == 0:
             raise RescorerError("the corpus is empty: nothing to train an n-gram LM on")
+        if tokenizer is not None and max_id >= tokenizer.vocab_size:
+            raise RescorerError(
+                f"the corpus holds token id {max_id}, outside the vocabulary of the tokenizer "
+                f"{tokenizer.name or ''} (V = {tokenizer.vocab_size})"
+            )
         cmd = [str(lmplz_path), "-o", str(order), "-S", memory, "-T", tmp, "--arpa", str(arpa)]
         if prune:
             cmd += ["--prune", *map(str, prune)]
@@ -187,6 +218,7 @@ def train_ngram(
         )
         if proc.returncode != 0:
             raise RescorerError(f"build_binary failed: {proc.stderr.strip()[-2000:]}")
+    record = write_vocab_record(out_prefix, tokenizer)
     return NgramTrainResult(
         arpa=arpa,
         binary=bin_path,
@@ -196,6 +228,7 @@ def train_ngram(
         discount_fallback=fallback,
         seconds=time.perf_counter() - t0,
         command=" ".join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd)),
+        vocab_record=record,
     )
 
 
