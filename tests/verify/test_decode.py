@@ -275,3 +275,25 @@ def test_cuda_matches_cpu(random_model, oracle_drafter) -> None:  # type: ignore
     assert gpu.accept_lengths == cpu.accept_lengths
     assert gpu_oracle.tokens == oracle.tokens == ref
     assert gpu_oracle.accept_lengths == oracle.accept_lengths
+
+
+def test_neural_rescorer_of_another_vocabulary(random_model) -> None:  # type: ignore[no-untyped-def]
+    """A RescorerLM whose ids merely fit the model (V = 32 < 64) is still another tokenizer."""
+    import torch
+
+    from blockdraft.models import BlockwiseConfig, RescorerLM
+    from blockdraft.rescorers.neural import NeuralRescorer
+
+    model = random_model(seed=0, vocab=64, h=4, max_seq_len=32)
+
+    def rescorer(vocab: int) -> NeuralRescorer:
+        torch.manual_seed(0)
+        cfg = BlockwiseConfig(vocab_size=vocab, h=1, n_layer=1, n_head=2, d_model=16, d_ff=32,
+                              max_seq_len=32)
+        return NeuralRescorer(RescorerLM(cfg))
+
+    with pytest.raises(VerifyError, match=r"V = 32 but the model has V = 64"):
+        decode(model, [1, 2], rescorer=rescorer(32), k=2, max_new_tokens=3)
+    with pytest.raises(VerifyError, match=r"another tokenizer"):
+        decode(model, [1, 2], drafter=HeadDrafter(k=2, rescorer=rescorer(80)), max_new_tokens=3)
+    assert decode(model, [1, 2], rescorer=rescorer(64), k=2, max_new_tokens=3).calls >= 1

@@ -118,7 +118,8 @@ def _check_device(model: Any, device: str | torch.device) -> None:
 
 
 def _check_rescorer_vocab(drafter: Any, rescorer: Any, vocab_size: int | None) -> None:
-    """An n-gram LM trained on another tokenizer scores silently wrong: refuse it."""
+    """An n-gram or neural LM trained on another tokenizer scores silently wrong: refuse it
+    (n-gram: the LM's own vocabulary check; neural: its ``V`` must equal the model's)."""
     if vocab_size is None:
         return
     candidates = [rescorer, getattr(drafter, "rescorer", None),
@@ -130,6 +131,13 @@ def _check_rescorer_vocab(drafter: Any, rescorer: Any, vocab_size: int | None) -
                 check(vocab_size)
             except BlockdraftError as e:
                 raise VerifyError(f"the rescorer's LM does not fit the model: {e}") from e
+        neural_v = getattr(r, "vocab_size", None) if hasattr(r, "model") else None
+        if neural_v is not None and int(neural_v) != vocab_size:
+            raise VerifyError(
+                f"the neural rescorer's LM has a vocabulary of V = {neural_v} but the model has "
+                f"V = {vocab_size}: it was trained on another tokenizer; train a rescorer on "
+                "this model's tokenizer (blockdraft train --rescorer --tokenizer MODEL)"
+            )
 
 
 def _is_sequence_of_prompts(x: Any) -> bool:
