@@ -286,6 +286,84 @@ def test_close_leaves_exactly_the_trace_files(tmp_path: Path) -> None:
     assert Trace.open(tmp_path / "tr").num_positions == 4
 
 
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(folder.iterdir())}
+
+
+def test_failed_overwrite_leaves_the_old_trace_byte_identical(tmp_path: Path) -> None:
+    """``overwrite=True`` replaces the old trace only once the new one is complete: a writer
+    that raises mid-write (in add, in the with block, or while finalising) leaves every old
+    byte in place and no temporary beside it."""
+    with TraceWriter(tmp_path / "tr", h=2, K=3, V=10) as w:
+        w.add(*one_example())
+    before = _snapshot(tmp_path / "tr")
+    with pytest.raises(KeyboardInterrupt):
+        with TraceWriter(tmp_path / "tr", h=2, K=3, V=10, overwrite=True) as w:
+            w.add(*one_example(m=4))
+            raise KeyboardInterrupt  # Ctrl-C mid-run
+    with pytest.raises(OracleError):
+        with TraceWriter(tmp_path / "tr", h=2, K=3, V=10, overwrite=True) as w:
+            w.add(*one_example(m=4))
+            w.add_logits([1], [1, 2], np.full((2, 2, 10), np.nan))
+    import blockdraft.oracle.trace.writer as writer_module
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    w = TraceWriter(tmp_path / "tr", h=2, K=3, V=10, overwrite=True)
+    w.add(*one_example(m=4))
+    real = writer_module.replace_directory
+    writer_module.replace_directory = broken  # type: ignore[assignment]
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            w.close()
+    finally:
+        writer_module.replace_directory = real
+    assert _snapshot(tmp_path / "tr") == before
+    assert [p.name for p in tmp_path.iterdir()] == ["tr"]
+
+
+def test_overwrite_never_deletes_files_that_are_not_a_trace(tmp_path: Path) -> None:
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "notes.txt").write_text("mine")
+    with pytest.raises(OracleError, match=r"not a trace's \(notes.txt\)"):
+        TraceWriter(tmp_path / "results", h=2, K=3, V=10, overwrite=True)
+    assert (tmp_path / "results" / "notes.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["results"]
+
+
+def test_concurrent_writers_last_complete_one_wins(tmp_path: Path) -> None:
+    """Two writers of the same path at once: each builds its own folder; the swaps are
+    serialised, and the trace there is the last one to finish, whole."""
+    with TraceWriter(tmp_path / "tr", h=2, K=3, V=10) as w:
+        w.add(*one_example())
+    a = TraceWriter(tmp_path / "tr", h=2, K=3, V=10, overwrite=True)
+    b = TraceWriter(tmp_path / "tr", h=2, K=3, V=10, overwrite=True)
+    a.add(*one_example(m=3))
+    b.add(*one_example(m=4))
+    b.close()
+    assert Trace.open(tmp_path / "tr").num_positions == 4
+    a.close()
+    assert Trace.open(tmp_path / "tr").num_positions == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["tr"]
+
+
+def test_a_killed_writers_leftover_is_swept(tmp_path: Path) -> None:
+    """A writer killed outright (SIGKILL) leaves its hidden folder; the next writer of that
+    path removes it, since its process is gone."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from blockdraft.oracle.trace import TraceWriter; "
+            "w = TraceWriter(sys.argv[1], h=2, K=3, V=10); os.kill(os.getpid(), 9)")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "tr")], check=False)
+    [left] = list(tmp_path.iterdir())
+    assert left.name.startswith(".tr.") and left.name.endswith(".partial")
+    with TraceWriter(tmp_path / "tr", h=2, K=3, V=10) as w:
+        w.add(*one_example())
+    assert [p.name for p in tmp_path.iterdir()] == ["tr"]
+
+
 # ---------------------------------------------------------------------------- open errors
 @pytest.fixture
 def good(tmp_path: Path) -> Path:
@@ -370,13 +448,18 @@ def test_open_value_checks_can_be_skipped(good: Path, tmp_path: Path) -> None:
         Trace.open(tmp_path / "nowhere")
 
 
-def test_unfinished_trace_is_named(tmp_path: Path) -> None:
+def test_unfinished_trace_is_not_at_its_path(tmp_path: Path) -> None:
+    """While a trace is written it lives in a hidden sibling folder; ``path`` appears (whole)
+    only at close."""
     w = TraceWriter(tmp_path / "tr", h=2, K=3, V=10)
     w.add(*one_example())
-    with pytest.raises(TraceFormatError, match="unfinished .*greedy_ids.npy.part"):
+    with pytest.raises(TraceFormatError, match="no trace directory there"):
         Trace.open(tmp_path / "tr")
+    [partial] = list(tmp_path.iterdir())
+    assert partial.name.startswith(".tr.") and partial.name.endswith(".partial")
     w.close()
     assert len(Trace.open(tmp_path / "tr")) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["tr"]
 
 
 def test_lazy_root_import() -> None:

@@ -14,8 +14,12 @@ Subcommands (``blockdraft COMMAND --help`` for each):
     bench rescore           p-best latency of the exact and WFST backends, side by side
     demo                    the whole pipeline on a small corpus (default: Python's own docs)
 
-Human tables by default, ``--json`` for machines, ``--plot FILE.png`` where a picture helps.
-Exit codes: 0 success, 1 error (a message on stderr), 2 usage error.
+Human tables by default, ``--json`` for machines (strict JSON: a number that is not finite is
+written as ``null`` with a ``<field>_reason`` string beside it), ``--plot FILE.png`` (or
+``.pdf``/``.svg``) where a picture helps.
+Exit codes: 0 success, 1 error (one line on stderr), 2 usage error, 130 interrupted (Ctrl-C
+or SIGTERM; outputs are left as they were). ``BLOCKDRAFT_DEBUG=1`` shows the traceback of an
+unexpected error.
 
 Modules: ``parser`` (the argument parser, assembled from each group's ``add_parsers``),
 ``common`` (output helpers, argument types, readers), one per command group: ``analyses``
@@ -25,8 +29,13 @@ Modules: ``parser`` (the argument parser, assembled from each group's ``add_pars
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from blockdraft.cli.common import (
     CliError,
@@ -56,17 +65,49 @@ __all__ = [
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage)."""
+    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with _sigterm_as_interrupt():
+            return int(args.func(args))
+    except KeyboardInterrupt:
+        print("blockdraft: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # e.g. `blockdraft ... --json | head`
         sys.stderr.close()
         return 0
     except BlockdraftError as e:
-        print(f"blockdraft: error: {e}", file=sys.stderr)
+        print(f"blockdraft: error: {_one_line(e)}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as e:
-        print(f"blockdraft: error: {e}", file=sys.stderr)
+        print(f"blockdraft: error: {_one_line(e)}", file=sys.stderr)
         return 1
+    except Exception as e:
+        if os.environ.get("BLOCKDRAFT_DEBUG"):
+            raise
+        print(f"blockdraft: error: {type(e).__name__}: {_one_line(e)} (unexpected: please "
+              "report it; BLOCKDRAFT_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while a command runs, so its ``finally`` blocks and
+    atomic writers clean up as for Ctrl-C (in the main thread only: signals go there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("terminated")
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.cli.common import add_command, int_list, print_json, print_table
+from blockdraft.cli.common import JSON_HELP, add_command, int_list, print_json, print_table
 
 
 def _trace(path: Path) -> Any:
@@ -24,7 +24,10 @@ def _sig_caption(trace: Any) -> str:
 
 def cmd_oracle(args: argparse.Namespace) -> int:
     from blockdraft.oracle import oracle_curve, plot_oracle_curve
+    from blockdraft.oracle.plots import plot_format
 
+    if args.plot:
+        plot_format(args.plot)  # refuse a bad suffix before any work
     trace = _trace(args.trace)
     curve = oracle_curve(trace, ks=args.k)
     if args.plot:
@@ -75,7 +78,10 @@ def cmd_repetition(args: argparse.Namespace) -> int:
 def cmd_entropy(args: argparse.Namespace) -> int:
     from blockdraft.drafts.heads import HeadDrafter
     from blockdraft.oracle import head_entropy, plot_entropy_densities, simulate
+    from blockdraft.oracle.plots import plot_format
 
+    if args.plot:
+        plot_format(args.plot)  # refuse a bad suffix before any work
     trace = _trace(args.trace)
     visited = None if args.all_positions else simulate(trace, HeadDrafter(k=1, p=1))
     stats = head_entropy(trace, visited)
@@ -107,8 +113,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("trace", type=Path, help="trace directory")
     p.add_argument("--k", type=int_list, default=[1, 2, 4, 8, 16],
                    help="lattice widths (default 1,2,4,8,16; the trace's K is added)")
-    p.add_argument("--plot", type=Path, default=None, help="write the curve as a PNG")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--plot", type=Path, default=None,
+                   help="write the curve as an image: .png, .pdf or .svg (by suffix)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
 
     p = add_command(sub, "repetition",
                     "consecutive repetition in drafts, vanilla vs n-gram rescored",
@@ -118,11 +125,12 @@ def add_parsers(sub: Any) -> None:
                    help="an n-gram LM: also report the 1-best of the rescored lattice")
     p.add_argument("--k", type=int, default=16, help="lattice width for rescoring (default 16)")
     p.add_argument("--alpha", type=float, default=1.0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
 
     p = add_command(sub, "entropy", "head entropies, their means and h_max", cmd_entropy)
     p.add_argument("trace", type=Path, help="trace directory")
     p.add_argument("--all-positions", action="store_true",
                    help="every position, not only those vanilla BPD visits")
-    p.add_argument("--plot", type=Path, default=None, help="write densities per head as a PNG")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--plot", type=Path, default=None,
+                   help="write densities per head as an image: .png, .pdf or .svg (by suffix)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)

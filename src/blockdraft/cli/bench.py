@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 
 from blockdraft.cli.common import (
+    JSON_HELP,
     CliError,
     add_command,
     add_group,
     int_list,
+    positive_int,
     print_json,
     print_table,
     progress_bar,
@@ -91,6 +93,6 @@ def add_parsers(sub: Any) -> None:
                    help="held-out token ids (whitespace-separated) for --kind hits")
     p.add_argument("--backends", default="exact,wfst", help="comma-separated (default exact,wfst)")
     p.add_argument("--alpha", type=float, default=1.0)
-    p.add_argument("--n", type=int, default=100, help="lattices per (h, k) (default 100)")
+    p.add_argument("--n", type=positive_int, default=100, help="lattices per (h, k) (default 100)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,26 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
+JSON_HELP = ("machine-readable output: strict JSON (a number that is not finite is written as "
+             "null, with a <field>_reason string beside it)")
+
+
 def print_json(obj: object) -> None:
-    print(json.dumps(obj, indent=2, default=_json_default))
+    """``obj`` as strict JSON on stdout (RFC 8259: no ``NaN`` or ``Infinity``).
+
+    A number that is not finite is written as ``null``, and the object holding it gets a
+    ``<key>_reason`` string saying what it was (``"NaN"``, ``"Infinity"``, ``"-Infinity"``;
+    for a list, the indices of its non-finite entries).
+    """
+    print(to_json(obj))
+
+
+def to_json(obj: object) -> str:
+    """The strict JSON text :func:`print_json` prints."""
+    clean, reason = _finite(json.loads(json.dumps(obj, default=_json_default)))
+    if reason is not None and isinstance(clean, dict):
+        clean["value_reason"] = reason
+    return json.dumps(clean, indent=2, allow_nan=False)
 
 
 def _json_default(o: object) -> object:
@@ -61,6 +80,43 @@ def _json_default(o: object) -> object:
     if hasattr(o, "to_dict"):
         return o.to_dict()
     raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+def _non_finite_name(x: float) -> str:
+    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+
+
+def _finite(value: Any) -> tuple[Any, str | None]:
+    """``value`` with non-finite floats as None, and a reason when it held any."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, f"{_non_finite_name(value)}: not a finite number, written as null"
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        reasons: dict[str, str] = {}
+        for key, item in value.items():
+            out[key], why = _finite(item)
+            if why is not None:
+                reasons[f"{key}_reason"] = why
+        for key, why in reasons.items():
+            out.setdefault(key, why)
+        return out, None
+    if isinstance(value, list):
+        items: list[Any] = []
+        bad: list[str] = []
+        for i, item in enumerate(value):
+            if isinstance(item, float) and not math.isfinite(item):
+                bad.append(f"[{i}] {_non_finite_name(item)}")
+                items.append(None)
+            else:
+                clean, why = _finite(item)
+                if why is not None:
+                    bad.append(f"[{i}] {why}")
+                items.append(clean)
+        if bad:
+            shown = "; ".join(bad[:10]) + ("; ..." if len(bad) > 10 else "")
+            return items, f"non-finite numbers written as null: {shown}"
+        return items, None
+    return value, None
 
 
 def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
@@ -98,18 +154,42 @@ def id_list(text: str) -> list[int]:
     return _csv_ints(text, "token ids", 0, allow_empty=True)
 
 
+def read_text_file(path: Path, what: str = "file") -> str:
+    """The UTF-8 text of ``path``, a byte-order mark at its start dropped (it would otherwise
+    become a token of the first line).
+
+    Raises:
+        CliError: a missing file, or bytes that are not UTF-8 (naming the file, line and
+            column, and what to do).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CliError(f"{what} {path} does not exist" if not path.exists()
+                       else f"{what} {path} is not a file")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise CliError(
+            f"{path}:{line}: byte {data[e.start:e.start + 1]!r} at column {col} is not UTF-8; "
+            "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
 def read_id_lines(path: Path) -> list[np.ndarray]:
     """A file of whitespace-separated token ids, one sequence per line."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            try:
-                out.append(np.array([int(x) for x in parts], dtype=np.int64))
-            except ValueError as e:
-                raise CliError(f"{path}:{lineno}: not a line of integer token ids ({e})") from e
+    text = read_text_file(path, "token-id file")
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        try:
+            out.append(np.array([int(x) for x in parts], dtype=np.int64))
+        except ValueError as e:
+            raise CliError(f"{path}:{lineno}: not a line of integer token ids ({e})") from e
     return out
 
 
@@ -117,10 +197,7 @@ def read_texts(files: Sequence[str]) -> list[str]:
     """The non-empty lines of text files, in order."""
     out: list[str] = []
     for f in files:
-        path = Path(f)
-        if not path.is_file():
-            raise CliError(f"corpus file {path} does not exist")
-        out += [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        out += [ln for ln in read_text_file(Path(f), "text file").splitlines() if ln.strip()]
     if not out:
         raise CliError("the corpus has no non-empty lines")
     return out
@@ -138,3 +215,64 @@ def add_group(sub: Any, name: str, help_: str) -> Any:
     its own subparsers, for :func:`add_command`. The chosen action is ``args.NAME_command``."""
     return sub.add_parser(name, help=help_).add_subparsers(
         dest=f"{name}_command", required=True, metavar="ACTION")
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (>= 1), got {text!r}")
+    return value
+
+
+_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+
+
+def device_name(text: str) -> str:
+    """A torch device string (argparse type): ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``."""
+    kind, _, index = text.partition(":")
+    if kind not in _DEVICE_TYPES or (index and not index.isdigit()) or (kind == "cpu" and index):
+        raise argparse.ArgumentTypeError(
+            f"unknown device {text!r}; use cpu, cuda, cuda:N (a GPU index), mps or xpu")
+    return text
+
+
+def check_device(name: str) -> str:
+    """``name`` if this machine has that device, else a :class:`CliError` saying what to do
+    (instead of torch's AssertionError from deep inside a model)."""
+    kind, _, index = name.partition(":")
+    if kind == "cpu":
+        return name
+    import torch
+
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch was built without CUDA" if torch.version.cuda is None
+                   else "no CUDA GPU is visible")
+            raise CliError(f"--device {name}: CUDA is not available ({why}); use --device cpu")
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise CliError(f"--device {name}: this machine has {count} CUDA device(s), "
+                           f"cuda:0 to cuda:{count - 1}")
+        return name
+    backend = getattr(torch.backends, kind, None) if kind == "mps" else getattr(torch, kind, None)
+    available = getattr(backend, "is_available", None)
+    if available is None or not available():
+        raise CliError(f"--device {name}: that device is not available here; use --device cpu")
+    return name
+
+
+def utf8_argument(text: str, flag: str) -> str:
+    """``text`` from the command line if it is valid UTF-8; bytes that were not (Python keeps
+    them as surrogate escapes) get a :class:`CliError` naming the flag and the byte."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = text[e.start].encode("utf-8", "surrogateescape")
+        raise CliError(f"{flag}: byte {bad!r} at character {e.start} is not UTF-8; pass UTF-8 "
+                       "text (check the terminal's locale, or put the text in a UTF-8 file)"
+                       ) from None
+    return text

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from blockdraft.cli.common import add_command, print_json, print_table
+from blockdraft.cli.common import JSON_HELP, add_command, print_json, print_table
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -80,4 +80,4 @@ def add_parser(sub: Any) -> None:
                         "every prompt gets 48 new tokens)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: the cores not already busy)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -9,7 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.cli.common import add_command, add_group, id_list, print_json, print_table
+from blockdraft.cli.common import (
+    JSON_HELP,
+    add_command,
+    add_group,
+    id_list,
+    print_json,
+    print_table,
+)
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
@@ -71,7 +78,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--backend", choices=["exact", "wfst"], default="exact")
     p.add_argument("--context", type=id_list, default=None,
                    help="comma-separated context token ids (default: the file's context)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
 
     lat = add_group(sub, "lattice", "lattice tools")
     p = add_command(lat, "draw", "draw a lattice like Kim et al. Fig. 4", cmd_lattice_draw)

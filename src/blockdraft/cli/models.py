@@ -19,39 +19,70 @@ from typing import Any
 import numpy as np
 
 from blockdraft.cli.common import (
+    JSON_HELP,
     CliError,
     add_command,
+    check_device,
+    device_name,
     print_json,
     print_table,
     progress_bar,
     read_id_lines,
     read_texts,
+    utf8_argument,
 )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import torch
+    _check_train_arguments(args)
+    check_device(args.device)
+    out = Path(args.out)
+    if args.overwrite and args.resume:
+        raise CliError("--overwrite starts afresh and --resume continues the checkpoint in "
+                       "--out; pass one of them")
+    if out.exists() and not out.is_dir():
+        raise CliError(f"-o {out} exists and is not a folder; choose another path")
+    if not (out.is_dir() and any(out.iterdir())):
+        return _train(args)
+    if not (args.overwrite or args.resume):
+        raise CliError(f"-o {out} already holds a model or checkpoint; pass --resume to "
+                       "continue it, --overwrite to replace it, or choose a new folder")
+    if args.resume:
+        return _train(args)
+    # --overwrite: train in a folder beside it, swapped in only when training succeeded; the
+    # old model stays as it was if this run fails or is interrupted.
+    from blockdraft.core.files import atomic_directory
 
-    from blockdraft.models import TrainConfig, load_model, load_tokenizer
-    from blockdraft.recipes import (
-        eos_stream,
-        model_config,
-        new_model,
-        split_tail,
-        train_and_save,
-        train_tokenizer,
-    )
+    with atomic_directory(out) as tmp:
+        args.out = tmp
+        try:
+            code = _train(args, shown_out=out)
+        finally:
+            args.out = out
+    return code
 
+
+def _check_train_arguments(args: argparse.Namespace) -> None:
+    """The argument combinations ``train`` refuses, before it touches anything."""
     if args.mode == "medusa":
-        return _train_medusa(args)
+        if not args.prompts:
+            raise CliError("--mode medusa needs --prompts (JSON-lines files of training prompts, "
+                           '{"source": ..., "prompt": ...} a line)')
+        flags = (("--corpus", args.corpus), ("--init", args.init),
+                 ("--tokenizer", args.tokenizer), ("--rescorer", args.rescorer),
+                 ("--distill", args.distill))
+        unused = [flag for flag, value in flags if value]
+        if unused:
+            raise CliError(f"--mode medusa does not take {', '.join(unused)}")
+        h = 6 if args.h is None else args.h
+        if h < 2:
+            raise CliError(
+                f"--h is the heads with the base (h = 1 + Medusa heads), >= 2; got {h}")
+        return
     if not args.corpus:
         raise CliError(f"--mode {args.mode} needs --corpus (text files to train on)")
     if args.prompts or args.base:
         raise CliError("--prompts and --base are for --mode medusa")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    args.steps = 2000 if args.steps is None else args.steps
-    args.batch_size = 32 if args.batch_size is None else args.batch_size
     sizes = ("h", "n_layer", "n_head", "d_model", "d_ff")
     if args.init is not None:
         given = [f"--{f.replace('_', '-')}" for f in sizes if getattr(args, f) is not None]
@@ -65,6 +96,28 @@ def cmd_train(args: argparse.Namespace) -> int:
             "--distill trains the heads on the base model's own greedy outputs (Stern sec. "
             "6.2), so it needs a trained base: use --mode heads --init MODEL_DIR"
         )
+
+
+def _train(args: argparse.Namespace, shown_out: Path | None = None) -> int:
+    import torch
+
+    from blockdraft.models import TrainConfig, load_model, load_tokenizer
+    from blockdraft.recipes import (
+        eos_stream,
+        model_config,
+        new_model,
+        split_tail,
+        train_and_save,
+        train_tokenizer,
+    )
+
+    if args.mode == "medusa":
+        return _train_medusa(args, shown_out)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.steps = 2000 if args.steps is None else args.steps
+    args.batch_size = 32 if args.batch_size is None else args.batch_size
+    sizes = ("h", "n_layer", "n_head", "d_model", "d_ff")
     lines = read_texts(args.corpus)
     tok: Any
     if args.tokenizer:
@@ -98,15 +151,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         model, train_ids, args.out, tokenizer=tok, cfg=cfg, mode=mode, seed=args.seed,
         eval_ids=eval_ids, checkpoints=True, resume=args.resume,
         extra_meta=lambda r: {"train": {
-            "mode": mode, "steps": r.steps, "seed": args.seed,
+            # "step" keeps the final save consistent with its resumable state (--resume).
+            "mode": mode, "step": r.steps, "steps": r.steps, "seed": args.seed,
             "corpus": [str(c) for c in args.corpus], "tokens": int(train_ids.size),
             "init": None if args.init is None else str(args.init),
             "distill": args.distill or None, "wall_s": r.wall_s,
             "last_eval": dataclasses.asdict(r.evals[-1]) if r.evals else None}},
     )
     if args.json:
-        print_json({"out": args.out, "steps": result.steps, "final_loss": result.final_loss,
-                    "tokens_per_s": result.tokens_per_s, "wall_s": result.wall_s})
+        print_json({"out": shown_out or args.out, "steps": result.steps,
+                    "final_loss": result.final_loss, "tokens_per_s": result.tokens_per_s,
+                    "wall_s": result.wall_s})
         return 0
     rows = [("steps", result.steps), ("final training loss (nats)", result.final_loss),
             ("tokens/s", result.tokens_per_s), ("wall time (s)", result.wall_s)]
@@ -117,28 +172,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         rows += [(f"held-out top-1 head {i + 1}", float(x)) for i, x in
                  enumerate(last.accuracy)]
     print_table(f"trained {args.preset} {'RescorerLM' if args.rescorer else 'BlockwiseLM'}",
-                ["", "value"], rows, caption=f"checkpoint: {args.out}")
+                ["", "value"], rows, caption=f"checkpoint: {shown_out or args.out}")
     return 0
 
 
-def _train_medusa(args: argparse.Namespace) -> int:
+def _train_medusa(args: argparse.Namespace, shown_out: Path | None = None) -> int:
     """``--mode medusa``: :func:`blockdraft.models.hf.training.train_medusa_heads`."""
     import shlex
 
     from blockdraft.models.hf.training import TrainSettings, train_medusa_heads
 
-    if not args.prompts:
-        raise CliError("--mode medusa needs --prompts (JSON-lines files of training prompts, "
-                       '{"source": ..., "prompt": ...} a line)')
-    unused = [flag for flag, value in (("--corpus", args.corpus), ("--init", args.init),
-                                       ("--tokenizer", args.tokenizer),
-                                       ("--rescorer", args.rescorer), ("--distill", args.distill))
-              if value]
-    if unused:
-        raise CliError(f"--mode medusa does not take {', '.join(unused)}")
     h = 6 if args.h is None else args.h
-    if h < 2:
-        raise CliError(f"--h is the heads with the base (h = 1 + Medusa heads), >= 2; got {h}")
     defaults = TrainSettings()
     settings = TrainSettings(
         heads=h - 1, layers=args.medusa_layers, seed=args.seed, lr=args.lr,
@@ -153,7 +197,7 @@ def _train_medusa(args: argparse.Namespace) -> int:
         progress=not args.json)
     last = result.curve[-1] if result.curve else None
     if args.json:
-        print_json({"out": args.out, "step": result.step, "finished": result.finished,
+        print_json({"out": shown_out or args.out, "step": result.step, "finished": result.finished,
                     "last": last})
         return 0
     rows: list[tuple[str, object]] = [("steps", result.step), ("finished", result.finished)]
@@ -161,7 +205,7 @@ def _train_medusa(args: argparse.Namespace) -> int:
         rows += [(str(key), value) for key, value in last.items()
                  if isinstance(value, (int, float, str))]
     print_table(f"trained {h - 1} Medusa heads on {args.base or 'smollm2'}", ["", "value"], rows,
-                caption=f"heads: {args.out}")
+                caption=f"heads: {shown_out or args.out}")
     return 0
 
 
@@ -241,6 +285,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
     if args.ids and args.chat:
         raise CliError("--chat wraps text prompts in the chat template; --ids prompts are ids")
+    check_device(args.device)
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"-o {out} exists and is not a folder; choose another path")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise CliError(f"-o {out} already holds files; pass --overwrite to replace the trace "
+                       "there (the old one stays until the new one is complete), or choose a "
+                       "new folder")
     model = _load(args)
     if args.ids:
         prompts = [p.tolist() for p in read_id_lines(Path(args.prompts))]
@@ -288,6 +340,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from blockdraft.models import greedy_generate
     from blockdraft.verify import Criterion, decode
 
+    utf8_argument(args.prompt, "--prompt")
+    check_device(args.device)
     model = _load(args)
     tok = _tokenizer(model, args)
     prompt = encode_prompt(tok, args.prompt, args.chat)
@@ -429,11 +483,14 @@ def add_parsers(sub: Any) -> None:
                    help="tail of the corpus held out for evaluation (default 0.01)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what --out holds (without it an existing model is refused)")
     p.add_argument("--checkpoint-interval", type=int, default=200,
                    help="steps between resumable checkpoints (0: only at the end; default 200)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", type=device_name, default="cpu",
+                   help="cpu (default), cuda, cuda:N, mps or xpu")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
 
     p = add_command(sub, "trace",
                     "greedy-decode prompts and record a trace (docs/definitions.md sec. 6)",
@@ -447,8 +504,10 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--eos-id", type=int, default=None,
                    help="end-of-text id (default: the tokenizer's)")
     p.add_argument("--K", type=int, default=16, help="top-K kept per head (default 16)")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing trace in -o (only once the new one is complete)")
+    p.add_argument("--device", type=device_name, default="cpu",
+                   help="cpu (default), cuda, cuda:N, mps or xpu")
 
     p = add_command(sub, "decode", "decode a prompt with blockwise parallel decoding", cmd_decode)
     _model_arguments(p)
@@ -466,5 +525,6 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--iad", action="store_true", help="add an input-guided draft")
     p.add_argument("--compare-greedy", action="store_true",
                    help="also time plain greedy decoding (and check losslessness)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", type=device_name, default="cpu",
+                   help="cpu (default), cuda, cuda:N, mps or xpu")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -9,12 +9,14 @@ from typing import Any
 import numpy as np
 
 from blockdraft.cli.common import (
+    JSON_HELP,
     CliError,
     add_command,
     add_group,
     print_json,
     print_table,
     read_id_lines,
+    read_text_file,
 )
 
 
@@ -38,7 +40,8 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
                            "tokenizer folder, a tokenizer.json or a .gguf file)")
         lines = []
         for f in args.text:
-            lines += [ln for ln in Path(f).read_text(encoding="utf-8").splitlines() if ln.strip()]
+            lines += [ln for ln in read_text_file(Path(f), "text file").splitlines()
+                      if ln.strip()]
         seqs = [np.asarray(ids, dtype=np.int64) for ids in tok.encode_batch(lines)]
     r = train_ngram(seqs, args.output, order=args.order, prune=args.prune, memory=args.memory,
                     binary=not args.no_binary, tokenizer=info)
@@ -79,4 +82,4 @@ def add_parsers(sub: Any) -> None:
                    help="lmplz --prune thresholds per order, e.g. 0 0 1 1")
     p.add_argument("--memory", default="1G", help="lmplz memory cap -S (default 1G)")
     p.add_argument("--no-binary", action="store_true", help="skip build_binary")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)

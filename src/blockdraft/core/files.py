@@ -12,6 +12,12 @@ Public surface:
     write_bytes_atomic(path, data), write_text_atomic(path, text)
     atomic_directory(path) -> context manager yielding a fresh temporary folder, swapped into
         place (replacing an existing folder) when the block exits
+    new_temporary_directory(path), replace_directory(tmp, path): the same in two steps, for
+        writers that live longer than one ``with`` block
+    folder_lock(folder), sweep_stale_temporaries(path): the lock around a swap, and the removal
+        of temporaries whose writer was killed outright (``pid_alive(pid)`` tells)
+
+Errors name the destination the caller asked for, never the hidden temporary.
     cache_dir(*parts) -> Path        ``$BLOCKDRAFT_CACHE`` (default ``~/.cache/blockdraft``)
 """
 
@@ -27,7 +33,69 @@ from typing import IO
 
 
 def _temporary_sibling(dest: Path, suffix: str = ".tmp") -> Path:
-    return dest.with_name(f".{dest.name}.{secrets.token_hex(6)}{suffix}")
+    # The writer's pid is in the name, so a leftover of a process killed outright (SIGKILL,
+    # power loss: no ``finally`` ran) can be told from one still being written.
+    return dest.with_name(f".{dest.name}.{os.getpid()}-{secrets.token_hex(6)}{suffix}")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (on this machine's pid namespace)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the hidden temporaries of ``path`` (``.NAME.<pid>-<hex>.{tmp,partial,old}``)
+    whose writing process no longer exists; returns what was removed. Every atomic writer
+    calls it before it starts."""
+    dest = Path(path)
+    removed: list[Path] = []
+    prefix = f".{dest.name}."
+    try:
+        entries = list(os.scandir(dest.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(prefix):
+            continue
+        pid, dash, rest = name[len(prefix):].partition("-")
+        if not (dash and pid.isdigit() and rest.endswith((".tmp", ".partial", ".old"))):
+            continue
+        if pid_alive(int(pid)):
+            continue
+        stale = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        removed.append(stale)
+    return removed
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` itself (no lock file is left behind): serialises
+    the final swaps of concurrent writers into that folder, so the last complete one wins."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        # A file system without flock (some network mounts) still gets the swap, unlocked.
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _check_parent(dest: Path) -> None:
@@ -36,6 +104,21 @@ def _check_parent(dest: Path) -> None:
         raise FileNotFoundError(
             f"cannot write {str(dest)!r}: its folder {str(parent)!r} does not exist"
         )
+
+
+@contextlib.contextmanager
+def _naming(dest: Path) -> Iterator[None]:
+    """Re-raise an ``OSError`` about the hidden temporary as one naming ``dest`` (the path the
+    user asked for), so no message points at a file the user never named."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None or Path(e.filename).name == dest.name:
+            raise
+        reason = e.strerror or str(e)
+        if isinstance(e, PermissionError):
+            reason += f" (is the folder {str(dest.parent)!r} writable?)"
+        raise type(e)(e.errno, f"cannot write {str(dest)!r}: {reason}") from e
 
 
 @contextlib.contextmanager
@@ -48,12 +131,14 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     dest = Path(path)
     _check_parent(dest)
+    sweep_stale_temporaries(dest)
     tmp = _temporary_sibling(dest, dest.suffix + ".tmp")
     try:
         yield tmp
         if not tmp.exists():
             raise FileNotFoundError(f"nothing was written for {str(dest)!r}")
-        os.replace(tmp, dest)
+        with _naming(dest):
+            os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -69,14 +154,18 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     """
     dest = Path(path)
     _check_parent(dest)
+    sweep_stale_temporaries(dest)
     # Not mkstemp: its 0600 mode would survive the rename; "xb" honours the umask.
     tmp = _temporary_sibling(dest)
     try:
-        with open(tmp, "xb") as f:
+        with _naming(dest):
+            f = open(tmp, "xb")
+        with f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, dest)
+        with _naming(dest):
+            os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -100,33 +189,55 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
 
     Yields an empty temporary folder (a hidden sibling of ``path``). On success an existing
     ``path`` is first renamed aside, the new folder renamed onto ``path``, and the old one
-    removed; on an exception the temporary folder is removed and ``path`` is untouched.
+    removed (under :func:`folder_lock` on the parent, so concurrent writers swap one after the
+    other and the last complete one wins); on an exception the temporary folder is removed
+    and ``path`` is untouched.
     """
     dest = Path(path)
-    _check_parent(dest)
-    tmp = _temporary_sibling(dest, ".partial")
-    tmp.mkdir()
+    tmp = new_temporary_directory(dest)
     try:
         yield tmp
+        replace_directory(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def new_temporary_directory(path: str | os.PathLike[str]) -> Path:
+    """A new empty hidden sibling folder of ``path`` to build a replacement in (stale ones of
+    killed writers are swept first); move it into place with :func:`replace_directory`."""
+    dest = Path(path)
+    _check_parent(dest)
+    sweep_stale_temporaries(dest)
+    tmp = _temporary_sibling(dest, ".partial")
+    with _naming(dest):
+        tmp.mkdir()
+    return tmp
+
+
+def replace_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Move the finished folder ``tmp`` onto ``path`` (replacing what is there) under a lock
+    on the parent folder; on failure ``path`` is as it was and ``tmp`` still exists."""
+    tmp, dest = Path(tmp), Path(path)
+    with folder_lock(dest.parent):
         old = None
         if dest.exists() or dest.is_symlink():
             old = _temporary_sibling(dest, ".old")
-            os.replace(dest, old)
+            with _naming(dest):
+                os.replace(dest, old)
         try:
-            os.replace(tmp, dest)
+            with _naming(dest):
+                os.replace(tmp, dest)
         except BaseException:
             if old is not None:
                 os.replace(old, dest)
             raise
-        if old is not None:
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(old)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(old)
 
 
 def cache_dir(*parts: str) -> Path:

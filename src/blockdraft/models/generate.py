@@ -76,6 +76,11 @@ def greedy_generate(
         return []
     config = getattr(model, "config", None)
     max_len = getattr(model, "max_seq_len", getattr(config, "max_seq_len", None))
+    if max_len is not None and len(prompt) > max_len:
+        raise ModelError(
+            f"the prompt has {len(prompt)} tokens, more than max_seq_len = {max_len} (the "
+            f"model's context); shorten the prompt to at most {max_len} tokens"
+        )
     if max_len is not None and len(prompt) + max_new_tokens - 1 > max_len:
         raise ModelError(
             f"prompt of {len(prompt)} tokens + max_new_tokens = {max_new_tokens} needs "

@@ -1,4 +1,5 @@
-"""Plots of the oracle room's analyses (PNG, matplotlib's Agg canvas, imported lazily).
+"""Plots of the oracle room's analyses (PNG, PDF or SVG by the file's suffix; matplotlib,
+imported lazily; written atomically).
 
 Public surface:
     plot_oracle_curve(curve, path) -> Path
@@ -45,11 +46,35 @@ def _caption(fig: Any, signature: Mapping[str, Any]) -> None:
         fig.text(0.01, 0.01, text, fontsize=6, color="0.4", ha="left", va="bottom", wrap=True)
 
 
+PLOT_FORMATS = ("png", "pdf", "svg")
+
+
+def plot_format(path: str | os.PathLike[str]) -> str:
+    """The image format of ``path``, by its suffix (``.png``, ``.pdf`` or ``.svg``).
+
+    Raises:
+        OracleError: any other suffix (never PNG bytes under another name).
+    """
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        given = f".{suffix}" if suffix else "(none)"
+        raise OracleError(
+            f"cannot plot to {str(path)!r}: unsupported suffix {given}; use one of "
+            f"{', '.join('.' + f for f in PLOT_FORMATS)}"
+        )
+    return suffix
+
+
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
+    from blockdraft.core.files import atomic_writer
+
     out = Path(path)
+    fmt = plot_format(out)
     if out.parent and not out.parent.is_dir():
         raise OracleError(f"cannot write {out}: folder {out.parent} does not exist")
-    fig.savefig(out, format="png")
+    metadata = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt)
+    with atomic_writer(out) as f:
+        fig.savefig(f, format=fmt, metadata=metadata)
     return out
 
 

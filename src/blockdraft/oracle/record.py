@@ -70,7 +70,8 @@ def record_trace(
         K: top-K kept per head (>= every k analysed later).
         signature: settings to record (model, data, ...); h, K, V and the code version are
             added by the writer.
-        overwrite: replace an existing trace.
+        overwrite: replace an existing trace (only once the new one is complete and opens;
+            a failed or interrupted run leaves the old one as it was).
         progress: wraps the prompt loop (e.g. a progress bar).
 
     Returns:

@@ -10,7 +10,6 @@ Public surface:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -23,7 +22,7 @@ import numpy as np
 
 from blockdraft.core.arrays import as_numpy
 from blockdraft.core.checks import check_positive_int
-from blockdraft.core.files import atomic_writer
+from blockdraft.core.files import atomic_writer, new_temporary_directory, replace_directory
 from blockdraft.core.signature import git_commit
 from blockdraft.core.version import __version__
 from blockdraft.lattice.sausage import LatticeError, SausageLattice
@@ -39,6 +38,11 @@ from blockdraft.oracle.trace.format import (
     STREAMED,
     check_position_values,
 )
+
+# What a trace folder holds (and may hold while being written); anything else in a folder to
+# be overwritten is the user's, and refused rather than deleted.
+_OWN_FILES = frozenset([META_FILE, *(f"{n}.npy" for n in ARRAY_DTYPES),
+                        *(f"{n}.npy.part" for n in STREAMED)])
 
 
 def _ids_1d(values: Any, what: str, V: int) -> np.ndarray:
@@ -84,8 +88,12 @@ def _check_signature(signature: Mapping[str, Any] | None) -> dict[str, Any]:
 class TraceWriter:
     """Write a trace directory example by example (format ``blockdraft.trace`` v1).
 
-    Each :meth:`add` appends to one raw ``<name>.npy.part`` file per array; :meth:`close`
-    turns them into ``.npy`` files (header + a streamed copy) and writes ``meta.json`` last.
+    Everything is written into a hidden sibling folder of ``path``
+    (``.NAME.<pid>-<hex>.partial``): each :meth:`add` appends to one raw ``<name>.npy.part``
+    file per array; :meth:`close` turns them into ``.npy`` files (header + a streamed copy),
+    writes ``meta.json`` last, checks that the folder opens as a trace, and only then swaps it
+    onto ``path`` (under a lock on the parent folder: of two concurrent writers the last to
+    finish wins). An old trace at ``path`` stays whole until then.
     Memory holds one example plus two int64 offsets per example.
 
     Use as a context manager: a normal exit closes (finalises) the trace; an exception inside
@@ -101,8 +109,9 @@ class TraceWriter:
         signature: what produced the trace (model, data, tokenizer, max_new_tokens, ...):
             a mapping of str to JSON scalars. ``h``, ``K``, ``V``, ``version`` (blockdraft's)
             and ``commit`` are added.
-        overwrite: replace an existing trace at ``path``; otherwise a non-empty ``path`` is an
-            error.
+        overwrite: replace an existing trace at ``path`` (once the new one is complete);
+            otherwise a non-empty ``path`` is an error. A folder holding files that are not a
+            trace's is never overwritten.
 
     Raises:
         OracleError: on invalid sizes, a bad signature, or a non-empty ``path`` without
@@ -143,16 +152,29 @@ class TraceWriter:
         if self.path.is_dir() and any(self.path.iterdir()):
             if not overwrite:
                 raise OracleError(
-                    f"{self.path} is not empty; pass overwrite=True to replace the trace there, "
-                    "or choose a new path"
+                    f"{self.path} is not empty; pass overwrite=True (--overwrite on the command "
+                    "line) to replace the trace there, or choose a new path"
                 )
-            self._remove_own_files()
-        self._created = not self.path.exists()
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, IO[bytes]] = {
-            name: open(self.path / f"{name}.npy.part", "wb")
-            for name in STREAMED
-        }
+            foreign = sorted(p.name for p in self.path.iterdir() if p.name not in _OWN_FILES)
+            if foreign:
+                raise OracleError(
+                    f"{self.path} holds files that are not a trace's ({', '.join(foreign[:5])}"
+                    f"{', ...' if len(foreign) > 5 else ''}); overwriting would delete them: "
+                    "move them away or choose a new path"
+                )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Everything is written into a hidden sibling folder, checked, and only then swapped
+        # onto ``path``: an old trace there stays whole until the new one is complete.
+        self._dir = new_temporary_directory(self.path)
+        try:
+            self._files: dict[str, IO[bytes]] = {}
+            for name in STREAMED:
+                self._files[name] = open(self._dir / f"{name}.npy.part", "wb")
+        except BaseException:
+            for f in self._files.values():
+                f.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         self._prompt_offsets = [0]
         self._position_offsets = [0]
         self._closed = False
@@ -171,13 +193,6 @@ class TraceWriter:
     def num_examples(self) -> int:
         """Examples added so far."""
         return len(self._position_offsets) - 1
-
-    def _remove_own_files(self) -> None:
-        names = [META_FILE] + [f"{n}.npy" for n in ARRAY_DTYPES]
-        names += [f"{n}.npy.part" for n in STREAMED]
-        for name in names:
-            with contextlib.suppress(FileNotFoundError):
-                (self.path / name).unlink()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -315,8 +330,15 @@ class TraceWriter:
         if self._closed:
             return self.path
         self._closed = True
-        for f in self._files.values():
-            f.close()
+        try:
+            for f in self._files.values():
+                f.close()
+            return self._finish()
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+
+    def _finish(self) -> Path:
         n_prompt = self._prompt_offsets[-1]
         n_pos = self._position_offsets[-1]
         shapes: dict[str, tuple[int, ...]] = {
@@ -329,8 +351,8 @@ class TraceWriter:
             "entropy": (n_pos, self.h),
         }
         for name in STREAMED:
-            part = self.path / f"{name}.npy.part"
-            with atomic_writer(self.path / f"{name}.npy") as out, open(part, "rb") as src:
+            part = self._dir / f"{name}.npy.part"
+            with atomic_writer(self._dir / f"{name}.npy") as out, open(part, "rb") as src:
                 header = {
                     "descr": np.lib.format.dtype_to_descr(ARRAY_DTYPES[name]),
                     "fortran_order": False,
@@ -343,7 +365,7 @@ class TraceWriter:
             ("prompt_offsets", self._prompt_offsets),
             ("position_offsets", self._position_offsets),
         ):
-            with atomic_writer(self.path / f"{name}.npy") as out:
+            with atomic_writer(self._dir / f"{name}.npy") as out:
                 np.save(out, np.asarray(offsets, ARRAY_DTYPES[name]))
         meta = {
             "format": FORMAT_NAME,
@@ -360,19 +382,24 @@ class TraceWriter:
                 for name in ARRAY_DTYPES
             },
         }
-        with atomic_writer(self.path / META_FILE) as f:
+        with atomic_writer(self._dir / META_FILE) as f:
             f.write(json.dumps(meta, indent=2, allow_nan=False).encode("utf-8") + b"\n")
+        from blockdraft.oracle.trace.reader import Trace
+
+        try:
+            Trace.open(self._dir, check_values=False)  # never swap in a trace that does not load
+            replace_directory(self._dir, self.path)
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         return self.path
 
     def abort(self) -> None:
-        """Discard the trace: close and remove its files (and ``path`` if this writer made it
-        and it is now empty). Idempotent."""
+        """Discard the trace: close and remove its temporary folder (an old trace at ``path``
+        stays as it was). Idempotent."""
         if self._closed:
             return
         self._closed = True
         for f in self._files.values():
             f.close()
-        self._remove_own_files()
-        if self._created:
-            with contextlib.suppress(OSError):
-                self.path.rmdir()
+        shutil.rmtree(self._dir, ignore_errors=True)

@@ -87,6 +87,8 @@ class ArpaNgram(NamedTuple):
 
 
 def _open(path: Path) -> IO[str]:
+    if path.is_dir():
+        raise RescorerError(f"ARPA file {path} is a folder; pass the .arpa file inside it")
     if not path.is_file():
         raise RescorerError(f"ARPA file {path} does not exist")
     # Words are opaque byte strings to the format: keep undecodable bytes round-trippable.

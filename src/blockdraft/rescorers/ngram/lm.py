@@ -184,6 +184,13 @@ class NgramLM:
         bounds: bool | str = "auto",
     ) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            found = sorted(p.name for p in self.path.glob("*") if p.suffix in (".arpa", ".bin"))
+            raise RescorerError(
+                f"n-gram LM {self.path} is a folder, not an LM file; pass the ARPA file or "
+                "KenLM binary itself (PREFIX.arpa or PREFIX.bin)"
+                + (f", e.g. one of {found[:5]}" if found else "")
+            )
         if not self.path.is_file():
             raise RescorerError(f"n-gram LM file {self.path} does not exist")
         if engine not in ("auto", "native", "kenlm"):

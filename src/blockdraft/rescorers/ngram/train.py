@@ -5,8 +5,12 @@ line of decimal ids for ``lmplz``, so the LM's words are token ids as decimal st
 convention of :class:`~blockdraft.rescorers.ngram.lm.NgramLM`).
 
 ``lmplz`` runs with an explicit memory cap (``-S``, default ``1G``: without it lmplz reserves
-most of the machine's memory up front) and a temporary directory beside the output. On corpora
-too small for Kneser-Ney discount estimation lmplz fails; it is then rerun with
+most of the machine's memory up front) in a temporary folder beside the output
+(``.lmplz-<pid>-*``): lmplz and build_binary write there, and ``PREFIX.arpa``/``PREFIX.bin``
+are renamed into place only when both succeeded, so a failed or interrupted run leaves the
+old files as they were. Ctrl-C or SIGTERM kills the running tool and removes the folder; on
+Linux the tool also dies with a Python killed outright, whose folder the next run removes.
+On corpora too small for Kneser-Ney discount estimation lmplz fails; it is then rerun with
 ``--discount_fallback`` and the result says so.
 
 With ``tokenizer=`` (a :class:`~blockdraft.models.TokenizerInfo`), the tokenizer the ids came
@@ -23,18 +27,21 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 
 from blockdraft.core.checks import is_int
+from blockdraft.core.files import pid_alive
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram.lm import write_vocab_record
@@ -183,10 +190,18 @@ def train_ngram(
     out_prefix = Path(out_prefix)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     lmplz_path = find_kenlm_tool("lmplz", lmplz)
+    bb = find_kenlm_tool("build_binary", build_binary) if binary else None
     arpa = out_prefix.with_name(out_prefix.name + ".arpa")
+    bin_path = out_prefix.with_name(out_prefix.name + ".bin") if binary else None
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=out_prefix.parent, prefix=".lmplz-") as tmp:
-        corpus = Path(tmp) / "corpus.txt"
+    _sweep_stale_temporaries(out_prefix.parent)
+    # Everything is written inside a temporary folder beside the output and renamed into
+    # place only once lmplz and build_binary both succeeded: a failure, Ctrl-C or SIGTERM
+    # leaves the old PREFIX.arpa / PREFIX.bin byte for byte as they were.
+    tmp = Path(tempfile.mkdtemp(dir=out_prefix.parent, prefix=f"{_TMP_PREFIX}{os.getpid()}-"))
+    try:
+        corpus = tmp / "corpus.txt"
+        tmp_arpa = tmp / "lm.arpa"
         n_tokens, max_id = write_corpus(sequences, corpus, with_max=True)
         if n_tokens == 0:
             raise RescorerError("the corpus is empty: nothing to train an n-gram LM on")
@@ -195,7 +210,10 @@ def train_ngram(
                 f"the corpus holds token id {max_id}, outside the vocabulary of the tokenizer "
                 f"{tokenizer.name or ''} (V = {tokenizer.vocab_size})"
             )
-        cmd = [str(lmplz_path), "-o", str(order), "-S", memory, "-T", tmp, "--arpa", str(arpa)]
+        sort_dir = tmp / "sort"
+        sort_dir.mkdir()
+        cmd = [str(lmplz_path), "-o", str(order), "-S", memory, "-T", str(sort_dir),
+               "--arpa", str(tmp_arpa)]
         if prune:
             cmd += ["--prune", *map(str, prune)]
         fallback = False
@@ -206,24 +224,28 @@ def train_ngram(
             proc = _run(cmd, corpus)
         if proc.returncode != 0:
             raise RescorerError(
-                f"lmplz failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}"
+                f"lmplz failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}; "
+                f"{arpa} was left as it was"
             )
-    bin_path: Path | None = None
-    if binary:
-        bb = find_kenlm_tool("build_binary", build_binary)
-        bin_path = out_prefix.with_name(out_prefix.name + ".bin")
-        proc = subprocess.run(
-            [str(bb), "-S", memory, str(arpa), str(bin_path)],
-            capture_output=True, text=True, check=False,
-        )
-        if proc.returncode != 0:
-            raise RescorerError(f"build_binary failed: {proc.stderr.strip()[-2000:]}")
+        counts = arpa_counts(tmp_arpa)
+        tmp_bin = tmp / "lm.bin"
+        if bb is not None:
+            proc = _run([str(bb), "-S", memory, str(tmp_arpa), str(tmp_bin)], None)
+            if proc.returncode != 0:
+                raise RescorerError(f"build_binary failed: {proc.stderr.strip()[-2000:]}; "
+                                    f"{arpa} was left as it was")
+        # Both complete: each is renamed into place (a rename replaces a file whole).
+        if bin_path is not None:
+            os.replace(tmp_bin, bin_path)
+        os.replace(tmp_arpa, arpa)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     record = write_vocab_record(out_prefix, tokenizer)
     return NgramTrainResult(
         arpa=arpa,
         binary=bin_path,
         order=order,
-        counts=arpa_counts(arpa),
+        counts=counts,
         tokens=n_tokens,
         discount_fallback=fallback,
         seconds=time.perf_counter() - t0,
@@ -232,6 +254,68 @@ def train_ngram(
     )
 
 
-def _run(cmd: list[str], stdin_path: Path) -> subprocess.CompletedProcess[str]:
-    with open(stdin_path, "rb") as f:
-        return subprocess.run(cmd, stdin=f, capture_output=True, text=True, check=False)
+_TMP_PREFIX = ".lmplz-"
+
+
+def _sweep_stale_temporaries(folder: Path) -> None:
+    """Remove ``.lmplz-<pid>-*`` folders left by a run that was killed outright (SIGKILL, power
+    loss): their process no longer exists, so nothing else can be using them."""
+    for d in folder.glob(f"{_TMP_PREFIX}*"):
+        m = re.match(re.escape(_TMP_PREFIX) + r"(\d+)-", d.name)
+        if m and d.is_dir() and not pid_alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _death_signal_setter() -> Any:
+    """Linux: a ``preexec_fn`` making the child get SIGKILL when the Python that started it
+    dies, even by SIGKILL (``prctl(PR_SET_PDEATHSIG)``); None elsewhere. libc is looked up
+    here, in the parent: the child between fork and exec must not import anything."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_death_signal() -> None:  # pragma: no cover - runs in the child
+        prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+
+    return set_death_signal
+
+
+class _Terminated(BaseException):
+    """SIGTERM while a KenLM tool runs (turned into an exception so ``finally`` cleans up)."""
+
+
+def _run(cmd: list[str], stdin_path: Path | None) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` to completion; on Ctrl-C, SIGTERM or any error the child is killed and
+    waited for before the exception goes on (no orphaned lmplz keeps writing)."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_handler: Any = None
+    if main_thread:
+        def on_term(signum: int, frame: Any) -> None:
+            raise _Terminated()
+
+        old_handler = signal.signal(signal.SIGTERM, on_term)
+    stdin = open(stdin_path, "rb") if stdin_path is not None else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(
+            cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_death_signal_setter(),
+        )
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    except _Terminated:
+        raise KeyboardInterrupt("terminated (SIGTERM)") from None
+    finally:
+        if stdin is not subprocess.DEVNULL:
+            stdin.close()  # type: ignore[union-attr]
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_handler)
