@@ -141,7 +141,7 @@ def _train(args: argparse.Namespace, shown_out: Path | None = None) -> int:
     else:
         config = model_config(args.preset, tok.vocab_size, rescorer=args.rescorer,
                               h=args.h or None, **{f: getattr(args, f) for f in sizes[1:]})
-        model = new_model(config, rescorer=args.rescorer, device=args.device)
+        model = new_model(config, rescorer=args.rescorer, device=args.device, seed=args.seed)
     if args.distill:
         train_ids = _distillation_stream(model, tok, lines, args)
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
