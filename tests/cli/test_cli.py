@@ -228,6 +228,7 @@ def test_train_is_reproducible_with_a_seed(tmp_path, capsys):
     """Two `blockdraft train` runs with the same --seed give bit-identical weights; another
     seed gives other weights (the model's initialisation is seeded, not only the data)."""
     from pydoc_data.topics import topics
+
     from safetensors.numpy import load_file
 
     paras = [" ".join(p.split()) for k in sorted(topics)[:30] for p in topics[k].split("\n\n")
