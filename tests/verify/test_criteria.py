@@ -161,3 +161,37 @@ def test_mismatched_shapes_and_ids() -> None:
         Criterion.exact().accept_lengths(TOKENS, LOGITS[:, :3])
     with pytest.raises(VerifyError, match="outside the vocabulary"):
         Criterion.topk(2).accept_lengths(torch.tensor([[0, 6]]), torch.zeros(1, 2, 6))
+
+
+# ---- item 2 of "Nothing lost, nothing silently wrong": parameters the model cannot meet
+def test_criterion_refuses_a_repeated_parameter():
+    with pytest.raises(VerifyError, match="k is given twice"):
+        Criterion.parse("topk:k=4,k=5")
+    with pytest.raises(VerifyError, match="tau is given twice"):
+        Criterion.parse("gadpp:beta=2,tau=1,tau=2")
+    assert Criterion.parse("topk:k=4") == Criterion.topk(4)
+
+
+def test_criterion_ranges_are_checked_against_the_model(random_model):
+    from blockdraft.verify import Verifier
+
+    model = random_model(vocab=64, h=4)
+    with pytest.raises(VerifyError, match=r"topk\(k=99999\).*\[1, 64\]"):
+        Verifier(model, "topk:k=99999")
+    with pytest.raises(VerifyError, match=r"gadpp\(beta=65\).*\[1, 64\]"):
+        Verifier(model, "gadpp:beta=65,tau=1")
+    with pytest.raises(VerifyError, match=r"min_block\(l=100\).*h = 4.*\[1, 4\]"):
+        Verifier(model, "min_block:l=100")
+    Verifier(model, "topk:k=64")
+    Verifier(model, "min_block:l=4")
+
+
+def test_tree_acceptance_checks_k_against_the_logits():
+    import torch
+
+    from blockdraft.drafts import DraftTree
+    from blockdraft.verify.tree import tree_accepted
+
+    tree = DraftTree(tokens=np.array([1, 2]), parents=np.array([-1, 0]), scores=np.zeros(2))
+    with pytest.raises(VerifyError, match=r"\[1, 8\]"):
+        tree_accepted(tree, torch.zeros(tree.num_nodes, 8), "topk:k=9")

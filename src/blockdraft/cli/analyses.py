@@ -9,7 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.cli.common import JSON_HELP, add_command, int_list, print_json, print_table
+from blockdraft.cli.common import (
+    JSON_HELP,
+    CliError,
+    add_command,
+    int_list,
+    print_json,
+    print_table,
+)
 
 
 def _trace(path: Path) -> Any:
@@ -29,7 +36,15 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)  # refuse a bad suffix before any work
     trace = _trace(args.trace)
-    curve = oracle_curve(trace, ks=args.k)
+    if args.k is None:
+        ks = [1, 2, 4, 8, 16]  # those above the trace's K are dropped, K is added
+    else:
+        ks = args.k
+        too_wide = [k for k in ks if not 1 <= k <= trace.K]
+        if too_wide:
+            raise CliError(f"--k {too_wide[0]}: the trace keeps the top K = {trace.K} of each "
+                           f"head, so k must be in [1, {trace.K}]")
+    curve = oracle_curve(trace, ks=ks)
     if args.plot:
         plot_oracle_curve(curve, args.plot)
     if args.json:
@@ -57,7 +72,12 @@ def cmd_repetition(args: argparse.Namespace) -> int:
 
         lm = NgramLM(args.lm)
         lm.check_vocab(trace.V)
-        drafter = HeadDrafter(k=min(args.k, trace.K), p=1,
+        if args.k is None:
+            args.k = min(16, trace.K)
+        if not 1 <= args.k <= trace.K:
+            raise CliError(f"--k {args.k}: the trace keeps the top K = {trace.K} of each "
+                           f"head, so k must be in [1, {trace.K}]")
+        drafter = HeadDrafter(k=args.k, p=1,
                               rescorer=NgramRescorer(lm, alpha=args.alpha))
         rows.append((f"{lm.order}-gram rescored (k={drafter.k}, alpha={args.alpha})",
                      repetition(simulate(trace, drafter, progress=True))))
@@ -111,8 +131,9 @@ def add_parsers(sub: Any) -> None:
     p = add_command(sub, "oracle", "oracle block efficiency B_oracle(k) and B_oracle(k)/B",
                     cmd_oracle)
     p.add_argument("trace", type=Path, help="trace directory")
-    p.add_argument("--k", type=int_list, default=[1, 2, 4, 8, 16],
-                   help="lattice widths (default 1,2,4,8,16; the trace's K is added)")
+    p.add_argument("--k", type=int_list, default=None,
+                   help="lattice widths in [1, K] (default 1,2,4,8,16 up to K; the trace's K "
+                        "is added)")
     p.add_argument("--plot", type=Path, default=None,
                    help="write the curve as an image: .png, .pdf or .svg (by suffix)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -123,7 +144,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("trace", type=Path, help="trace directory")
     p.add_argument("--lm", type=Path, default=None,
                    help="an n-gram LM: also report the 1-best of the rescored lattice")
-    p.add_argument("--k", type=int, default=16, help="lattice width for rescoring (default 16)")
+    p.add_argument("--k", type=int, default=None,
+                   help="lattice width for rescoring, in [1, K] (default min(16, K))")
     p.add_argument("--alpha", type=float, default=1.0)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
 

@@ -27,8 +27,16 @@ def cmd_bench_rescore(args: argparse.Namespace) -> int:
     from blockdraft.bench.rescore import bench_rescore, hits_source, random_source
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+    from blockdraft.rescorers.ngram.lm import check_arpa_pair, file_sha256
 
     lm = NgramLM(args.lm)
+    if args.arpa is not None:
+        if lm.is_arpa:
+            if file_sha256(args.arpa) != file_sha256(args.lm):
+                raise CliError(f"--arpa {args.arpa} is not the LM --lm {args.lm}; pass the "
+                               "ARPA file of the --lm binary (or leave --arpa out)")
+        else:
+            check_arpa_pair(args.lm, args.arpa, order=lm.order, unigrams=lm.vocab_size)
     backends: dict[str, Any] = {}
     for b in args.backends.split(","):
         if b == "exact":
@@ -50,7 +58,9 @@ def cmd_bench_rescore(args: argparse.Namespace) -> int:
                          n=args.n, seed=args.seed,
                          reference="exact" if "exact" in backends else None,
                          progress=progress_bar("timing"))
-    sig = format_signature({"lm": Path(args.lm).name, "order": lm.order, "kind": args.kind,
+    sig = format_signature({"lm": Path(args.lm).name,
+                            **({"arpa": Path(args.arpa).name} if args.arpa else {}),
+                            "order": lm.order, "kind": args.kind,
                             "alpha": args.alpha, "n": args.n, "seed": args.seed,
                             **environment()})
     if args.json:

@@ -84,6 +84,12 @@ def _check_train_arguments(args: argparse.Namespace) -> None:
     if args.prompts or args.base:
         raise CliError("--prompts and --base are for --mode medusa")
     sizes = ("h", "n_layer", "n_head", "d_model", "d_ff")
+    for f in sizes:
+        value = getattr(args, f)
+        if value is not None and value < 1:
+            raise CliError(f"--{f.replace('_', '-')} must be an integer >= 1, got {value}")
+    if args.rescorer and args.h not in (None, 1):
+        raise CliError(f"--rescorer trains a RescorerLM of one head (h = 1); got --h {args.h}")
     if args.init is not None:
         given = [f"--{f.replace('_', '-')}" for f in sizes if getattr(args, f) is not None]
         if given or args.rescorer:
@@ -140,7 +146,7 @@ def _train(args: argparse.Namespace, shown_out: Path | None = None) -> int:
             )
     else:
         config = model_config(args.preset, tok.vocab_size, rescorer=args.rescorer,
-                              h=args.h or None, **{f: getattr(args, f) for f in sizes[1:]})
+                              h=args.h, **{f: getattr(args, f) for f in sizes[1:]})
         model = new_model(config, rescorer=args.rescorer, device=args.device, seed=args.seed)
     if args.distill:
         train_ids = _distillation_stream(model, tok, lines, args)
@@ -515,9 +521,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--k", type=int, default=16, help="lattice width (default 16)")
     p.add_argument("--p", type=int, default=1, help="drafts verified per step (default 1)")
-    p.add_argument("--lm", type=Path, default=None, help="n-gram LM for global rescoring")
-    p.add_argument("--rescorer-model", type=Path, default=None,
-                   help="RescorerLM checkpoint for local neural rescoring")
+    rescoring = p.add_mutually_exclusive_group()
+    rescoring.add_argument("--lm", type=Path, default=None,
+                           help="n-gram LM for global rescoring (not with --rescorer-model)")
+    rescoring.add_argument("--rescorer-model", type=Path, default=None,
+                           help="RescorerLM checkpoint for local neural rescoring (not with --lm)")
     p.add_argument("--neural-backend", choices=["torch", "onnx"], default="onnx")
     p.add_argument("--alpha", type=float, default=1.0)
     p.add_argument("--criterion", default="exact",

@@ -115,6 +115,10 @@ class LatticeFile:
         object.__setattr__(self, "meta", dict(self.meta))
 
 
+MAX_PADDED_K = 1 << 16
+"""The widest lattice read whose every slot is ragged (``k`` above the widest slot)."""
+
+
 def _readonly_ids(ids: list[int]) -> np.ndarray:
     a = np.asarray(ids, dtype=np.int64).reshape(-1)
     a.setflags(write=False)
@@ -329,6 +333,14 @@ def lattice_from_dict(obj: Any, where: str = "<dict>") -> LatticeFile:
         raise LatticeError(f"{where}: slots must be a list, got {type(slots).__name__}")
     if len(slots) != h:
         raise LatticeError(f"{where}: h = {h} but the file has {len(slots)} slots")
+    widest = max((len(s["tokens"]) for s in slots
+                  if isinstance(s, dict) and isinstance(s.get("tokens"), list)), default=0)
+    if k > max(widest, MAX_PADDED_K):
+        # checked before the [h, k] arrays are allocated: a corrupt k must not cost memory
+        raise LatticeError(
+            f"{where}: k = {k} but the widest slot has {widest} arcs; k may exceed the widest "
+            f"slot (padding) only up to {MAX_PADDED_K}"
+        )
 
     tokens = np.full((h, k), -1, dtype=np.int64)
     scores = np.full((h, k), -np.inf, dtype=np.float64)

@@ -17,6 +17,7 @@ file under the real name.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,7 @@ def read_model_config(directory: str | Path) -> tuple[str, BlockwiseConfig, dict
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON
         raise ModelError(f"cannot read {path}: {e}; re-save the model with save_model") from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ModelError(
@@ -129,15 +130,26 @@ def read_model_config(directory: str | Path) -> tuple[str, BlockwiseConfig, dict
             f"{FORMAT_VERSION}: upgrade blockdraft"
         )
     kind = data.get("kind")
-    if kind not in MODEL_KINDS:
+    if not isinstance(kind, str) or kind not in MODEL_KINDS:
         raise ModelError(
             f"{path} has unknown model kind {kind!r}; expected one of {sorted(MODEL_KINDS)}"
         )
+    raw = data.get("config")
+    if isinstance(raw, dict) and version == FORMAT_VERSION:
+        # save_model writes every field: a missing one would silently load as its default
+        missing = sorted({f.name for f in dataclasses.fields(BlockwiseConfig)} - set(raw))
+        if missing:
+            raise ModelError(f"{path}: config lacks field(s) {missing}; the file is damaged, "
+                             "re-save the model with save_model")
     try:
-        config = BlockwiseConfig.from_dict(data.get("config"))  # type: ignore[arg-type]
+        config = BlockwiseConfig.from_dict(raw)  # type: ignore[arg-type]
     except ModelError as e:
         raise ModelError(f"{path}: {e}") from e
-    meta = data.get("meta") or {}
+    meta = data.get("meta")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise ModelError(f"{path}: meta must be a JSON object, got {type(meta).__name__}")
     return str(kind), config, dict(meta)
 
 

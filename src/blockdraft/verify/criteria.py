@@ -335,9 +335,34 @@ class Criterion:
                 raise VerifyError(
                     f"criterion {spec!r}: {key.strip()} must be a number, got {value!r}"
                 ) from e
+            if key.strip() in params:
+                raise VerifyError(
+                    f"criterion {spec!r}: {key.strip()} is given twice; give each parameter once"
+                )
             params[key.strip()] = int(number) if number.is_integer() and "." not in value \
                 else number
         return cls(name, params)
+
+    def check_model(self, vocab_size: int | None, h: int | None) -> None:
+        """Refuse parameters the model cannot satisfy: ``topk`` ``k`` and ``gadpp`` ``beta``
+        above the vocabulary size ``V``, ``min_block`` ``l`` above the ``h`` tokens a step
+        can yield (None: not known, not checked).
+
+        Raises:
+            VerifyError: naming the value and its valid range.
+        """
+        kw = self.kwargs
+        for key in ("k", "beta"):
+            if key in kw and vocab_size is not None and kw[key] > vocab_size:
+                raise VerifyError(
+                    f"{self.name}({key}={kw[key]}): {key} must be in [1, {vocab_size}] for a "
+                    f"model of vocabulary V = {vocab_size}"
+                )
+        if "l" in kw and h is not None and kw["l"] > h:
+            raise VerifyError(
+                f"min_block(l={kw['l']}): a step yields at most h = {h} tokens, so l must be "
+                f"in [1, {h}]"
+            )
 
     # ---- properties ----------------------------------------------------------------------------
 

@@ -73,6 +73,7 @@ def tree_accepted(
         eos_id: when given, nothing below a non-root EOS node is accepted.
     """
     crit = Criterion.parse(criterion)
+    crit.check_model(int(base_logits.shape[-1]), None)
     n = tree.num_nodes
     ok = np.zeros(n, dtype=bool)
     ok[0] = True

@@ -110,7 +110,9 @@ class Verifier:
             Only ``exact`` guarantees the greedy output.
 
     Raises:
-        VerifyError: on a model without ``heads_logits`` or an invalid criterion.
+        VerifyError: on a model without ``heads_logits``, an invalid criterion, or one the
+            model cannot satisfy (:meth:`Criterion.check_model`: ``topk`` k > V, ``min_block``
+            l > h).
     """
 
     def __init__(self, model: HeadsModel, criterion: Criterion | str = "exact") -> None:
@@ -123,6 +125,7 @@ class Verifier:
         self.vocab_size: int | None = model_limit(model, "vocab_size")
         self.max_seq_len: int | None = model_limit(model, "max_seq_len")
         self.h: int | None = model_limit(model, "h")
+        self.criterion.check_model(self.vocab_size, self.h)
         self._factored = factored(model)
 
     @property

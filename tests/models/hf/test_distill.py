@@ -314,7 +314,8 @@ def test_smollm2_heads_learn_well_above_chance(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     result = train_medusa_heads(
         "smollm2", files[:1], tmp_path / "heads", heads=2, max_prompts=48, max_new_tokens=64,
-        heldout_min=24, heldout_fraction=0.0, batch_size=24, data=tmp_path / "data",
+        heldout_min=24, heldout_fraction=0.0, batch_size=24, shard_size=24,
+        data=tmp_path / "data",
         work=tmp_path / "work", settings=TrainSettings(steps=120, batch=64, eval_every=120,
                                                        eval_positions=512, vocab="seen"),
         threads=1, progress=False, log=None)

@@ -548,6 +548,7 @@ def train_medusa_heads(
     dtype: str = "float32",
     max_new_tokens: int = 192,
     batch_size: int = 32,
+    shard_size: int = 256,
     heldout_fraction: float = 0.005,
     heldout_min: int = 200,
     data: str | os.PathLike[str] | None = None,
@@ -569,7 +570,8 @@ def train_medusa_heads(
         distill_minutes: the data step's time box, wall minutes (None: no box).
         seed: seeds the split, the heads and the sampler.
         threads: torch CPU threads (default: 1 on a busy machine).
-        dtype, max_new_tokens, batch_size, heldout_fraction, heldout_min, data: the data step
+        dtype, max_new_tokens, batch_size, shard_size, heldout_fraction, heldout_min, data: the
+            data step
             (:func:`blockdraft.models.hf.distill.distill`; ``data`` its folder).
         work: the training folder (checkpoint); default ``$BLOCKDRAFT_CACHE/medusa-train/<key>``.
         settings: the other training settings (:class:`TrainSettings`).
@@ -584,7 +586,8 @@ def train_medusa_heads(
     torch.set_num_threads(threads or default_threads())
     wall = time.monotonic()
     dset = distill(base, prompts, folder=data, dtype=dtype, max_new_tokens=max_new_tokens,
-                   batch_size=batch_size, seed=seed, heldout_fraction=heldout_fraction,
+                   batch_size=batch_size, shard_size=shard_size, seed=seed,
+                   heldout_fraction=heldout_fraction,
                    heldout_min=heldout_min, max_prompts=max_prompts, minutes=distill_minutes,
                    threads=torch.get_num_threads(), progress=progress, log=log)
     distill_seconds = time.monotonic() - wall
@@ -665,6 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", help="the base's dtype while generating")
     parser.add_argument("--max-new-tokens", type=int, default=192)
     parser.add_argument("--batch-size", type=int, default=32, help="prompts per generation")
+    parser.add_argument("--shard-size", type=int, default=256, help="prompts per data shard")
     parser.add_argument("--heldout-fraction", type=float, default=0.005)
     parser.add_argument("--heldout-min", type=int, default=200)
     parser.add_argument("--data", default=None, help="distillation folder (default: cache)")
@@ -681,6 +685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_prompts=args.max_prompts, minutes=args.minutes, distill_minutes=args.distill_minutes,
         seed=args.seed, threads=args.threads, dtype=args.dtype,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+        shard_size=args.shard_size,
         heldout_fraction=args.heldout_fraction, heldout_min=args.heldout_min, data=args.data,
         work=args.work, settings=settings, command=command)
     print(json.dumps({"out": args.out, "step": result.step, "finished": result.finished,

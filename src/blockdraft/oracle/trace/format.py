@@ -33,6 +33,7 @@ Public surface (the last group is shared by the writer and the reader of this pa
 from __future__ import annotations
 
 import json
+import tokenize
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -285,7 +286,9 @@ def load_array(root: Path, name: str, meta: Mapping[str, Any]) -> np.ndarray:
             else:
                 raise ValueError(f"unsupported .npy version {version}")
             data_start = f.tell()
-    except (ValueError, OSError, SyntaxError) as e:
+    except (ValueError, OSError, SyntaxError, TypeError, KeyError, IndexError, AttributeError,
+            tokenize.TokenError) as e:
+        # numpy parses the header with ast/tokenize: a corrupt header can raise any of these
         raise TraceFormatError(
             f"{file}: not a readable .npy file ({e}); regenerate the trace"
         ) from e

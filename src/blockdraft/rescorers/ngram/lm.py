@@ -27,6 +27,7 @@ once at this boundary).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import warnings
@@ -42,6 +43,7 @@ from blockdraft.models.errors import ModelError
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError, as_context
 from blockdraft.rescorers.ngram import native
+from blockdraft.rescorers.ngram.arpa import arpa_header
 
 LN10 = math.log(10.0)
 _SPECIAL = ("<unk>", "<s>", "</s>")
@@ -116,6 +118,121 @@ def read_vocab_record(lm_path: str | Path) -> TokenizerInfo | None:
         raise RescorerError(f"cannot read the LM's tokenizer record {path}: {e}") from e
 
 
+FINGERPRINT_SUFFIX = ".fingerprint.json"
+"""``<prefix>.fingerprint.json``: the ARPA/binary pair ``train_ngram`` built together."""
+
+
+def fingerprint_path(lm_path: str | Path) -> Path:
+    """``lm4.bin`` / ``lm4.arpa`` / ``lm4`` -> ``lm4.fingerprint.json`` beside it."""
+    path = Path(lm_path)
+    stem = path.stem if path.suffix in (".arpa", ".bin", ".binary", ".klm") else path.name
+    return path.with_name(stem + FINGERPRINT_SUFFIX)
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_fingerprint(
+    out_prefix: str | Path, arpa: Path, binary: Path | None, counts: Sequence[int]
+) -> Path:
+    """Record the ARPA/binary pair just built: order, n-gram counts and both files' SHA-256."""
+    prefix = Path(out_prefix)
+    path = prefix.with_name(prefix.name + FINGERPRINT_SUFFIX)
+    data = {
+        "format": "blockdraft-ngram-fingerprint", "format_version": 1,
+        "order": len(counts), "counts": [int(c) for c in counts],
+        "arpa": arpa.name, "arpa_sha256": file_sha256(arpa),
+        "binary": binary.name if binary is not None else None,
+        "binary_sha256": file_sha256(binary) if binary is not None else None,
+    }
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _read_fingerprint(fp: Path, redo: str) -> tuple[str | None, str | None]:
+    """``(arpa_sha256, binary_sha256)`` recorded in a fingerprint file."""
+    try:
+        rec = json.loads(fp.read_text(encoding="utf-8"))
+        want_arpa, want_bin = rec["arpa_sha256"], rec["binary_sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RescorerError(f"cannot read the LM's fingerprint {fp}: {e}; {redo}") from e
+    if not all(x is None or isinstance(x, str) for x in (want_arpa, want_bin)):
+        raise RescorerError(f"cannot read the LM's fingerprint {fp}: hashes must be strings; "
+                            f"{redo}")
+    return want_arpa, want_bin
+
+
+def check_binary(binary: str | Path) -> None:
+    """Refuse a KenLM binary that is not the one ``train_ngram`` built beside its
+    ``<prefix>.fingerprint.json`` (rebuilt, replaced, or corrupted since); no-op without one.
+
+    Raises:
+        RescorerError: naming the binary, the fingerprint and what to do.
+    """
+    binary = Path(binary)
+    fp = fingerprint_path(binary)
+    if not fp.is_file():
+        return
+    redo = f"rebuild it (blockdraft ngram train -o {binary.with_suffix('')})"
+    _, want_bin = _read_fingerprint(fp, redo)
+    if want_bin != file_sha256(binary):
+        raise RescorerError(
+            f"the KenLM binary {binary} is not the one recorded in {fp.name} (rebuilt, replaced "
+            f"or corrupted since: its SHA-256 differs); {redo}, or delete {fp.name} to use it "
+            "as it is"
+        )
+
+
+def check_arpa_pair(binary: str | Path, arpa: str | Path, *, order: int | None = None,
+                    unigrams: int | None = None) -> None:
+    """Refuse an ARPA file that is not the one a KenLM binary was built from.
+
+    With ``<prefix>.fingerprint.json`` beside the binary (written by ``train_ngram``), both
+    files' SHA-256 must be the recorded ones. Without it, the ARPA header must agree with what
+    the binary says of itself (``order``, ``unigrams`` = words including ``<unk>``, ``<s>``,
+    ``</s>``) when given; a pair built elsewhere is otherwise taken on trust.
+
+    Raises:
+        RescorerError: naming both files and what to do.
+    """
+    binary, arpa = Path(binary), Path(arpa)
+    redo = (f"rebuild both from one run (blockdraft ngram train -o {binary.with_suffix('')}), "
+            "or load the binary without bounds (bounds=False)")
+    fp = fingerprint_path(binary)
+    if fp.is_file():
+        want_arpa, want_bin = _read_fingerprint(fp, redo)
+        if want_bin != file_sha256(binary) or want_arpa != file_sha256(arpa):
+            raise RescorerError(
+                f"the ARPA file {arpa} and the KenLM binary {binary} are not the pair recorded "
+                f"in {fp.name} (one of them was rebuilt or replaced since); the exact search's "
+                f"bounds from a stale ARPA file give wrong p-best drafts: {redo}"
+            )
+        return
+    try:
+        counts = arpa_header(arpa)
+    except RescorerError as e:
+        raise RescorerError(f"the ARPA file {arpa} beside the KenLM binary {binary} cannot be "
+                            f"read ({e}); {redo}") from e
+    if order is not None and len(counts) != order:
+        raise RescorerError(
+            f"the ARPA file {arpa} is of order {len(counts)} but the KenLM binary {binary} of "
+            f"order {order}: they are not the same model; {redo}"
+        )
+    if unigrams is not None:
+        # the binary adds <unk> when the ARPA file has none
+        if counts[0] not in (unigrams, unigrams - 1):
+            raise RescorerError(
+                f"the ARPA file {arpa} has {counts[0]} unigrams but the KenLM binary {binary} "
+                f"{unigrams} words: they are not the same model; {redo}"
+            )
+
+
 def _arpa_unigrams(path: Path) -> list[str]:
     """The words of an ARPA file's 1-gram section (used when the native library is absent)."""
     words: list[str] = []
@@ -160,9 +277,11 @@ class NgramLM:
             or ``"auto"`` (native when built).
         bounds: native engine only: build the exact search's pruning bounds from the ARPA
             file (the LM itself, or ``<stem>.arpa`` beside a binary). ``"auto"`` builds them
-            when the ARPA file is there; ``True`` requires it. They cost one more read of the
-            ARPA file at load time and make p-best search several times faster; results are
-            identical with or without them.
+            when the ARPA file is there; ``True`` requires it. An ARPA file beside a binary
+            must be its pair (:func:`check_arpa_pair`: the ``<stem>.fingerprint.json`` that
+            ``train_ngram`` writes, else the header's order and unigram count). They cost one
+            more read of the ARPA file at load time and make p-best search several times
+            faster; results are identical with or without them.
 
     Attributes:
         path, order, engine, vocab_size (LM words including ``<unk>``, ``<s>``, ``</s>``),
@@ -171,7 +290,9 @@ class NgramLM:
 
     Raises:
         RescorerError: missing or unreadable file, an LM whose words are not token ids (and no
-            ``vocab``), a bad ``unknown`` policy.
+            ``vocab``), a bad ``unknown`` policy, an ARPA file beside a binary that is not its
+            pair, a binary that is not the one recorded in its ``<stem>.fingerprint.json``
+            (checked by SHA-256 at every load).
     """
 
     def __init__(
@@ -218,6 +339,8 @@ class NgramLM:
                 )
         self.engine = engine
         self.is_arpa = is_arpa(self.path)
+        if not self.is_arpa:
+            check_binary(self.path)
         self._native: native.NativeModel | None = None
         self._kenlm: Any = None
         if engine == "native":
@@ -230,7 +353,17 @@ class NgramLM:
                     f"bounds=True needs the ARPA file of {self.path} (the file itself or "
                     f"{self.path.with_suffix('.arpa').name} beside it)"
                 )
+            sibling = self.path.with_suffix(".arpa")
+            if (bounds in (True, "auto") and arpa is None and not self.is_arpa
+                    and sibling.is_file()):
+                raise RescorerError(
+                    f"{sibling} beside the KenLM binary {self.path} is not an ARPA file "
+                    "(empty, truncated or another file); rebuild the pair (blockdraft ngram "
+                    f"train -o {self.path.with_suffix('')}) or load with bounds=False"
+                )
             if bounds in (True, "auto") and arpa is not None:
+                if arpa != self.path:
+                    check_arpa_pair(self.path, arpa, order=self.order, unigrams=len(lm_words))
                 self._native.build_bounds(arpa)
         else:
             self.order = self.kenlm_model().order

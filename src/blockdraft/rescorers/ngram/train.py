@@ -16,6 +16,8 @@ On corpora too small for Kneser-Ney discount estimation lmplz fails; it is then 
 With ``tokenizer=`` (a :class:`~blockdraft.models.TokenizerInfo`), the tokenizer the ids came
 from is recorded beside the LM in ``<prefix>.vocab.json``; :meth:`NgramLM.check_vocab` then
 refuses the LM for a model with another tokenizer (blockdraft's BPE or a Hugging Face model's).
+``<prefix>.fingerprint.json`` records the ARPA/binary pair built together (order, counts, both
+files' SHA-256); :class:`NgramLM` refuses a binary whose ``<prefix>.arpa`` is not its pair.
 
 Executables are found in this order: the ``lmplz``/``build_binary`` arguments,
 ``$BLOCKDRAFT_KENLM_BIN``, the directory of the running Python (``make setup`` links them into
@@ -44,7 +46,8 @@ from blockdraft.core.checks import is_int
 from blockdraft.core.files import pid_alive
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
-from blockdraft.rescorers.ngram.lm import write_vocab_record
+from blockdraft.rescorers.ngram.arpa import arpa_header
+from blockdraft.rescorers.ngram.lm import write_fingerprint, write_vocab_record
 
 
 @dataclass(frozen=True)
@@ -103,17 +106,7 @@ def find_kenlm_tool(name: str, explicit: str | Path | None = None) -> Path:
 
 def arpa_counts(path: str | Path) -> tuple[int, ...]:
     """The n-gram counts of an ARPA file's ``\\data\\`` header."""
-    counts: list[int] = []
-    with open(path, encoding="utf-8", errors="surrogateescape") as f:
-        for line in f:
-            m = re.match(r"ngram (\d+)=(\d+)", line.strip())
-            if m:
-                counts.append(int(m.group(2)))
-            elif counts and line.strip().startswith("\\"):
-                break
-    if not counts:
-        raise RescorerError(f"{path}: no ngram counts in the \\data\\ header; not an ARPA file?")
-    return tuple(counts)
+    return arpa_header(path)
 
 
 @overload
@@ -241,6 +234,7 @@ def train_ngram(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     record = write_vocab_record(out_prefix, tokenizer)
+    write_fingerprint(out_prefix, arpa, bin_path, counts)
     return NgramTrainResult(
         arpa=arpa,
         binary=bin_path,
