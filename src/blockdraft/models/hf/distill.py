@@ -56,6 +56,7 @@ import torch
 
 from blockdraft.core.checks import check_int, check_positive_int
 from blockdraft.core.files import atomic_path, cache_dir, write_text_atomic
+from blockdraft.core.jsonl import iter_jsonl
 from blockdraft.models.errors import ModelError
 
 FORMAT_VERSION = "1"
@@ -114,17 +115,10 @@ def read_prompts(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
         p = Path(path)
         if not p.is_file():
             raise ModelError(f"prompt file {str(p)!r} does not exist")
-        with open(p, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ModelError(f"{p}:{number}: not JSON: {e}") from e
-                if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
-                    raise ModelError(f"{p}:{number}: expected an object with a string 'prompt'")
-                texts.append(obj["prompt"])
+        for number, obj in iter_jsonl(p, ModelError):
+            if not isinstance(obj.get("prompt"), str):
+                raise ModelError(f"{p}:{number}: expected an object with a string 'prompt'")
+            texts.append(obj["prompt"])
     if not texts:
         raise ModelError("no prompts in " + ", ".join(str(p) for p in paths))
     return texts
