@@ -38,6 +38,7 @@ from torch import nn
 from blockdraft.models.cache import KVCache
 from blockdraft.models.config import BlockwiseConfig
 from blockdraft.models.errors import ModelError
+from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.inputs import check_input_ids, check_past_fits
 
 
@@ -169,7 +170,7 @@ class Transformer(nn.Module):
         self.ln_f = nn.LayerNorm(config.d_model)
 
 
-class BlockwiseLM(nn.Module):
+class BlockwiseLM(FactoredHeadsLM, nn.Module):
     """A decoder-only transformer with ``h`` prediction heads (docs/definitions.md sec. 1).
 
     Args:
@@ -428,40 +429,6 @@ class BlockwiseLM(nn.Module):
             return self.lm_head(states)  # type: ignore[no-any-return]
         return F.linear(states, self.transformer.wte.weight)
 
-    def heads_logits(
-        self,
-        input_ids: torch.Tensor,
-        past: KVCache | None = None,
-        last_only: bool = False,
-        position_ids: torch.Tensor | None = None,
-        tree_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, KVCache]:
-        """Every head's raw logits at every new position.
-
-        Args:
-            input_ids: int ``[B, T]`` token ids (on the model's device).
-            past: the preceding positions' cache (batch ``B``, or 1 to share it), or None.
-            last_only: return only the last position (``T = 1`` in the output): a prefill
-                that needs the next block's logits alone skips ``(T-1) h V`` projections.
-            position_ids, tree_mask: a token tree's positions and ancestor mask (see
-                :meth:`hidden`); default the plain causal forward.
-
-        Returns:
-            ``logits`` float ``[B, T, h, V]`` (raw; ``log_softmax`` gives natural-log
-            probabilities): ``logits[b, t, i - 1]`` is head ``i``'s prediction of the token
-            at position ``t + i``; and the cache of all positions.
-
-        Raises:
-            ModelError: see :meth:`hidden`.
-        """
-        x, cache = self.hidden(input_ids, past, position_ids, tree_mask)  # (B, T, d)
-        if last_only:
-            x = x[:, -1:]  # (B, 1, d)
-        return self.project(self.head_states(x)), cache  # (B, T, h, V)
-
-    def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, KVCache]:
-        """Same as :meth:`heads_logits` (same arguments)."""
-        return self.heads_logits(*args, **kwargs)
 
 
 class RescorerLM(BlockwiseLM):

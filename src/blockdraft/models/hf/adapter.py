@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.hf.cache import HFCache
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.tokenizer import HFTokenizer
@@ -157,7 +158,7 @@ def context_length(base: Any) -> int | None:
     return None
 
 
-class HFBlockwiseModel(nn.Module):
+class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
     """A ``transformers`` causal LM with Medusa heads, behind blockdraft's model protocol.
 
     Args:
@@ -412,39 +413,6 @@ class HFBlockwiseModel(nn.Module):
             return base  # type: ignore[no-any-return]
         return torch.cat((base, self.heads.logits(states[..., 1:, :])), dim=-2)  # (..., n, V)
 
-    def heads_logits(
-        self,
-        input_ids: torch.Tensor,
-        past: HFCache | None = None,
-        last_only: bool = False,
-        position_ids: torch.Tensor | None = None,
-        tree_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, HFCache]:
-        """Every head's raw logits at every new position.
-
-        Args:
-            input_ids: int ``[B, T]`` token ids (on the model's device).
-            past: the preceding positions' cache (batch ``B``, or 1 to share it), or None.
-            last_only: return only the last position (``T = 1`` in the output): a prefill
-                that needs the next block's logits alone skips ``(T-1) h V`` projections.
-            position_ids, tree_mask: see :meth:`hidden`.
-
-        Returns:
-            ``logits`` ``[B, T, h, V]`` in the model's dtype (raw; ``log_softmax`` gives
-            natural-log probabilities): ``logits[b, t, i - 1]`` is head ``i``'s prediction of
-            the token at position ``t + i``; and the cache of all positions.
-
-        Raises:
-            ModelError: see :meth:`hidden`.
-        """
-        x, cache = self.hidden(input_ids, past, position_ids, tree_mask)  # (B, T, d)
-        if last_only:
-            x = x[:, -1:]  # (B, 1, d)
-        return self.project(self.head_states(x)), cache  # (B, T, h, V)
-
-    def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, HFCache]:
-        """Same as :meth:`heads_logits` (same arguments)."""
-        return self.heads_logits(*args, **kwargs)
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The Medusa heads' parameters (what head training updates)."""

@@ -1,0 +1,53 @@
+"""`FactoredHeadsLM`: ``heads_logits`` and ``forward`` for every model whose heads sit on one
+shared hidden state (the reference `BlockwiseLM`, the Hugging Face `HFBlockwiseModel`).
+
+A subclass provides ``hidden``, ``head_states`` and ``project``
+(:class:`~blockdraft.models.protocol.FactoredHeadsModel`); this mixin composes them, so the
+two models compute every head's logits the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class FactoredHeadsLM:
+    """Mixin: every head's logits from ``project(head_states(hidden(...)))``."""
+
+    def heads_logits(
+        self,
+        input_ids: torch.Tensor,
+        past: Any = None,
+        last_only: bool = False,
+        position_ids: torch.Tensor | None = None,
+        tree_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, Any]:
+        """Every head's raw logits at every new position.
+
+        Args:
+            input_ids: int ``[B, T]`` token ids (on the model's device).
+            past: the preceding positions' cache (batch ``B``, or 1 to share it), or None.
+            last_only: return only the last position (``T = 1`` in the output): a prefill
+                that needs the next block's logits alone skips ``(T-1) h V`` projections.
+            position_ids, tree_mask: a token tree's positions and ancestor mask (see the
+                model's ``hidden``); default the plain causal forward.
+
+        Returns:
+            ``logits`` ``[B, T, h, V]`` in the model's dtype (raw; ``log_softmax`` gives
+            natural-log probabilities): ``logits[b, t, i - 1]`` is head ``i``'s prediction of
+            the token at position ``t + i``; and the cache of all positions.
+
+        Raises:
+            ModelError: see the model's ``hidden``.
+        """
+        model: Any = self
+        x, cache = model.hidden(input_ids, past, position_ids, tree_mask)  # (B, T, d)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, d)
+        return model.project(model.head_states(x)), cache  # (B, T, h, V)
+
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+        """Same as :meth:`heads_logits` (same arguments)."""
+        return self.heads_logits(*args, **kwargs)
