@@ -131,9 +131,10 @@ def check_outcome(load: Callable[[Path], Any], equal: Callable[[Any, Any], bool]
                   mutation: tuple[Any, ...], allow_different: bool = False) -> str:
     """The property: ``load(copy)`` equals ``original`` or raises ``error``.
 
-    ``allow_different``: a format without a checksum cannot tell a flipped digit of a value
-    from the real one; a valid object that differs is then allowed (and reported by the
-    returned outcome, ``"different"``).
+    ``allow_different``: a format without digests (an interchange format, or a file written
+    before blockdraft recorded digests) cannot tell a flipped digit of a value from the real
+    one; a valid object that differs is then allowed (and reported by the returned outcome,
+    ``"different"``). Formats sealed with digests never pass it.
     """
     try:
         got = load(copy)

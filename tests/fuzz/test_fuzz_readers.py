@@ -2,15 +2,28 @@
 duplicated or inserted, JSON fields edited or deleted, arrays swapped), returns an object equal
 to the original or raises its room's error class: never another exception or a hang.
 
-Formats without a checksum cannot tell a flipped digit of a value from the real one: where a
-mutation leaves a valid file holding other values, the reader returns that other object; those
-readers pass ``allow_different`` for value-editing mutations only (not for truncation or
-swapped files, which must be caught). The default run keeps a few examples per reader
-(``fuzz-default``, see conftest.py); the ``slow`` variants run the ``fuzz-slow`` profile.
+Two kinds of format (docs/architecture.md, "Integrity"):
+
+- Formats blockdraft writes and nobody edits by hand carry SHA-256 digests recorded when they
+  were written (trace folders, model checkpoints, the safetensors heads file of blockdraft's
+  Medusa heads): for those NO mutation may load a different object (``different_ok=()``).
+- Interchange formats, meant to be edited or produced by other tools (lattice JSON/JSONL, ARPA
+  text, ``tokenizer.json``, Medusa-1 ``.pt`` heads as other tools write them) and the version 1
+  traces and checkpoints written before digests existed, cannot tell a flipped digit of a value
+  from the real one: where a mutation leaves a valid file holding other values, the reader
+  returns that other object. Those readers allow a different object for value-editing
+  mutations only (``different_ok``; never for truncation or swapped files, which must be
+  caught); they are fuzzed all the same, for errors that escape, hangs and huge allocations.
+
+The default run keeps a few examples per reader (``fuzz-default``, see conftest.py); the
+``slow`` variants run the ``fuzz-slow`` profile.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +42,7 @@ from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram.arpa import read_arpa
 
 VALUE_EDITS = ("flip", "json_set", "insert", "delete", "duplicate")
+"""The mutations that may leave a valid file holding other values (interchange formats)."""
 
 
 class Reader:
@@ -109,10 +123,28 @@ def _trace_equal(a: Trace, b: Trace) -> bool:
                     for n in names))
 
 
+def unseal_to_v1(file: Path, version_key: str) -> None:
+    """Make a sealed ``meta.json``/``config.json`` a version 1 file (no digests), as
+    blockdraft wrote them before they carried any."""
+    data = json.loads(file.read_text())
+    del data["integrity"]
+    data[version_key] = 1
+    file.write_text(json.dumps(data, indent=2))
+
+
 def trace(tmp: Path) -> Reader:
     folder = tmp / "trace"
     synthetic_trace(folder, num_examples=2, h=3, K=4, V=30, seed=1, length=(3, 6))
-    # the signature is free-form (like a lattice's meta): deleting a key of it is allowed
+    # sealed: meta.json and every .npy file are checked against their digests
+    return Reader(folder, Trace.open, _trace_equal, OracleError, swap=True, different_ok=())
+
+
+def trace_v1(tmp: Path) -> Reader:
+    folder = tmp / "trace"
+    synthetic_trace(folder, num_examples=2, h=3, K=4, V=30, seed=1, length=(3, 6))
+    unseal_to_v1(folder / "meta.json", "version")
+    # no digests: the signature is free-form (like a lattice's meta), deleting a key of it is
+    # allowed, and a changed value cannot be told from the real one
     return Reader(folder, Trace.open, _trace_equal, OracleError, swap=True,
                   different_ok=(*VALUE_EDITS, "json_delete"))
 
@@ -126,7 +158,7 @@ def _state_equal(a: Any, b: Any) -> bool:
         and bool(torch.equal(sa[k], sb[k])) for k in sa)
 
 
-def checkpoint(tmp: Path) -> Reader:
+def _checkpoint(tmp: Path, v1: bool) -> Reader:
     import torch
 
     from blockdraft.models import BlockwiseConfig, BlockwiseLM, load_model, save_model
@@ -135,11 +167,23 @@ def checkpoint(tmp: Path) -> Reader:
     model = BlockwiseLM(BlockwiseConfig.tiny(vocab_size=40, h=2, max_seq_len=16)).eval()
     folder = tmp / "model"
     save_model(model, folder)
+    if v1:
+        unseal_to_v1(folder / "config.json", "format_version")
 
     def equal(a: Any, b: Any) -> bool:
         return type(a) is type(b) and a.config == b.config and _state_equal(a, b)
 
-    return Reader(folder, load_model, equal, ModelError)
+    # sealed: config.json and model.safetensors are checked against their digests
+    return Reader(folder, load_model, equal, ModelError,
+                  different_ok=VALUE_EDITS if v1 else ())
+
+
+def checkpoint(tmp: Path) -> Reader:
+    return _checkpoint(tmp, v1=False)
+
+
+def checkpoint_v1(tmp: Path) -> Reader:
+    return _checkpoint(tmp, v1=True)
 
 
 def tokenizer(tmp: Path) -> Reader:
@@ -157,28 +201,48 @@ def tokenizer(tmp: Path) -> Reader:
         return (a.vocab_size, a.info().fingerprint, a.encode(probe)) == (
             b.vocab_size, b.info().fingerprint, b.encode(probe))
 
-    return Reader(folder, load_tokenizer, equal, ModelError)
+    # interchange (any Hugging Face tokenizers file): its normalizer, pre-tokenizer,
+    # post-processor and decoder are optional, so deleting one is a valid other tokenizer
+    return Reader(folder, load_tokenizer, equal, ModelError,
+                  different_ok=(*VALUE_EDITS, "json_delete"))
 
 
-def medusa_heads(tmp: Path) -> Reader:
+def _heads_equal(a: Any, b: Any) -> bool:
+    return ((a.num_heads, a.num_layers, a.own_projection, a.tie_layers)
+            == (b.num_heads, b.num_layers, b.own_projection, b.tie_layers)
+            and _state_equal(a, b))
+
+
+def _random_heads(vocab: int | None, layers: int) -> Any:
     import torch
 
-    from blockdraft.models.hf.formats import read_heads, write_heads
     from blockdraft.models.hf.medusa import MedusaHeads
 
-    heads = MedusaHeads(8, 16, 2, 1, True)
+    heads = MedusaHeads(8, vocab, 2, layers, vocab is not None)
     g = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for p in heads.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    folder = write_heads(heads, tmp / "heads", "medusa-heads", base_model="smollm2")
+    return heads
 
-    def equal(a: Any, b: Any) -> bool:
-        return ((a.num_heads, a.num_layers, a.own_projection, a.tie_layers)
-                == (b.num_heads, b.num_layers, b.own_projection, b.tie_layers)
-                and _state_equal(a, b))
 
-    return Reader(folder, read_heads, equal, ModelError)
+def medusa_heads(tmp: Path) -> Reader:
+    from blockdraft.models.hf.formats import read_heads, write_heads
+
+    # Medusa-1 heads (a torch.save file, as Medusa writes them): no digest, interchange
+    folder = write_heads(_random_heads(16, 1), tmp / "heads", "medusa-heads",
+                         base_model="smollm2")
+    return Reader(folder, read_heads, _heads_equal, ModelError)
+
+
+def medusa_v2(tmp: Path) -> Reader:
+    from blockdraft.models.hf.formats import read_heads, write_heads
+
+    # blockdraft's own layout: the safetensors file carries the digest of its tensors, and
+    # config.json's sizes are checked against them (its other fields do not change the heads)
+    folder = write_heads(_random_heads(None, 2), tmp / "heads", "medusa-v2",
+                         base_model="smollm2")
+    return Reader(folder, read_heads, _heads_equal, ModelError, different_ok=())
 
 
 def kenlm_binary(tmp: Path) -> Reader:
@@ -214,9 +278,12 @@ READERS: dict[str, Callable[[Path], Reader]] = {
     "lattice-jsonl": lattice_jsonl,
     "arpa": arpa,
     "trace": trace,
+    "trace-v1": trace_v1,
     "checkpoint": checkpoint,
+    "checkpoint-v1": checkpoint_v1,
     "tokenizer": tokenizer,
     "medusa-heads": medusa_heads,
+    "medusa-v2": medusa_v2,
     "kenlm-binary": kenlm_binary,
 }
 
@@ -234,21 +301,97 @@ def readers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"get": get}
 
 
-def _fuzz(readers: dict[str, Any], name: str, data: st.DataObject) -> None:
-    r = readers["get"](name)
+@pytest.fixture
+def reader(readers: dict[str, Any], name: str) -> Reader:
+    """The reader ``name``, built before hypothesis times its first example."""
+    return readers["get"](name)  # type: ignore[no-any-return]
+
+
+def _fuzz(r: Reader, data: st.DataObject) -> None:
     mutation = data.draw(mutations(r.folder, swap=r.swap), label="mutation")
     r.check(mutation)
 
 
 @pytest.mark.parametrize("name", list(READERS))
 @given(data=st.data())
-def test_reader_survives_mutations(readers, name, data):
-    _fuzz(readers, name, data)
+def test_reader_survives_mutations(reader, data):
+    _fuzz(reader, data)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(READERS))
 @settings(settings.get_profile("fuzz-slow"))
 @given(data=st.data())
-def test_reader_survives_mutations_slow(readers, name, data):
-    _fuzz(readers, name, data)
+def test_reader_survives_mutations_slow(reader, data):
+    _fuzz(reader, data)
+
+
+# ------------------------------------------------------------- sealed formats, by example
+def _flip_last_value(name: str) -> Callable[[Path], None]:
+    """Flip the lowest mantissa bit of the last float32 of a file (its byte ``size - 4``)."""
+
+    def edit(folder: Path) -> None:
+        data = bytearray((folder / name).read_bytes())
+        data[-4] ^= 1
+        (folder / name).write_bytes(bytes(data))
+
+    return edit
+
+
+def _edit_json(name: str, edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def apply(folder: Path) -> None:
+        data = json.loads((folder / name).read_text())
+        edit(data)
+        (folder / name).write_text(json.dumps(data))
+
+    return apply
+
+
+# Edits that leave a valid file holding other values: a version 1 (unsealed) file loads each as
+# a different object; the sealed one refuses every one with the room's error.
+VALUE_CHANGES: dict[str, list[Callable[[Path], None]]] = {
+    "trace": [
+        _flip_last_value("entropy.npy"),
+        _flip_last_value("topk_logprobs.npy"),
+        _edit_json("meta.json", lambda d: d["signature"].update(note="edited")),
+    ],
+    "checkpoint": [
+        _flip_last_value("model.safetensors"),
+        _edit_json("config.json", lambda d: d["config"].update(dropout=0.5)),
+        _edit_json("config.json", lambda d: d["config"].update(max_seq_len=17)),
+    ],
+}
+
+
+def _outcome(r: Reader, edit: Callable[[Path], None]) -> str:
+    with tempfile.TemporaryDirectory(prefix="edit-") as tmp:
+        copy = Path(tmp) / r.folder.name
+        shutil.copytree(r.folder, copy)
+        edit(copy)
+        return check_outcome(r.load, r.equal, r.original, copy, r.error, ("edit",),
+                             allow_different=True)
+
+
+@pytest.mark.parametrize("name", list(VALUE_CHANGES))
+def test_sealed_formats_refuse_what_unsealed_ones_load_as_another_object(readers, name):
+    """Issue 13 item 5: no silently different object from a format blockdraft writes."""
+    sealed, v1 = readers["get"](name), readers["get"](f"{name}-v1")
+    edits = VALUE_CHANGES[name]
+    assert [_outcome(v1, e) for e in edits] == ["different"] * len(edits)  # they do change it
+    assert [_outcome(sealed, e) for e in edits] == ["error"] * len(edits)  # digests catch them
+
+
+def test_sealed_heads_refuse_changed_tensors_and_sizes(readers):
+    """blockdraft's medusa-v2 heads: a changed weight or a config naming fewer heads or layers
+    is refused, a new base model name is not; Medusa-1 .pt heads (interchange, no digest) load
+    with the config's fewer heads."""
+    v2 = readers["get"]("medusa-v2")
+    fewer_heads = _edit_json("config.json", lambda d: d.update(medusa_num_heads=1))
+    assert _outcome(v2, _flip_last_value("medusa_lm_head.safetensors")) == "error"
+    assert _outcome(v2, fewer_heads) == "error"
+    assert _outcome(v2, _edit_json("config.json", lambda d: d.update(medusa_num_layers=1))) \
+        == "error"
+    assert _outcome(v2, _edit_json("config.json", lambda d: d.update(
+        base_model_name_or_path="/elsewhere/smollm2"))) == "equal"
+    assert _outcome(readers["get"]("medusa-heads"), fewer_heads) == "different"
+

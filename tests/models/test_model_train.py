@@ -129,6 +129,13 @@ def test_resume_continues_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ModelError, match="mode='joint'"):
         train(fresh(config), data, cfg, mode="base", progress=False,
               checkpoint_dir=tmp_path / "at5", resume=True)
+    # train_state.json is sealed with the digest of optimizer.pt (issue 13 item 5)
+    shutil.copytree(tmp_path / "at5", tmp_path / "bad")
+    opt = tmp_path / "bad" / "optimizer.pt"
+    opt.write_bytes(opt.read_bytes()[:-1] + bytes([opt.read_bytes()[-1] ^ 1]))
+    with pytest.raises(ModelError, match=r"optimizer.pt: its SHA-256 .* changed or corrupted"):
+        train(fresh(config), data, cfg, seed=3, progress=False, checkpoint_dir=tmp_path / "bad",
+              resume=True)
 
 
 def test_heads_mode_freezes_the_base() -> None:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from blockdraft.core.digest import sha256_file
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.oracle import (
     OracleError,
@@ -20,7 +21,12 @@ from blockdraft.oracle import (
     TraceWriter,
     synthetic_trace,
 )
-from blockdraft.oracle.trace import FORMAT_NAME, META_FILE, head_entropy_from_logits
+from blockdraft.oracle.trace import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    META_FILE,
+    head_entropy_from_logits,
+)
 from blockdraft.oracle.trace.format import ARRAY_DTYPES
 
 
@@ -85,7 +91,8 @@ def test_round_trip_ragged_memory_mapped(tmp_path: Path) -> None:
     assert "version" in sig and "commit" in sig
     assert "model:m1" in trace.signature_string()
     meta = json.loads((tmp_path / "tr" / "meta.json").read_text())
-    assert meta["format"] == FORMAT_NAME and meta["version"] == 1
+    assert meta["format"] == FORMAT_NAME and meta["version"] == FORMAT_VERSION == 2
+    assert sorted(meta["integrity"]["files"]) == sorted(f"{n}.npy" for n in ARRAY_DTYPES)
     assert meta["arrays"]["topk_ids"] == {"dtype": "<i4", "shape": [9, h, K]}
     assert meta["arrays"]["prompt_offsets"]["shape"] == [4]
     assert not list((tmp_path / "tr").glob("*.part"))
@@ -373,6 +380,16 @@ def good(tmp_path: Path) -> Path:
     return tmp_path / "tr"
 
 
+def as_version_1(path: Path) -> Path:
+    """Make a trace a version 1 one, as blockdraft wrote them before digests: no
+    ``integrity`` member in meta.json."""
+    meta = json.loads((path / "meta.json").read_text())
+    del meta["integrity"]
+    meta["version"] = 1
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
 def edit_meta(path: Path, **changes) -> None:
     meta = json.loads((path / "meta.json").read_text())
     meta.update(changes)
@@ -396,7 +413,7 @@ CORRUPTIONS: list[tuple[str, Callable[[Path], None], str]] = [
     ("no meta", lambda p: (p / "meta.json").unlink(), r"meta.json: missing"),
     ("bad json", lambda p: (p / "meta.json").write_text("{"), r"meta.json: not valid JSON"),
     ("format", lambda p: edit_meta(p, format="x"), r"format is 'x', expected 'blockdraft.trace'"),
-    ("version", lambda p: edit_meta(p, version=2), r"format version 2 is not supported"),
+    ("version", lambda p: edit_meta(p, version=3), r"format version 3 is not supported"),
     ("extra key", lambda p: edit_meta(p, extra=1), r"unknown keys \['extra'\]"),
     ("count", lambda p: edit_meta(p, num_positions=6),
      r"arrays\['greedy_ids'\].shape is \[5\], expected \[6\]"),
@@ -428,11 +445,26 @@ CORRUPTIONS: list[tuple[str, Callable[[Path], None], str]] = [
 ]
 
 
+BEFORE_DIGESTS = {"no meta", "bad json", "format", "version", "missing file"}
+"""Corruptions found before the digests are checked; a sealed trace reports the others as a
+file changed since it was written."""
+CHANGED = r"the file was changed or corrupted since"
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["v1", "sealed"])
 @pytest.mark.parametrize("corrupt, match", [c[1:] for c in CORRUPTIONS],
                          ids=[c[0] for c in CORRUPTIONS])
-def test_open_rejects_corrupt_traces(good: Path, corrupt: Callable, match: str) -> None:
+def test_open_rejects_corrupt_traces(good: Path, corrupt: Callable, match: str,
+                                     sealed: bool) -> None:
+    """Version 1 traces (no digests) name the broken value; sealed ones are refused by their
+    digests first (issue 13 item 5), the checks of a value stay for traces of other writers."""
+    if not sealed:
+        as_version_1(good)
     assert len(Trace.open(good)) == 2
     corrupt(good)
+    name = next(c[0] for c in CORRUPTIONS if c[1] is corrupt)
+    if sealed and name not in BEFORE_DIGESTS:
+        match = CHANGED
     with pytest.raises(TraceFormatError, match=match) as info:
         Trace.open(good)
     assert str(good) in str(info.value)
@@ -440,12 +472,54 @@ def test_open_rejects_corrupt_traces(good: Path, corrupt: Callable, match: str) 
 
 
 def test_open_value_checks_can_be_skipped(good: Path, tmp_path: Path) -> None:
-    resave(good, "topk_logprobs", set_value((0, 0, 0), np.nan))
+    resave(as_version_1(good), "topk_logprobs", set_value((0, 0, 0), np.nan))
     assert len(Trace.open(good, check_values=False)) == 2
     with pytest.raises(TraceFormatError, match="is NaN"):
         Trace.open(good)
     with pytest.raises(TraceFormatError, match="no trace directory there"):
         Trace.open(tmp_path / "nowhere")
+
+
+def test_sealed_trace_refuses_a_changed_value(good: Path) -> None:
+    """Issue 13 item 5: a value changed to another valid one (the version 1 reader cannot
+    tell) is refused by the digest meta.json recorded; check_values=False skips the arrays'
+    digests (not meta.json's)."""
+    meta = json.loads((good / "meta.json").read_text())
+    assert meta["integrity"]["files"]["entropy.npy"] == sha256_file(good / "entropy.npy")
+    resave(good, "entropy", set_value((0, 0), 0.25))  # still a valid entropy
+    with pytest.raises(TraceFormatError, match=r"entropy.npy: its SHA-256 .* is not the one "
+                                               r"recorded when it was written .*" + CHANGED):
+        Trace.open(good)
+    assert len(Trace.open(good, check_values=False)) == 2
+    edit_meta(good, V=11)  # a valid size, but not the one written
+    with pytest.raises(TraceFormatError, match=r"meta.json: its content does not match the "
+                                               r"SHA-256 recorded"):
+        Trace.open(good, check_values=False)
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda m: m.pop("integrity"), r"version 2 traces carry an 'integrity' member, this one "
+                                   r"has none"),
+    (lambda m: m["integrity"]["files"].pop("entropy.npy"), r"must hold the digests of"),
+    (lambda m: m["integrity"].update(algorithm="md5"), r"algorithm 'md5' is not 'sha256'"),
+    (lambda m: m["integrity"].update(self="x"), r"malformed digests"),
+    (lambda m: m.update(version=1), r"content does not match"),
+])
+def test_sealed_trace_refuses_a_changed_integrity_member(good: Path, edit, match) -> None:
+    meta = json.loads((good / "meta.json").read_text())
+    edit(meta)
+    (good / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(TraceFormatError, match=match):
+        Trace.open(good)
+
+
+def test_version_1_traces_still_open(good: Path) -> None:
+    """Traces written before digests open as before, unchecked and without a warning."""
+    as_version_1(good)
+    trace = Trace.open(good)
+    assert trace.version == 1 and len(trace) == 2
+    resave(good, "entropy", set_value((0, 0), 0.25))  # nothing to tell it from the real one
+    assert float(Trace.open(good).entropy[0, 0]) == 0.25
 
 
 def test_unfinished_trace_is_not_at_its_path(tmp_path: Path) -> None:

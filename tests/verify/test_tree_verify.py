@@ -156,8 +156,15 @@ def test_verify_tree_refuses(random_model) -> None:  # type: ignore[no-untyped-d
         verifier.verify_tree(past, np.array([1, 2]))  # type: ignore[arg-type]
     with pytest.raises(VerifyError, match="vocabulary"):
         verifier.verify_tree(past, DraftTree.chain([1, 99]))
-    with pytest.raises(VerifyError, match="max_seq_len"):
+    with pytest.raises(VerifyError, match=r"verify_tree: 4 new positions after 5 cached ones "
+                                          r"need 9 > max_seq_len = 8; truncate it "
+                                          r"\(tree.truncate\(2\)\)"):
         verifier.verify_tree(past, DraftTree.chain([1, 2, 3, 4]))
+    # the cache checks are Verifier.verify's, in the same words
+    with pytest.raises(VerifyError, match="verify_tree needs the prefix cache as past"):
+        verifier.verify_tree(None, DraftTree.chain([1, 2]))
+    with pytest.raises(VerifyError, match=r"past must hold one row .*select_row"):
+        verifier.verify_tree(past.expand(2), DraftTree.chain([1, 2]))
     wide = DraftTree(tokens=np.arange(1, 8), parents=np.array([-1, 0, 0, 0, 0, 0, 0]),
                      scores=np.zeros(7))  # 7 nodes after 5 cached > 8, but depth 1 fits
     assert verifier.verify_tree(past, wide).past.length in (6, 7)

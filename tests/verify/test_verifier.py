@@ -151,7 +151,8 @@ def test_bad_input(random_model) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(VerifyError, match="must be a DraftBatch"):
         verifier.verify(past, np.array([[1, 2, 3, 4]]))  # type: ignore[arg-type]
     _, long_past = verifier.prefill(list(range(14)))
-    with pytest.raises(VerifyError, match=r"needs 18 > max_seq_len = 16.*at most 2 columns"):
+    with pytest.raises(VerifyError, match=r"verify: 4 new positions after 14 cached ones need 18 > "
+                                         r"max_seq_len = 16; verify at most 2 columns"):
         verifier.verify(long_past, batch([[1, 2, 3, 4]]))
     assert verifier.verify(long_past, batch([[1, 2]])).past.length in (15, 16)
     with pytest.raises(VerifyError, match="heads_logits"):

@@ -9,6 +9,7 @@ Modules:
     arrays    numpy helpers (torch tensors accepted, torch never imported)
     checks    validation of integers and token ids, raising the caller's error class
     files     atomic writes: files and folders appear complete or not at all
+    digest    SHA-256 integrity digests, recorded when a file is written, checked when read
     jsonl     JSON-lines reading (one object per line), raising the caller's error class
     batch     DraftBatch: p drafts of h tokens with their scores
     signature reproducibility signatures (sacrebleu style) and the git commit

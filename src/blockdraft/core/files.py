@@ -122,6 +122,21 @@ def _naming(dest: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _renamed_into_place(tmp: Path, dest: Path) -> Iterator[None]:
+    """The common tail of :func:`atomic_path` and :func:`atomic_writer`: when the block exits
+    normally ``tmp`` is renamed onto ``dest`` (an ``OSError`` naming ``dest``); on any
+    exception, the rename's included, ``tmp`` is removed and ``dest`` left as it was."""
+    try:
+        yield
+        with _naming(dest):
+            os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary path beside ``path``; the file written there is renamed onto ``path`` when
     the block exits normally, and removed on an exception (``path`` is then untouched).
@@ -133,16 +148,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     _check_parent(dest)
     sweep_stale_temporaries(dest)
     tmp = _temporary_sibling(dest, dest.suffix + ".tmp")
-    try:
+    with _renamed_into_place(tmp, dest):
         yield tmp
         if not tmp.exists():
             raise FileNotFoundError(f"nothing was written for {str(dest)!r}")
-        with _naming(dest):
-            os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager
@@ -157,19 +166,13 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     sweep_stale_temporaries(dest)
     # Not mkstemp: its 0600 mode would survive the rename; "xb" honours the umask.
     tmp = _temporary_sibling(dest)
-    try:
+    with _renamed_into_place(tmp, dest):
         with _naming(dest):
             f = open(tmp, "xb")
         with f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        with _naming(dest):
-            os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:

@@ -196,21 +196,9 @@ class TreeVerifier(Verifier):
         """Refuse trees and caches one call cannot verify (see :meth:`verify_tree`)."""
         if not isinstance(tree, DraftTree):
             raise VerifyError(f"tree must be a DraftTree, got {type(tree).__name__}")
-        if past is None or not hasattr(past, "gather"):
-            raise VerifyError(
-                "verify_tree needs the prefix cache as past (a KVCache, from prefill or the "
-                f"previous call), got {type(past).__name__}"
-            )
-        if past.batch_size != 1:
-            raise VerifyError(f"past must hold one row (the shared prefix), got "
-                              f"{past.batch_size}")
-        hi = int(tree.tokens.max())
-        if self.vocab_size is not None and hi >= self.vocab_size:
-            raise VerifyError(f"tree token id {hi} is outside the model's vocabulary "
-                              f"[0, {self.vocab_size})")
-        if self.max_seq_len is not None and past.length + tree.max_depth + 1 > self.max_seq_len:
-            raise VerifyError(
-                f"a tree of depth {tree.max_depth} after {past.length} cached positions "
-                f"reaches position {past.length + tree.max_depth} >= max_seq_len = "
-                f"{self.max_seq_len}; truncate it (tree.truncate(max_depth))"
-            )
+        # the deepest node sits at position past.length + max_depth: max_depth + 1 positions
+        self._check_past(
+            past, call="verify_tree", needs="gather", tokens=tree.tokens, what="tree",
+            positions=tree.max_depth + 1,
+            shorten=lambda room: f"truncate it (tree.truncate({room - 1}))",
+        )

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,33 +209,66 @@ class Verifier:
         """Refuse drafts and caches one call cannot verify (see :meth:`verify`'s Raises)."""
         if not isinstance(drafts, DraftBatch):
             raise VerifyError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
-        if past is None or not hasattr(past, "expand"):
+        first = drafts.tokens[:, 0]
+        if (first != first[0]).any():
             raise VerifyError(
-                "verify needs the prefix cache as past (from prefill or the previous verify), "
-                f"got {type(past).__name__}"
+                f"all drafts must start with the same certain token d_1, got {first.tolist()}"
+            )
+        self._check_past(
+            past, call="verify", needs="expand", tokens=drafts.tokens, what="draft",
+            positions=drafts.tokens.shape[1],
+            shorten=lambda room: f"verify at most {room} columns (drafts.tokens[:, :w])",
+        )
+
+    def _check_past(
+        self,
+        past: Any,
+        *,
+        call: str,
+        needs: str,
+        tokens: np.ndarray,
+        what: str,
+        positions: int,
+        shorten: Callable[[int], str],
+    ) -> None:
+        """The checks every verification call makes of its cache and its new tokens.
+
+        Args:
+            past: the prefix cache; must be present (with a method ``needs``) and hold one row.
+            call: the method's name, for the messages (``"verify"``, ``"verify_tree"``).
+            needs: the cache method the call uses (``"expand"``, ``"gather"``).
+            tokens: int array of the new token ids (any shape); each in ``[0, V)``.
+            what: what the tokens are, for the messages (``"draft"``, ``"tree"``).
+            positions: positions the call adds after the cache; ``past.length + positions``
+                must not exceed the model's ``max_seq_len``.
+            shorten: ``room -> advice`` for a call that does not fit: ``room >= 1`` is the
+                number of positions still free in the context.
+
+        Raises:
+            VerifyError: naming the first check that fails.
+        """
+        if past is None or not hasattr(past, needs):
+            raise VerifyError(
+                f"{call} needs the prefix cache as past (a KVCache, from prefill or the previous "
+                f"call), got {type(past).__name__}"
             )
         if past.batch_size != 1:
             raise VerifyError(
                 f"past must hold one row (the shared prefix), got {past.batch_size}; keep "
                 "the winner's row with select_row(j)"
             )
-        width = drafts.tokens.shape[1]
-        first = drafts.tokens[:, 0]
-        if (first != first[0]).any():
-            raise VerifyError(
-                f"all drafts must start with the same certain token d_1, got {first.tolist()}"
-            )
-        lo, hi = int(drafts.tokens.min()), int(drafts.tokens.max())
+        lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or (self.vocab_size is not None and hi >= self.vocab_size):
             raise VerifyError(
-                f"draft token id {lo if lo < 0 else hi} is outside the model's vocabulary "
+                f"{what} token id {lo if lo < 0 else hi} is outside the model's vocabulary "
                 f"[0, {self.vocab_size})"
             )
-        if self.max_seq_len is not None and past.length + width > self.max_seq_len:
+        if self.max_seq_len is not None and past.length + positions > self.max_seq_len:
+            room = self.max_seq_len - past.length
+            advice = shorten(room) if room > 0 else "the context is full, nothing fits"
             raise VerifyError(
-                f"verifying {width} tokens after {past.length} cached positions needs "
-                f"{past.length + width} > max_seq_len = {self.max_seq_len} positions; verify "
-                f"at most {self.max_seq_len - past.length} columns (drafts.tokens[:, :w])"
+                f"{call}: {positions} new positions after {past.length} cached ones need "
+                f"{past.length + positions} > max_seq_len = {self.max_seq_len}; {advice}"
             )
 
     def _forward(self, past: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, Any, Any]:

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf import MedusaHeads, detect_layout, read_heads, read_heads_config
-from blockdraft.models.hf.formats import write_heads
+from blockdraft.models.hf.formats import DIGEST_KEY, tensors_digest, write_heads
 
 D, V, N = 8, 16, 3  # hidden size, vocabulary, Medusa heads
 
@@ -295,3 +295,71 @@ def test_refusals(tmp_path: Path) -> None:
     write_config(vllm, {**config, "truncated_vocab_size": V - 4})
     with pytest.raises(ModelError, match="truncated vocabulary"):
         read_heads(vllm)
+
+
+# ---- integrity -----------------------------------------------------------------------------
+
+
+def _metadata(file: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(str(file), framework="pt") as f:
+        return dict(f.metadata() or {})
+
+
+@pytest.mark.parametrize(("layout", "file", "dtype"), [
+    ("medusa-v2", "medusa_lm_head.safetensors", torch.float32),
+    ("medusa-v2", "medusa_lm_head.safetensors", torch.bfloat16),
+    ("vllm", "model.safetensors", torch.float32),
+])
+def test_written_heads_carry_the_digest_of_their_tensors(tmp_path: Path, layout: str, file: str,
+                                                         dtype: torch.dtype) -> None:
+    """Issue 13 item 5: blockdraft's heads files are sealed; a changed tensor is refused."""
+    heads = random_heads(layout == "vllm", layers=1, dtype=dtype)
+    folder = write_heads(heads, tmp_path / "heads", layout)
+    recorded = _metadata(folder / file)[DIGEST_KEY]
+    assert recorded == tensors_digest(load_file(str(folder / file)))
+    assert read_heads(folder).num_heads == N
+    data = bytearray((folder / file).read_bytes())
+    data[-4] ^= 1  # one bit of the last tensor value
+    (folder / file).write_bytes(bytes(data))
+    with pytest.raises(ModelError, match=rf"{file}: its tensors' SHA-256 .* recorded in its "
+                                         r"metadata .* changed or corrupted"):
+        read_heads(folder)
+
+
+def test_heads_without_a_digest_still_load(tmp_path: Path) -> None:
+    """Heads of other tools (and the packaged SmolLM2 heads, written before digests) have no
+    digest in their metadata: read as before, unchecked."""
+    folder = write_heads(random_heads(False, layers=1), tmp_path / "heads")
+    file = folder / "medusa_lm_head.safetensors"
+    state = load_file(str(file))
+    state["0.0.linear.bias"] = state["0.0.linear.bias"] + 1  # a TGI user's own heads, say
+    save_file(state, str(file), metadata={"format": "pt"})
+    back = read_heads(folder)
+    assert torch.equal(back.block(0, 0).linear.bias.detach(), state["0.0.linear.bias"])
+
+
+def test_the_packaged_smollm2_heads_load() -> None:
+    from blockdraft.models.load import packaged_heads
+
+    folder = packaged_heads("smollm2")
+    heads = read_heads(folder)
+    assert heads.num_heads >= 1 and not heads.own_projection
+    recorded = _metadata(folder / "medusa_lm_head.safetensors").get(DIGEST_KEY)
+    if recorded is not None:  # once rewritten by write_heads
+        assert recorded == tensors_digest(load_file(str(folder / "medusa_lm_head.safetensors")))
+
+
+def test_sealed_heads_must_match_their_config(tmp_path: Path) -> None:
+    folder = write_heads(random_heads(False, layers=2), tmp_path / "heads")
+    config = json.loads((folder / "config.json").read_text())
+    write_config(folder, {**config, "medusa_num_heads": N - 1})
+    with pytest.raises(ModelError, match=r"sealed by blockdraft does not match config.json "
+                                         r"\(4 tensors it does not name"):
+        read_heads(folder)
+    write_config(folder, {**config, "medusa_num_heads": 2**40})  # refused before listing them
+    with pytest.raises(ModelError, match="describes 1099511627776 heads of 2 layers"):
+        read_heads(folder)
+    write_config(folder, {**config, "base_model_name_or_path": "/my/copy/of/smollm2"})
+    assert read_heads(folder).num_heads == N

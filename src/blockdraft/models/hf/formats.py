@@ -37,8 +37,20 @@ cannot be what the file's writer meant. With ``L = 1`` there is no difference.
 Every file is written atomically: a heads folder is built beside its destination and swapped
 into place (:func:`blockdraft.core.files.atomic_directory`).
 
+Integrity. The safetensors heads file blockdraft writes (``"medusa-v2"``, ``"vllm"``) carries
+in its metadata (which Medusa, TGI and vLLM ignore) the SHA-256 of its tensors, names, dtypes
+and shapes included (:data:`DIGEST_KEY`). :func:`read_heads` checks it when it is there, and
+then also requires the file to hold exactly the tensors ``config.json`` describes (a config
+edited to fewer heads or layers must not drop some silently). Heads written by other tools
+have no digest and are read as before: those layouts are interchange formats, and a changed
+value in them cannot be told from the real one. ``config.json`` itself is left unsealed
+(other tools read it and users point its ``base_model_name_or_path`` elsewhere); the sizes it
+gives are checked against the sealed tensors instead.
+
 Public surface:
     LAYOUTS                                      the four layout names above
+    DIGEST_KEY                                   the heads file's metadata key of its digest
+    tensors_digest(state) -> hex                 that digest, of a dict of tensors
     detect_layout(path) -> str                   which layout a folder holds
     read_heads_config(path) -> HeadsConfig       its sizes and the base it names
     read_heads(path, layout=None) -> MedusaHeads
@@ -56,6 +68,7 @@ from typing import Any
 
 import torch
 
+from blockdraft.core.digest import sha256_arrays
 from blockdraft.core.files import atomic_directory, write_text_atomic
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.medusa import MedusaHeads
@@ -66,6 +79,9 @@ HEADS_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 """The heads file of a Medusa heads folder, in the order they are looked for."""
 FULL_PREFIX = "medusa_head."
 """The prefix of the Medusa keys inside a Medusa-2 full checkpoint."""
+DIGEST_KEY = "blockdraft.tensors_sha256"
+"""The safetensors metadata key of the SHA-256 of the file's tensors (:func:`tensors_digest`),
+written by :func:`write_heads` and checked by :func:`read_heads` when present."""
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
 
@@ -200,27 +216,59 @@ def read_heads_config(path: str | os.PathLike[str]) -> HeadsConfig:
 # ---- reading -----------------------------------------------------------------------------------
 
 
+def tensors_digest(state: dict[str, torch.Tensor]) -> str:
+    """The SHA-256 of named tensors: every name, dtype, shape and byte (as stored on the CPU,
+    C order); any dtype, ``bfloat16`` included. The order of ``state`` does not matter."""
+    records = []
+    for name, tensor in state.items():
+        t = tensor.detach().cpu().contiguous()
+        raw = t.reshape(-1).view(torch.uint8).numpy()  # the bytes of any dtype
+        records.append((name, str(t.dtype), tuple(t.shape), raw))
+    return sha256_arrays(records)
+
+
 def _load_tensors(file: Path, wanted: Callable[[str], bool] | None = None
-                  ) -> dict[str, torch.Tensor]:
+                  ) -> tuple[dict[str, torch.Tensor], bool]:
     """The tensors of a ``.safetensors`` or ``torch.save`` file whose key satisfies ``wanted``
-    (a predicate; None: all), on the CPU."""
+    (a predicate; None: all), on the CPU; and whether the file's digest (:data:`DIGEST_KEY`,
+    checked only when every tensor is read) was there and matched.
+
+    Raises:
+        ModelError: an unreadable file, or one whose tensors differ from its digest.
+    """
     keep = wanted or (lambda key: True)
     try:
         if file.suffix == ".safetensors":
             from safetensors import safe_open
 
             with safe_open(str(file), framework="pt") as f:
-                return {k: f.get_tensor(k) for k in f.keys() if keep(k)}
-        state = torch.load(file, map_location="cpu", weights_only=True)
+                state = {k: f.get_tensor(k) for k in f.keys() if keep(k)}
+                recorded = (f.metadata() or {}).get(DIGEST_KEY)
+        else:
+            loaded = torch.load(file, map_location="cpu", weights_only=True)
+            recorded = None
     except Exception as e:  # noqa: BLE001 - safetensors/pickle raise many kinds
         raise ModelError(f"cannot read the weights file {file}: {e}") from e
-    if not isinstance(state, dict):
-        raise ModelError(f"{file} must hold a dict of tensors, got {type(state).__name__}")
-    return {str(k): v for k, v in state.items() if keep(str(k)) and isinstance(v, torch.Tensor)}
+    if file.suffix == ".safetensors":
+        if recorded is None or wanted is not None:
+            return state, False
+        actual = tensors_digest(state)
+        if actual != recorded:
+            raise ModelError(
+                f"{file}: its tensors' SHA-256 ({actual[:12]}...) is not the one recorded in "
+                f"its metadata when blockdraft wrote it ({str(recorded)[:12]}...): the file was "
+                "changed or corrupted since; write the heads again (write_heads)"
+            )
+        return state, True
+    if not isinstance(loaded, dict):
+        raise ModelError(f"{file} must hold a dict of tensors, got {type(loaded).__name__}")
+    return {str(k): v for k, v in loaded.items()
+            if keep(str(k)) and isinstance(v, torch.Tensor)}, False
 
 
-def _heads_state(folder: Path, layout: str) -> dict[str, torch.Tensor]:
-    """The raw tensors of the heads, keys as the layout writes them (without prefixes)."""
+def _heads_state(folder: Path, layout: str) -> tuple[dict[str, torch.Tensor], bool]:
+    """The raw tensors of the heads, keys as the layout writes them (without prefixes), and
+    whether they were sealed by a digest that matched (every file read whole and sealed)."""
     if layout in ("medusa-heads", "medusa-v2"):
         for name in HEADS_FILES:
             if (folder / name).is_file():
@@ -232,13 +280,29 @@ def _heads_state(folder: Path, layout: str) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     if layout == "medusa-full":
         for file in files:
-            part = _load_tensors(file, lambda k: k.startswith(FULL_PREFIX))
+            part, _ = _load_tensors(file, lambda k: k.startswith(FULL_PREFIX))
             state.update({k[len(FULL_PREFIX):]: v for k, v in part.items()})
-        return state
+        return state, False
+    sealed = True
     for file in files:  # vllm: some exports put everything under "medusa_heads."
-        part = _load_tensors(file)
+        part, ok = _load_tensors(file)
+        sealed = sealed and ok
         state.update({k.removeprefix("medusa_heads."): v for k, v in part.items()})
-    return state
+    return state, sealed
+
+
+def _check_sealed_keys(state: dict[str, torch.Tensor], wanted: set[str], where: str) -> None:
+    """Heads sealed by blockdraft hold exactly the tensors their config describes: a config
+    edited to fewer heads or layers must not leave tensors silently unread."""
+    extra, missing = sorted(set(state) - wanted), sorted(wanted - set(state))
+    parts = [f"{len(extra)} tensors it does not name, e.g. {extra[0]!r}"] if extra else []
+    parts += [f"no {missing[0]!r}"] if missing else []
+    if parts:
+        raise ModelError(
+            f"{where}: the heads file sealed by blockdraft does not match config.json ("
+            f"{'; '.join(parts)}): the config was changed since the heads were written; write "
+            "the heads again (write_heads)"
+        )
 
 
 def _take(state: dict[str, torch.Tensor], key: str, shape: tuple[int, ...], where: str
@@ -331,9 +395,14 @@ def read_heads(path: str | os.PathLike[str], layout: str | None = None) -> Medus
         if layout not in LAYOUTS:
             raise ModelError(f"unknown heads layout {layout!r}; use one of {', '.join(LAYOUTS)}")
         raise ModelError(f"{str(folder)!r} holds the {cfg.layout!r} layout, not {layout!r}")
-    state = _heads_state(folder, cfg.layout)
+    state, sealed = _heads_state(folder, cfg.layout)
     where = f"{folder} ({cfg.layout})"
     n, L = cfg.num_heads, cfg.num_layers  # noqa: N806
+    if n * L > len(state):  # each block has a weight: refuse before listing n * L of them
+        raise ModelError(
+            f"{where}: config.json describes {n} heads of {L} layers ({n * L} blocks), but the "
+            f"weights hold only {len(state)} tensors"
+        )
     if cfg.layout == "vllm":
         if "token_map" in state:
             raise ModelError(f"{where}: a token_map (truncated draft vocabulary) is not supported")
@@ -344,11 +413,22 @@ def read_heads(path: str | os.PathLike[str], layout: str | None = None) -> Medus
         shared = bool(config.get("original_lm_head", False))
         projections = {h: "lm_heads.0.weight" if shared else f"lm_heads.{h}.weight"
                        for h in range(n)}
+        if sealed:
+            _check_sealed_keys(state, _keys(blocks, projections), where)
         return _build(cfg, blocks, projections, state, where)
     blocks = {(h, layer): (f"{h}.{layer}.linear.weight", f"{h}.{layer}.linear.bias")
               for h in range(n) for layer in range(L)}
     own = None if cfg.layout == "medusa-v2" else {h: f"{h}.{L}.weight" for h in range(n)}
+    if sealed:
+        _check_sealed_keys(state, _keys(blocks, own), where)
     return _build(cfg, blocks, own, state, where)
+
+
+def _keys(blocks: dict[tuple[int, int], tuple[str, str | None]],
+          projections: dict[int, str] | None) -> set[str]:
+    """Every tensor key a layout's blocks and projections name."""
+    keys = {k for pair in blocks.values() for k in pair if k is not None}
+    return keys | set((projections or {}).values())
 
 
 # ---- writing -----------------------------------------------------------------------------------
@@ -386,10 +466,14 @@ def _projection(heads: MedusaHeads, h: int, lm_head: torch.Tensor | None) -> tor
     return weight.cpu().contiguous().clone()
 
 
-def _save_safetensors(state: dict[str, torch.Tensor], file: Path) -> None:
+def _save_safetensors(state: dict[str, torch.Tensor], file: Path, sealed: bool = True) -> None:
+    """Write ``state``; ``sealed``: with its :func:`tensors_digest` in the metadata."""
     from safetensors.torch import save_file
 
-    save_file(state, str(file), metadata={"format": "pt"})
+    metadata = {"format": "pt"}
+    if sealed:
+        metadata[DIGEST_KEY] = tensors_digest(state)
+    save_file(state, str(file), metadata=metadata)
 
 
 def _write_json(file: Path, data: dict[str, Any]) -> None:
@@ -495,10 +579,10 @@ def _write_full(heads: MedusaHeads, folder: Path, base: Any) -> Path:
         if single.is_file():
             from safetensors.torch import load_file
 
-            _save_safetensors({**load_file(str(single)), **state}, single)
+            _save_safetensors({**load_file(str(single)), **state}, single, sealed=False)
         elif index.is_file():
             shard = "medusa_head.safetensors"
-            _save_safetensors(state, tmp / shard)
+            _save_safetensors(state, tmp / shard, sealed=False)
             data = json.loads(index.read_text(encoding="utf-8"))
             data["weight_map"].update({k: shard for k in state})
             _write_json(index, data)

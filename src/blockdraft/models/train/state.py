@@ -1,6 +1,10 @@
 """Resumable training checkpoints: a loadable model directory plus ``optimizer.pt`` (optimizer,
 torch RNG, the heads' position generator) and ``train_state.json`` (step, mode, seed, settings,
-the numpy RNG), each file written atomically and ``train_state.json`` last."""
+the numpy RNG), each file written atomically and ``train_state.json`` last.
+
+``train_state.json`` is sealed (:func:`blockdraft.core.digest.seal`) with the digest of
+``optimizer.pt``, as ``config.json`` is with the weights': a resumption refuses a changed or
+corrupted file. A checkpoint of an older blockdraft (no digests) still resumes, unchecked."""
 
 from __future__ import annotations
 
@@ -13,9 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from blockdraft.core.digest import check_file, seal, sha256_file, unseal
 from blockdraft.core.files import atomic_path, write_text_atomic
 from blockdraft.models.blockwise import BlockwiseLM
-from blockdraft.models.checkpoint import WEIGHTS_FILE, read_model_config, save_model
+from blockdraft.models.checkpoint import load_model, read_model_config, save_model
 from blockdraft.models.errors import ModelError
 from blockdraft.models.tokenizer import Tokenizer
 from blockdraft.models.train.config import EvalResult, TrainConfig
@@ -56,8 +61,10 @@ def save_checkpoint(
         torch.save({"step": step, "optimizer": optimizer.state_dict(),
                     "torch_rng": torch.get_rng_state(), "position_rng": generator.get_state()},
                    tmp)
+        optimizer_digest = sha256_file(tmp)
     state = {"step": step, "mode": mode, "seed": seed, "train_config": cfg.to_dict(),
              "numpy_rng": rng.bit_generator.state}
+    state = seal(state, {OPTIMIZER_FILE: optimizer_digest})
     write_text_atomic(directory / TRAIN_STATE_FILE, json.dumps(state, indent=2) + "\n")
 
 
@@ -77,14 +84,16 @@ def load_checkpoint(
             mode, other training settings (only the eval and checkpoint intervals may change)
             or a model of another config.
     """
-    from safetensors.torch import load_file
-
     state_path = directory / TRAIN_STATE_FILE
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise ModelError(f"cannot read {state_path}: {e}; delete the checkpoint to start over") \
             from e
+    if not isinstance(state, dict):
+        raise ModelError(f"{state_path} must hold a JSON object; delete the checkpoint to start "
+                         "over")
+    digests = unseal(state, state_path, ModelError, "delete the checkpoint to start over")
     if state.get("mode") != mode:
         raise ModelError(
             f"the checkpoint in {directory} was trained with mode={state.get('mode')!r}, "
@@ -107,6 +116,9 @@ def load_checkpoint(
         )
     step = int(state["step"])
     opt_path = directory / OPTIMIZER_FILE
+    if digests is not None and OPTIMIZER_FILE in digests and opt_path.is_file():
+        check_file(opt_path, digests[OPTIMIZER_FILE], ModelError,
+                   "delete the checkpoint to start over")
     try:
         opt_state = torch.load(opt_path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError) as e:
@@ -118,8 +130,7 @@ def load_checkpoint(
             f"step {opt_state.get('step')}, model step {meta_step}): a save was interrupted; "
             "delete the directory to start over"
         )
-    weights = load_file(str(directory / WEIGHTS_FILE), device="cpu")
-    model.load_state_dict(weights)
+    model.load_state_dict(load_model(directory).state_dict())  # digests checked there
     optimizer.load_state_dict(opt_state["optimizer"])
     torch.set_rng_state(opt_state["torch_rng"])
     generator.set_state(opt_state["position_rng"])

@@ -1,6 +1,6 @@
 """The trace format ``blockdraft.trace``: its constants, ``meta.json`` schema and validation.
 
-On-disk format ``blockdraft.trace``, version 1: a directory holding ``meta.json`` and seven
+On-disk format ``blockdraft.trace``, version 2: a directory holding ``meta.json`` and seven
 ``.npy`` files (little-endian, C order), every per-example array concatenated over examples::
 
     prompt_ids.npy        int32 [P]          prompts, concatenated
@@ -11,12 +11,20 @@ On-disk format ``blockdraft.trace``, version 1: a directory holding ``meta.json`
     topk_logprobs.npy     float32 [T, h, K]  their natural-log probabilities (<= 0, sorted)
     entropy.npy           float32 [T, h]     each head's full-vocabulary entropy, nats
 
-``meta.json`` is ``{"format": "blockdraft.trace", "version": 1, "h", "K", "V",
+``meta.json`` is ``{"format": "blockdraft.trace", "version": 2, "h", "K", "V",
 "num_examples" (N), "num_positions" (T), "num_prompt_tokens" (P), "signature": {...},
-"arrays": {name: {"dtype": "<i4", "shape": [...]}}}``; it is written last, so a directory
-without it is an unfinished trace. Greedy lengths are ``m >= 1``; prompts may be empty. A head
-whose vocabulary is masked (``-inf`` logits) may have fewer than ``K`` real entries: the rest
-are padding, id ``-1`` with log-prob ``-inf``, at the end of the row (as in a lattice).
+"arrays": {name: {"dtype": "<i4", "shape": [...]}}, "integrity": {...}}``; it is written last,
+so a directory without it is an unfinished trace. ``integrity``
+(:func:`blockdraft.core.digest.seal`) holds the SHA-256 of ``meta.json`` itself and of each
+``.npy`` file, computed while they were written: :meth:`Trace.open
+<blockdraft.oracle.trace.Trace.open>` checks them before it reads a value (the ``.npy`` files'
+only when it checks values), so a changed or corrupted file is refused, never read as another
+trace. Version 1 is the same without ``integrity``; it still opens, unchecked and without a
+warning (its files are validated as before).
+
+Greedy lengths are ``m >= 1``; prompts may be empty. A head whose vocabulary is masked
+(``-inf`` logits) may have fewer than ``K`` real entries: the rest are padding, id ``-1`` with
+log-prob ``-inf``, at the end of the row (as in a lattice).
 
 Public surface (the last group is shared by the writer and the reader of this package):
     FORMAT_NAME, FORMAT_VERSION, SUPPORTED_VERSIONS, META_FILE
@@ -25,7 +33,8 @@ Public surface (the last group is shared by the writer and the reader of this pa
     check_position_values(topk_ids, topk_logprobs, entropy, V, where, locate, row0=0)
         validate a block of positions, raising :class:`TraceFormatError` at the first bad value
     position_locator(offsets) -> (row -> "example e, position t = ...")
-    read_meta(root) -> dict; load_array(root, name, meta) -> memmap;
+    read_meta(root) -> dict; array_digests(meta) -> {file: hex} | None;
+    load_array(root, name, meta) -> memmap;
     check_structure(root, meta, arrays)
         read and validate ``meta.json``, each ``.npy`` header and size, and the offsets
 """
@@ -41,15 +50,16 @@ from typing import Any
 import numpy as np
 
 from blockdraft.core.checks import check_int, check_positive_int, is_int
+from blockdraft.core.digest import INTEGRITY_KEY, unseal
 from blockdraft.lattice.sausage import PAD_TOKEN
 from blockdraft.oracle.errors import TraceFormatError
 
 FORMAT_NAME = "blockdraft.trace"
 """The ``format`` field of ``meta.json``."""
-FORMAT_VERSION = 1
-"""The version :class:`~blockdraft.oracle.trace.TraceWriter` writes."""
-SUPPORTED_VERSIONS = (1,)
-"""Versions :meth:`Trace.open <blockdraft.oracle.trace.Trace.open>` reads."""
+FORMAT_VERSION = 2
+"""The version :class:`~blockdraft.oracle.trace.TraceWriter` writes (2: sealed with digests)."""
+SUPPORTED_VERSIONS = (1, 2)
+"""Versions :meth:`Trace.open <blockdraft.oracle.trace.Trace.open>` reads (1: no digests)."""
 META_FILE = "meta.json"
 """The metadata file, written last."""
 
@@ -215,10 +225,27 @@ def read_meta(root: Path) -> dict[str, Any]:
             f"{meta_path}: format version {version} is not supported (this blockdraft reads "
             f"{list(SUPPORTED_VERSIONS)}); upgrade blockdraft or regenerate the trace"
         )
-    missing = sorted(_META_KEYS - meta.keys())
+    # Digests first: a changed file is reported as such, not by whatever value it broke.
+    digests = unseal(meta, meta_path, TraceFormatError, "regenerate the trace")
+    if version >= 2:
+        files = sorted(f"{name}.npy" for name in ARRAY_DTYPES)
+        if digests is None:
+            raise TraceFormatError(
+                f"{meta_path}: version {version} traces carry an {INTEGRITY_KEY!r} member, this "
+                "one has none: the file was changed or corrupted since it was written; "
+                "regenerate the trace"
+            )
+        if sorted(digests) != files:
+            raise TraceFormatError(
+                f"{meta_path}: its {INTEGRITY_KEY!r} member must hold the digests of {files}, "
+                f"got {sorted(digests)}: the file was changed or corrupted since it was "
+                "written; regenerate the trace"
+            )
+    keys = _META_KEYS | {INTEGRITY_KEY} if version >= 2 else _META_KEYS
+    missing = sorted(keys - meta.keys())
     if missing:
         raise TraceFormatError(f"{meta_path}: missing keys {missing}; regenerate the trace")
-    extra = sorted(meta.keys() - _META_KEYS)
+    extra = sorted(meta.keys() - keys)
     if extra:
         raise TraceFormatError(
             f"{meta_path}: unknown keys {extra}; put extra information under 'signature'"
@@ -261,6 +288,13 @@ def read_meta(root: Path) -> dict[str, Any]:
                 f"{expected[name]} from h, K, num_examples, num_positions, num_prompt_tokens"
             )
     return meta
+
+
+def array_digests(meta: Mapping[str, Any]) -> dict[str, str] | None:
+    """The SHA-256 of every ``.npy`` file (``{"topk_ids.npy": hex, ...}``) recorded in a
+    ``meta`` checked by :func:`read_meta`; None for a version 1 trace (none recorded)."""
+    record = meta.get(INTEGRITY_KEY)
+    return None if record is None else dict(record["files"])
 
 
 def load_array(root: Path, name: str, meta: Mapping[str, Any]) -> np.ndarray:

@@ -24,12 +24,14 @@ import numpy as np
 
 from blockdraft.core.arrays import as_numpy
 from blockdraft.core.checks import check_int, is_int
+from blockdraft.core.digest import check_file
 from blockdraft.core.signature import format_signature
 from blockdraft.lattice.sausage import PAD_TOKEN, SausageLattice
 from blockdraft.oracle.errors import OracleError, TraceFormatError
 from blockdraft.oracle.trace.format import (
     ARRAY_DTYPES,
     CHUNK_ELEMENTS,
+    array_digests,
     check_position_values,
     check_structure,
     load_array,
@@ -163,8 +165,10 @@ class Trace:
 
         Args:
             path: the directory written by :class:`TraceWriter`.
-            check_values: also scan every value (ids in range, no NaN, sorted top-K, valid
-                entropies), a block of positions at a time; ``False`` checks only the
+            check_values: also check every ``.npy`` file against the SHA-256 that
+                ``meta.json`` recorded when it was written (version 2) and scan every value
+                (ids in range, no NaN, sorted top-K, valid entropies), a block of positions at
+                a time; ``False`` checks only ``meta.json`` (its own digest included) and the
                 structure (files, dtypes, shapes, offsets), for very large traces.
 
         Returns:
@@ -172,8 +176,10 @@ class Trace:
 
         Raises:
             TraceFormatError: naming the file and the offending value, on a missing directory
-                or file, malformed ``meta.json``, an unknown format or version, a wrong dtype
-                or shape, a truncated array, non-monotone offsets, or an invalid value.
+                or file, malformed ``meta.json``, an unknown format or version, a file whose
+                digest differs from the recorded one (changed or corrupted since it was
+                written), a wrong dtype or shape, a truncated array, non-monotone offsets, or
+                an invalid value.
         """
         root = Path(path)
         if not root.is_dir():
@@ -182,6 +188,11 @@ class Trace:
                 "Trace.from_head_logits"
             )
         meta = read_meta(root)
+        digests = array_digests(meta)
+        if check_values and digests is not None:
+            for file, digest in digests.items():
+                if (root / file).is_file():  # a missing one: load_array says so
+                    check_file(root / file, digest, TraceFormatError, "regenerate the trace")
         arrays = {name: load_array(root, name, meta) for name in ARRAY_DTYPES}
         check_structure(root, meta, arrays)
         trace = cls(root, meta, arrays)

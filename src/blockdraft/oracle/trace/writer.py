@@ -22,6 +22,7 @@ import numpy as np
 
 from blockdraft.core.arrays import as_numpy
 from blockdraft.core.checks import check_positive_int
+from blockdraft.core.digest import HashingWriter, seal
 from blockdraft.core.files import atomic_writer, new_temporary_directory, replace_directory
 from blockdraft.core.signature import git_commit
 from blockdraft.core.version import __version__
@@ -86,12 +87,13 @@ def _check_signature(signature: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 class TraceWriter:
-    """Write a trace directory example by example (format ``blockdraft.trace`` v1).
+    """Write a trace directory example by example (format ``blockdraft.trace`` v2).
 
     Everything is written into a hidden sibling folder of ``path``
     (``.NAME.<pid>-<hex>.partial``): each :meth:`add` appends to one raw ``<name>.npy.part``
     file per array; :meth:`close` turns them into ``.npy`` files (header + a streamed copy),
-    writes ``meta.json`` last, checks that the folder opens as a trace, and only then swaps it
+    writes ``meta.json`` last (sealed with the SHA-256 of itself and of every ``.npy`` file,
+    hashed as they are written), checks that the folder opens as a trace, and only then swaps it
     onto ``path`` (under a lock on the parent folder: of two concurrent writers the last to
     finish wins). An old trace at ``path`` stays whole until then.
     Memory holds one example plus two int64 offsets per example.
@@ -350,9 +352,11 @@ class TraceWriter:
             "topk_logprobs": (n_pos, self.h, self.K),
             "entropy": (n_pos, self.h),
         }
+        digests: dict[str, str] = {}  # of every .npy file, hashed as it is written
         for name in STREAMED:
             part = self._dir / f"{name}.npy.part"
-            with atomic_writer(self._dir / f"{name}.npy") as out, open(part, "rb") as src:
+            with atomic_writer(self._dir / f"{name}.npy") as f, open(part, "rb") as src:
+                out = HashingWriter(f)
                 header = {
                     "descr": np.lib.format.dtype_to_descr(ARRAY_DTYPES[name]),
                     "fortran_order": False,
@@ -360,14 +364,17 @@ class TraceWriter:
                 }
                 np.lib.format.write_array_header_1_0(out, header)
                 shutil.copyfileobj(src, out, 1 << 20)
+                digests[f"{name}.npy"] = out.hexdigest()
             part.unlink()
         for name, offsets in (
             ("prompt_offsets", self._prompt_offsets),
             ("position_offsets", self._position_offsets),
         ):
-            with atomic_writer(self._dir / f"{name}.npy") as out:
+            with atomic_writer(self._dir / f"{name}.npy") as f:
+                out = HashingWriter(f)
                 np.save(out, np.asarray(offsets, ARRAY_DTYPES[name]))
-        meta = {
+                digests[f"{name}.npy"] = out.hexdigest()
+        meta = seal({
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "h": self.h,
@@ -381,7 +388,7 @@ class TraceWriter:
                 name: {"dtype": ARRAY_DTYPES[name].str, "shape": list(shapes[name])}
                 for name in ARRAY_DTYPES
             },
-        }
+        }, digests)
         with atomic_writer(self._dir / META_FILE) as f:
             f.write(json.dumps(meta, indent=2, allow_nan=False).encode("utf-8") + b"\n")
         from blockdraft.oracle.trace.reader import Trace
