@@ -186,7 +186,8 @@ def _train_medusa(args: argparse.Namespace, shown_out: Path | None = None) -> in
     """``--mode medusa``: :func:`blockdraft.models.hf.training.train_medusa_heads`."""
     import shlex
 
-    from blockdraft.models.hf.training import TrainSettings, train_medusa_heads
+    from blockdraft.models.hf import training
+    from blockdraft.models.hf.head_trainer import TrainSettings
 
     h = 6 if args.h is None else args.h
     defaults = TrainSettings()
@@ -194,7 +195,7 @@ def _train_medusa(args: argparse.Namespace, shown_out: Path | None = None) -> in
         heads=h - 1, layers=args.medusa_layers, seed=args.seed, lr=args.lr,
         steps=defaults.steps if args.steps is None else args.steps,
         batch=defaults.batch if args.batch_size is None else args.batch_size)
-    result = train_medusa_heads(
+    result = training.train_medusa_heads(
         args.base or "smollm2", [str(f) for f in args.prompts], args.out,
         heads=h - 1, layers=args.medusa_layers, max_prompts=args.max_prompts,
         minutes=args.minutes, distill_minutes=args.distill_minutes, seed=args.seed,

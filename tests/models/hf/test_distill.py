@@ -1,4 +1,5 @@
-"""Self-distillation data and Medusa head training (models/hf/distill.py, training.py).
+"""Self-distillation data and Medusa head training (models/hf: prompts, generation, shards,
+distill, positions, head_trainer, training).
 
 A tiny random Llama (d = 32, V = 100, tied embeddings) stands in for the base: the data step's
 answers equal greedy decoding and its hidden states a teacher-forced forward's; shards resume
@@ -22,23 +23,22 @@ pytest.importorskip("transformers")
 from blockdraft.models import greedy_generate  # noqa: E402
 from blockdraft.models.errors import ModelError  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads, read_heads  # noqa: E402
-from blockdraft.models.hf.distill import (  # noqa: E402
-    DistillSettings,
-    build_distill_set,
+from blockdraft.models.hf.distill import DistillSettings, build_distill_set  # noqa: E402
+from blockdraft.models.hf.generation import greedy_batch  # noqa: E402
+from blockdraft.models.hf.head_trainer import (  # noqa: E402
+    TrainSettings,
+    evaluate,
+    lm_head_weight,
+    train_heads,
+)
+from blockdraft.models.hf.positions import load_positions  # noqa: E402
+from blockdraft.models.hf.prompts import (  # noqa: E402
     format_prompts,
-    greedy_batch,
     hash_prompts,
     read_prompts,
     split_prompts,
 )
-from blockdraft.models.hf.training import (  # noqa: E402
-    TrainSettings,
-    evaluate,
-    lm_head_weight,
-    load_positions,
-    train_heads,
-    write_trained_heads,
-)
+from blockdraft.models.hf.training import write_trained_heads  # noqa: E402
 
 EOS = 1
 SHARED_PROMPTS = Path(__file__).resolve().parents[4] / "shared" / "data" / "prompts"
@@ -244,6 +244,21 @@ def test_training_lowers_the_heldout_loss(dataset: Any, tmp_path: Path) -> None:
     assert "heads:3" in result.signature and "lr:0.03" in result.signature
     curve = json.loads((tmp_path / "w" / "curve.json").read_text())
     assert curve["curve"][-1]["top1"] == result.curve[-1]["top1"]
+
+
+def test_training_returns_the_heads_of_the_best_evaluation(dataset: Any, tmp_path: Path) -> None:
+    lm_head = lm_head_weight(tiny_llama(init=0.1))
+    held = load_positions(dataset, "heldout")
+    run = TrainSettings(**{**TRAIN.__dict__, "eval_every": 5, "lr": 3.0, "warmup": 1,
+                           "eval_positions": 10_000})
+    result = train_heads(dataset, lm_head, tmp_path / "w", run, log=None, progress=False)
+    means = [float(np.mean(c["top1"])) for c in result.curve]
+    best = result.curve[int(np.argmax(means))]
+    assert result.best_step == best["step"]
+    scores = evaluate(result.heads, lm_head, held, held.usable(), run)
+    assert scores["top1"] == best["top1"]
+    assert means[-1] < max(means)  # at this learning rate the last evaluation is not the best
+    assert scores["top1"] != result.curve[-1]["top1"]
 
 
 def test_resumed_training_equals_an_uninterrupted_run(dataset: Any, tmp_path: Path) -> None:

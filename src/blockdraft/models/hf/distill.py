@@ -3,39 +3,22 @@
 docs/definitions.md sec. 10. Medusa heads are trained on what the base model itself says
 (Medusa-2 self-distillation; Stern et al. sec. 6.2): for every prompt ``x`` the base's greedy
 answer ``y_1 .. y_m`` (cut after the EOS, which is kept; at most ``max_new_tokens``) and the
-base's final hidden states ``h_0 .. h_{m-1}`` (after the final norm), where ``h_j`` is the state
-at the position whose base prediction is ``y_{j+1}``: ``h_0`` at the prompt's last token,
-``h_j`` at ``y_j``. A head trained on ``h_j`` then needs no base model at all.
+base's final hidden states ``h_0 .. h_{m-1}`` (:mod:`blockdraft.models.hf.generation`). A head
+trained on ``h_j`` then needs no base model at all.
 
-The hidden states come for free during generation: a forward hook on the base's final norm
-records the prefill's last position and every step's new position, so no second pass is run.
-Generation is batched with left padding, prompts sorted by length within a shard, and a row
-leaves the batch (and the KV cache) as soon as it has finished.
-
-Data layout. A distillation set is a folder (by default ``$BLOCKDRAFT_CACHE/distill/<key>``,
-``key`` a hash of every setting that changes its content) holding ``plan.json`` (settings,
-the held-out split, the shard list) and one ``<split>-<nnnnn>.safetensors`` file per shard,
-written atomically when the whole shard is done, so an interrupted run leaves no partial shard
-and a re-run skips finished ones. A shard of ``P`` prompts with ``N`` answer tokens holds
-
-    ``prompt_index``    int64 ``[P]``       indices into the prompt list (input order)
-    ``prompt_ids``      int32 ``[sum |x|]`` the formatted prompts' token ids, flat
-    ``prompt_offsets``  int64 ``[P + 1]``
-    ``answer_ids``      int32 ``[N]``       ``y_1 .. y_m`` of every prompt, flat
-    ``answer_offsets``  int64 ``[P + 1]``
-    ``hidden``          ``[N, d]`` (bfloat16 by default): row ``answer_offsets[p] + j`` is
-                        ``h_j`` of prompt ``p``, so ``answer_ids`` at the same row is the base's
-                        prediction from that state.
+This module plans and runs the data step: prompts (:mod:`blockdraft.models.hf.prompts`) are
+split into held-out and training prompts and cut into fixed shards; each shard is generated in
+batches of prompts sorted by length and written as one file (:mod:`blockdraft.models.hf.shards`)
+in a folder, by default ``$BLOCKDRAFT_CACHE/distill/<key>``, ``key`` a hash of every setting
+that changes its content. A run stops between shards (a prompt, token or time budget), and a
+later run goes on from there.
 
 Public surface:
     DistillSettings                            what the data depend on (hashed into the key)
-    read_prompts(paths) -> list[str]           ``{"source", "prompt"}`` JSON lines
-    split_prompts(n, seed, fraction, minimum) -> (train, heldout)   index arrays, disjoint
-    format_prompts(tokenizer, texts) -> list[list[int]]             the chat template
-    greedy_batch(model, prompts, max_new_tokens, eos_id, pad_id) -> (answers, hidden)
     build_distill_set(model, prompt_ids, folder, settings, ...) -> DistillSet
     distill(base, prompt_files, ...) -> DistillSet         load, format, generate (the CLI's)
-    DistillSet, open_distill_set(folder)                   read what was written
+    default_threads() -> int                   torch threads for a busy or a quiet machine
+    main()                                     ``python -m blockdraft.models.hf.distill``
 """
 
 from __future__ import annotations
@@ -51,18 +34,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from blockdraft.core.checks import check_int, check_positive_int
-from blockdraft.core.files import atomic_path, cache_dir, write_text_atomic
-from blockdraft.core.jsonl import iter_jsonl
+from blockdraft.core.files import cache_dir, write_text_atomic
 from blockdraft.models.errors import ModelError
+from blockdraft.models.hf.generation import greedy_batch
+from blockdraft.models.hf.prompts import format_prompts, hash_prompts, read_prompts, split_prompts
+from blockdraft.models.hf.shards import DistillSet, Shard, open_distill_set, write_shard
 
 FORMAT_VERSION = "1"
 """Bumped whenever the shard contents change meaning; part of the cache key."""
-
-SPLITS = ("heldout", "train")
 
 
 @dataclass(frozen=True)
@@ -99,318 +80,6 @@ class DistillSettings:
         raw = json.dumps(asdict(self), sort_keys=True).encode()
         return hashlib.sha256(raw).hexdigest()[:16]
 
-
-# ---------------------------------------------------------------------------------- prompts
-
-
-def read_prompts(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The ``"prompt"`` field of every line of the given JSON-lines files, in order.
-
-    Raises:
-        ModelError: a missing file, a line that is not a JSON object with a string
-            ``"prompt"``, or no prompts at all.
-    """
-    texts: list[str] = []
-    for path in paths:
-        p = Path(path)
-        if not p.is_file():
-            raise ModelError(f"prompt file {str(p)!r} does not exist")
-        for number, obj in iter_jsonl(p, ModelError):
-            if not isinstance(obj.get("prompt"), str):
-                raise ModelError(f"{p}:{number}: expected an object with a string 'prompt'")
-            texts.append(obj["prompt"])
-    if not texts:
-        raise ModelError("no prompts in " + ", ".join(str(p) for p in paths))
-    return texts
-
-
-def split_prompts(
-    n: int, seed: int = 0, fraction: float = 0.02, minimum: int = 200
-) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded shuffle of ``range(n)`` cut into (train, held-out) index arrays (int64).
-
-    The held-out part has ``max(minimum, round(fraction * n))`` prompts, at most ``n - 1``
-    (at least one prompt is left to train on when ``n >= 2``). The two arrays are disjoint and
-    together hold every index once; both depend only on ``(n, seed, fraction, minimum)``.
-
-    Raises:
-        ModelError: ``n < 2``, or ``fraction`` outside ``[0, 1)``.
-    """
-    n = check_int(n, "n", ModelError, minimum=2)
-    if not 0.0 <= fraction < 1.0:
-        raise ModelError(f"heldout fraction must lie in [0, 1), got {fraction!r}")
-    order = np.random.default_rng(seed).permutation(n).astype(np.int64)
-    held = min(max(int(minimum), int(round(fraction * n))), n - 1)
-    return order[held:], order[:held]
-
-
-def format_prompts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
-    """Each text as one user turn in the tokenizer's chat template, with the generation
-    prompt (``add_generation_prompt=True``), as token ids.
-
-    Raises:
-        ModelError: the tokenizer has no chat template.
-    """
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelError("the tokenizer has no chat template; pass token ids instead")
-    out: list[list[int]] = []
-    for text in texts:
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        if isinstance(ids, dict) or hasattr(ids, "keys"):  # a BatchEncoding
-            ids = ids["input_ids"]
-        out.append([int(i) for i in ids])
-    return out
-
-
-def hash_prompts(prompt_ids: Sequence[Sequence[int]]) -> str:
-    """A 16-hex-digit hash of a list of token-id lists (the distillation input)."""
-    h = hashlib.sha256()
-    for ids in prompt_ids:
-        h.update(np.asarray(ids, dtype=np.int64).tobytes())
-        h.update(b"|")
-    return h.hexdigest()[:16]
-
-
-# ------------------------------------------------------------------------------- generation
-
-
-def final_norm(model: Any) -> torch.nn.Module:
-    """The module whose output is the base's final hidden state (Llama-style ``model.norm``,
-    GPT-2's ``transformer.ln_f``).
-
-    Raises:
-        ModelError: neither is found.
-    """
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    for owner in (decoder, getattr(model, "model", None), getattr(model, "transformer", None)):
-        for name in ("norm", "ln_f", "final_layernorm"):
-            module = getattr(owner, name, None) if owner is not None else None
-            if isinstance(module, torch.nn.Module):
-                return module
-    raise ModelError(f"cannot find the final norm of {type(model).__name__}")
-
-
-@torch.no_grad()
-def greedy_batch(
-    model: Any,
-    prompts: Sequence[Sequence[int]],
-    max_new_tokens: int,
-    eos_id: int | None,
-    pad_id: int = 0,
-) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """Greedy answers of a batch of prompts and the base's final hidden states along them.
-
-    One left-padded prefill, then one step per token on the model's own KV cache; a row that
-    has produced ``eos_id`` (kept) or ``max_new_tokens`` tokens leaves the batch.
-
-    Args:
-        model: a ``transformers`` causal LM (eval mode) with a final norm (:func:`final_norm`).
-        prompts: ``B`` non-empty token-id lists.
-        max_new_tokens: answer length cap ``>= 1``.
-        eos_id: the end-of-sequence id (None: answers always have ``max_new_tokens`` tokens).
-        pad_id: the id padding is filled with (masked out; any valid id).
-
-    Returns:
-        ``answers[b] = [y_1 .. y_m]`` and ``hidden[b]`` of shape ``[m, d]`` (the model's dtype):
-        row ``j`` is ``h_j``, the final-norm output at the position predicting ``y_{j+1}``.
-    """
-    max_new_tokens = check_positive_int(max_new_tokens, "max_new_tokens", ModelError)
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ModelError("greedy_batch needs a non-empty list of non-empty prompts")
-    device = next(model.parameters()).device
-    b = len(prompts)
-    longest = max(len(p) for p in prompts)
-    ids = torch.full((b, longest), pad_id, dtype=torch.long)
-    mask = torch.zeros((b, longest), dtype=torch.long)
-    for row, p in enumerate(prompts):
-        ids[row, longest - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
-        mask[row, longest - len(p):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
-
-    captured: list[torch.Tensor] = []
-
-    def hook(_module: Any, _inputs: Any, output: Any) -> None:
-        out = output[0] if isinstance(output, tuple) else output
-        captured.append(out[:, -1, :].detach())  # (b_active, d): the newest position
-
-    from transformers import DynamicCache
-
-    handle = final_norm(model).register_forward_hook(hook)
-    answers: list[list[int]] = [[] for _ in range(b)]
-    hidden: list[list[torch.Tensor]] = [[] for _ in range(b)]
-    try:
-        active = torch.arange(b)
-        cache = DynamicCache()
-        inputs, attention, pos = ids, mask, positions
-        while True:
-            captured.clear()
-            out = model(input_ids=inputs, attention_mask=attention, position_ids=pos,
-                        past_key_values=cache, use_cache=True, logits_to_keep=1)
-            if len(captured) != 1:
-                raise ModelError(f"the final-norm hook fired {len(captured)} times in a forward")
-            state = captured[0].cpu()  # (b_active, d)
-            nxt = out.logits[:, -1, :].argmax(-1).cpu()  # (b_active,)
-            cache = out.past_key_values
-            keep: list[int] = []
-            for k, row in enumerate(active.tolist()):
-                token = int(nxt[k])
-                answers[row].append(token)
-                hidden[row].append(state[k])
-                if not (token == eos_id or len(answers[row]) >= max_new_tokens):
-                    keep.append(k)
-            if not keep:
-                break
-            if len(keep) < len(active):
-                index = torch.as_tensor(keep, dtype=torch.long)
-                active = active[index]
-                cache.batch_select_indices(index.to(device))
-                attention = attention[index.to(device)]
-                pos = pos[index.to(device)]
-                nxt = nxt[index]
-            attention = torch.cat([attention, attention.new_ones(len(keep), 1)], dim=1)
-            pos = pos[:, -1:] + 1
-            inputs = nxt.view(-1, 1).to(device)
-    finally:
-        handle.remove()
-    return answers, [torch.stack(rows) for rows in hidden]
-
-
-# ----------------------------------------------------------------------------------- shards
-
-
-@dataclass
-class Shard:
-    """One shard's contents (see the module docstring for the layout)."""
-
-    prompt_index: np.ndarray  # int64 [P]
-    prompt_ids: np.ndarray  # int32 [sum |x|]
-    prompt_offsets: np.ndarray  # int64 [P + 1]
-    answer_ids: np.ndarray  # int32 [N]
-    answer_offsets: np.ndarray  # int64 [P + 1]
-    hidden: torch.Tensor  # [N, d]
-
-    @property
-    def num_prompts(self) -> int:
-        return int(self.prompt_index.size)
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.answer_ids.size)
-
-    def answer(self, p: int) -> list[int]:
-        """Prompt ``p``'s answer ``y_1 .. y_m`` (``p`` indexes this shard)."""
-        return [int(t) for t in self.answer_ids[self.answer_offsets[p]:self.answer_offsets[p + 1]]]
-
-    def prompt(self, p: int) -> list[int]:
-        """Prompt ``p``'s token ids."""
-        return [int(t) for t in self.prompt_ids[self.prompt_offsets[p]:self.prompt_offsets[p + 1]]]
-
-
-def _offsets(lengths: Sequence[int]) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))]).astype(np.int64)
-
-
-def write_shard(path: Path, shard: Shard, metadata: dict[str, str]) -> None:
-    """Write one shard atomically (a crash leaves no file)."""
-    from safetensors.torch import save_file
-
-    tensors = {
-        "prompt_index": torch.from_numpy(shard.prompt_index.astype(np.int64)),
-        "prompt_ids": torch.from_numpy(shard.prompt_ids.astype(np.int32)),
-        "prompt_offsets": torch.from_numpy(shard.prompt_offsets.astype(np.int64)),
-        "answer_ids": torch.from_numpy(shard.answer_ids.astype(np.int32)),
-        "answer_offsets": torch.from_numpy(shard.answer_offsets.astype(np.int64)),
-        "hidden": shard.hidden.contiguous(),
-    }
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata=metadata)
-
-
-def read_shard(path: str | os.PathLike[str]) -> Shard:
-    """Read a shard written by :func:`write_shard`.
-
-    Raises:
-        ModelError: a missing or unreadable file.
-    """
-    from safetensors.torch import load_file
-
-    try:
-        t = load_file(str(path))
-    except (OSError, ValueError, RuntimeError) as e:
-        raise ModelError(f"cannot read distillation shard {str(path)!r}: {e}") from e
-    return Shard(
-        prompt_index=t["prompt_index"].numpy(),
-        prompt_ids=t["prompt_ids"].numpy(),
-        prompt_offsets=t["prompt_offsets"].numpy(),
-        answer_ids=t["answer_ids"].numpy(),
-        answer_offsets=t["answer_offsets"].numpy(),
-        hidden=t["hidden"],
-    )
-
-
-@dataclass
-class DistillSet:
-    """A distillation folder: its plan and the shards finished so far.
-
-    Attributes:
-        folder: the folder.
-        plan: ``plan.json``'s contents (``settings``, ``train``/``heldout`` index lists,
-            ``shards``: ``[{"name", "split", "prompts"}]``).
-        done: names of the shards whose file exists, in plan order.
-    """
-
-    folder: Path
-    plan: dict[str, Any]
-    done: list[str]
-
-    def shard_path(self, name: str) -> Path:
-        return self.folder / f"{name}.safetensors"
-
-    def shards(self, split: str) -> list[str]:
-        """Finished shards of ``split`` (``"train"`` or ``"heldout"``), in plan order."""
-        names = {s["name"] for s in self.plan["shards"] if s["split"] == split}
-        return [n for n in self.done if n in names]
-
-    def load(self, split: str) -> list[Shard]:
-        """The finished shards of ``split``, read into memory."""
-        return [read_shard(self.shard_path(n)) for n in self.shards(split)]
-
-    def summary(self) -> dict[str, int]:
-        """Prompts and answer tokens per finished split (from the shard headers)."""
-        out: dict[str, int] = {}
-        for split in SPLITS:
-            prompts = tokens = 0
-            for name in self.shards(split):
-                meta = _shard_metadata(self.shard_path(name))
-                prompts += int(meta.get("prompts", 0))
-                tokens += int(meta.get("tokens", 0))
-            out[f"{split}_prompts"], out[f"{split}_tokens"] = prompts, tokens
-        return out
-
-
-def _shard_metadata(path: Path) -> dict[str, str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        return dict(f.metadata() or {})
-
-
-def open_distill_set(folder: str | os.PathLike[str]) -> DistillSet:
-    """The distillation set in ``folder`` (its ``plan.json`` and finished shards).
-
-    Raises:
-        ModelError: no ``plan.json`` there.
-    """
-    root = Path(folder)
-    plan_file = root / "plan.json"
-    if not plan_file.is_file():
-        raise ModelError(f"{str(root)!r} is not a distillation folder (no plan.json)")
-    plan = json.loads(plan_file.read_text(encoding="utf-8"))
-    done = [s["name"] for s in plan["shards"] if (root / f"{s['name']}.safetensors").is_file()]
-    return DistillSet(root, plan, done)
 
 
 def _plan(settings: DistillSettings, n: int) -> dict[str, Any]:
@@ -598,14 +267,8 @@ def _generate_shard(
                 f"(length {len(prompt_ids[batch[0]])}-{len(prompt_ids[batch[-1]])}), {n} tokens "
                 f"in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} tokens/s)")
     keep = list(indices)  # the plan's order
-    return Shard(
-        prompt_index=np.asarray(keep, dtype=np.int64),
-        prompt_ids=np.concatenate([np.asarray(prompt_ids[i], dtype=np.int32) for i in keep]),
-        prompt_offsets=_offsets([len(prompt_ids[i]) for i in keep]),
-        answer_ids=np.concatenate([np.asarray(answers[i], dtype=np.int32) for i in keep]),
-        answer_offsets=_offsets([len(answers[i]) for i in keep]),
-        hidden=torch.cat([states[i] for i in keep]),
-    )
+    return Shard.from_lists(keep, [prompt_ids[i] for i in keep], [answers[i] for i in keep],
+                            [states[i] for i in keep])
 
 
 # ------------------------------------------------------------------------------ top level
