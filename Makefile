@@ -4,7 +4,8 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.blockdraft-installed
 
-.PHONY: setup test test-all demo lint bench bench-quick bench-rescore bench-steps clean
+.PHONY: setup test test-all demo lint bench bench-quick bench-rescore bench-steps clean \
+	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup
 
 setup: $(STAMP) build/kenlm/.stamp
 
@@ -41,6 +42,20 @@ bench-rescore: setup
 
 bench-steps: setup
 	$(PY) benchmarks/bench_step_costs.py
+
+# End to end on the real model (SmolLM2 + Medusa heads), peers beside: benchmarks/results/real/.
+# llama.cpp peers only after `make bench-real-peers-setup` (compiles llama-cpp-python, ~5 min).
+bench-real: setup
+	$(PY) benchmarks/bench_real.py --full
+
+bench-real-quick: setup
+	$(PY) benchmarks/bench_real.py
+
+bench-real-smoke: setup
+	$(PY) benchmarks/bench_real.py --smoke
+
+bench-real-peers-setup: setup
+	bash scripts/install_llama_cpp.sh
 
 clean:
 	rm -rf build .venv .pytest_cache

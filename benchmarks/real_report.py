@@ -1,0 +1,306 @@
+"""The report of the real-model benchmark (``bench_real.py``): per task and overall figures,
+Markdown, JSON (strict: non-finite numbers written as null) and the speedup plot.
+
+    summarise(rows, names, tasks)        B, tokens/s, speedup, identity and step split
+    make_report(result, cases, ...)      the JSON-ready report with its signature
+    markdown(report) -> str; plot(report, path); write_report(report, out) -> paths
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# ---- summarising ---------------------------------------------------------------------------------
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.median(xs)) if xs else None
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    ys = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.mean(ys)) if ys else None
+
+
+def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figures of one strategy over some prompts (see the module docstring)."""
+    tokens = sum(r["tokens"] for r in rows)
+    counted = [r for r in rows if r.get("calls")]
+    calls = sum(r["calls"] for r in counted)
+    more = [r for r in counted if r["calls"] > 1]
+    cell: dict[str, Any] = {
+        "prompts": len(rows), "tokens": tokens,
+        "B": sum(r["tokens"] for r in counted) / calls if calls else None,
+        "B_verify": (sum(r["tokens"] - 1 for r in more) / sum(r["calls"] - 1 for r in more)
+                     if more else None),
+        "tok_s": _median([r["tok_s"] for r in rows]),
+        "speedup": _median([r["speedup"] for r in rows]),
+        "identical": sum(bool(r["identical"]) for r in rows),
+        "identical_rate": sum(bool(r["identical"]) for r in rows) / len(rows) if rows else None,
+        "wall_s": sum(r["wall_s"] for r in rows),
+    }
+    own = [r["identical_own"] for r in rows if r.get("identical_own") is not None]
+    if own:
+        cell["identical_own"] = sum(own)
+        cell["identical_own_rate"] = sum(own) / len(own)
+        cell["speedup_own"] = _median([r["speedup_own"] for r in rows
+                                       if r.get("speedup_own") is not None])
+    steps = sum(r.get("steps", 0) for r in rows)
+    if steps:
+        parts = {key: sum(r[f"{key}_s"] for r in rows)
+                 for key in ("forward", "lattice", "search", "other")}
+        total = sum(parts.values())
+        cell["steps"] = steps
+        cell["split"] = {key: v / total for key, v in parts.items()} if total > 0 else None
+        cell["ms_per_step"] = {key: 1e3 * v / steps for key, v in parts.items()}
+        cell["overhead"] = ((total - parts["forward"]) / parts["forward"]
+                            if parts["forward"] > 0 else None)
+        cell["iad_steps"] = sum(r.get("iad_steps", 0) for r in rows)
+    return cell
+
+
+def summarise(rows: list[dict[str, Any]], names: Sequence[str], tasks: Sequence[str]
+              ) -> dict[str, Any]:
+    """``{"per_task": {name: {task: cell}}, "overall": {name: cell}}``: per task pooled B and
+    medians over prompts; overall the mean over tasks of B, tokens/s and speedup, pooled
+    identity and time split."""
+    per_task: dict[str, dict[str, Any]] = {}
+    overall: dict[str, Any] = {}
+    for name in names:
+        mine = [r for r in rows if r["strategy"] == name]
+        cells = {t: _cell([r for r in mine if r["task"] == t]) for t in tasks
+                 if any(r["task"] == t for r in mine)}
+        per_task[name] = cells
+        pooled = _cell(mine)
+        for key in ("B", "B_verify", "tok_s", "speedup", "speedup_own"):
+            if key in pooled:
+                pooled[key] = _mean([c.get(key) for c in cells.values()])
+        pooled["speedup_median_all"] = _median([r["speedup"] for r in mine])
+        overall[name] = pooled
+    return {"per_task": per_task, "overall": overall}
+
+
+# ---- the report ----------------------------------------------------------------------------------
+
+DEFINITIONS = (
+    "B = generated tokens / serial model calls, the prefill counted as a call "
+    "(docs/definitions.md sec. 2; greedy = 1.00; each verification call counts its accepted "
+    "tokens plus the bonus token); per task pooled over prompts, overall the mean over tasks. "
+    "B/verify = (tokens - 1) / (calls - 1): tokens per verification call, the prefill and its "
+    "token left out (Spec-Bench's per-step mean). tokens/s = generated tokens / wall time of the "
+    "whole call, prefill included; speedup = tokens/s over the reference greedy loop's on the "
+    "same prompt; both are medians over a task's prompts, and their means over tasks overall. "
+    "Identical = token for token the reference greedy output. Step split: one verification "
+    "step's wall time (prefill excluded, pooled over steps) in the forward, the lattice (top-k "
+    "of every head), the draft search / rescoring (the drafter's propose) and the rest "
+    "(acceptance, cache, book-keeping); non-fwd/fwd = everything but the forward over the "
+    "forward."
+)
+
+
+def _f(x: Any, fmt: str = ".2f", none: str = "-") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return none
+    return format(x, fmt)
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown."""
+    summary, names, tasks = report["summary"], report["strategies"], report["tasks"]
+    overall = summary["overall"]
+    lines = [
+        "# End to end on the real model: SmolLM2-135M-Instruct + Medusa heads, peers beside",
+        "", f"Command: `{report['command']}`", "", f"Signature: `{report['signature']}`", "",
+        f"Wall time of the run: {report['wall_s'] / 60:.1f} min. {report['prompts_total']} "
+        f"prompts ({report['fields'].get('prompts_per_task', '?')} per task), at most "
+        f"{report['fields'].get('max_new_tokens', '?')} new tokens, EOS honoured, batch 1, "
+        "temperature "
+        f"0, exact criterion for every blockdraft strategy.", "",
+        f"Definitions. {DEFINITIONS}", "",
+        "## Overall (mean over tasks)", "",
+        "| strategy | kind | B | B/verify | tokens/s | speedup | identical | fwd ms/step | "
+        "forward | lattice | search/rescoring | other | non-fwd/fwd |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        c = overall[name]
+        split = c.get("split") or {}
+        ms = c.get("ms_per_step") or {}
+        lines.append(
+            f"| {name} | {report['kinds'][name]} | {_f(c['B'])} | {_f(c['B_verify'])} | "
+            f"{_f(c['tok_s'], '.1f')} | {_f(c['speedup'])}x | {c['identical']}/{c['prompts']} | "
+            f"{_f(ms.get('forward'), '.1f')} | {_pct(split.get('forward'))} | "
+            f"{_pct(split.get('lattice'))} | {_pct(split.get('search'))} | "
+            f"{_pct(split.get('other'))} | {_pct(c.get('overhead'))} |")
+    ref = overall[names[0]]
+    if ref.get("tok_s"):
+        lines += ["", f"Reference greedy loop: {_f(ref['tok_s'], '.1f')} tokens/s "
+                  f"({_f(1e3 / ref['tok_s'], '.1f')} ms per token), mean over tasks of the "
+                  "medians."]
+    for title, key, fmt in (("Speedup over the reference greedy loop (median over prompts)",
+                             "speedup", ".2f"), ("B (pooled over prompts)", "B", ".2f"),
+                            ("tokens/s (median over prompts)", "tok_s", ".1f")):
+        lines += ["", f"## {title}", "", "| strategy | " + " | ".join(tasks) + " | mean |",
+                  "|---" * (len(tasks) + 2) + "|"]
+        for name in names:
+            cells = summary["per_task"][name]
+            lines.append(f"| {name} | " + " | ".join(
+                _f(cells.get(t, {}).get(key), fmt) for t in tasks)
+                + f" | {_f(overall[name][key], fmt)} |")
+    lines += ["", "## Identical to the reference greedy output (prompts)", "",
+              "| strategy | " + " | ".join(tasks) + " | all |", "|---" * (len(tasks) + 2) + "|"]
+    for name in names:
+        cells = summary["per_task"][name]
+        lines.append(f"| {name} | " + " | ".join(
+            f"{cells[t]['identical']}/{cells[t]['prompts']}" if t in cells else "-"
+            for t in tasks) + f" | {overall[name]['identical']}/{overall[name]['prompts']} |")
+    peers = [n for n in names if report["kinds"][n] == "peer"]
+    if peers:
+        lines += ["", "## Peers", "",
+                  "| peer | precision | identical to its own greedy | identical to our greedy "
+                  "| B | speedup over our greedy | over its own greedy |",
+                  "|---|---|---|---|---|---|---|"]
+        for name in peers:
+            c = overall[name]
+            own = (f"{c['identical_own']}/{c['prompts']}" if "identical_own" in c else
+                   "(is its own greedy)")
+            lines.append(f"| {name} | {report['precision'].get(name, '-')} | {own} | "
+                         f"{c['identical']}/{c['prompts']} | {_f(c['B'])} | "
+                         f"{_f(c['speedup'])}x | {_f(c.get('speedup_own'))}x |")
+    if report["skipped"]:
+        lines += ["", "## Not run", ""]
+        lines += [f"- **{name}**: {why}" for name, why in report["skipped"].items()]
+    lines += ["", "## Prompts", "",
+              "| task | prompts | mean prompt tokens | cut to fit | mean greedy tokens | "
+              "ended by EOS |", "|---|---|---|---|---|---|"]
+    for t in tasks:
+        ps = [p for p in report["prompts"] if p["task"] == t]
+        if ps:
+            lines.append(
+                f"| {t} | {len(ps)} | {np.mean([p['prompt_tokens'] for p in ps]):.0f} | "
+                f"{sum(p['truncated'] for p in ps)} | "
+                f"{np.mean([p['greedy_tokens'] for p in ps]):.0f} | "
+                f"{sum(p['greedy_eos'] for p in ps)} |")
+    if report.get("errors"):
+        lines += ["", "## Errors (runs that raised; left out of every figure)", ""]
+        lines += [f"- {e['task']} #{e['case']}, {e['strategy']}: `{e['error']}`"
+                  for e in report["errors"]]
+    if report.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Speedup per strategy (bars per task and their mean), the reference at 1x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from blockdraft.core.files import atomic_path
+
+    names = [n for n in report["strategies"] if report["kinds"][n] != "reference"]
+    tasks = list(report["tasks"]) + ["mean"]
+    per_task, overall = report["summary"]["per_task"], report["summary"]["overall"]
+    width = 0.8 / len(tasks)
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(names) + 2), 5.0))
+    x = np.arange(len(names))
+    for j, t in enumerate(tasks):
+        ys = [(overall[n]["speedup"] if t == "mean" else per_task[n].get(t, {}).get("speedup"))
+              for n in names]
+        ys = [np.nan if y is None else y for y in ys]
+        ax.bar(x + (j - (len(tasks) - 1) / 2) * width, ys, width, label=t,
+               color="black" if t == "mean" else None)
+    ax.axhline(1.0, color="red", linewidth=1, linestyle="--", label="reference greedy")
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, rotation=25, ha="right", fontsize=8)
+    for xi, n in zip(x, names, strict=True):
+        mean = overall[n]["speedup"]
+        if mean is not None:
+            ax.annotate(f"{mean:.2f}", (xi + (len(tasks) - 1) / 2 * width, mean),
+                        ha="center", va="bottom", fontsize=6)
+    ax.set_ylabel("speedup over greedy (tokens/s ratio)")
+    ax.set_title(f"{report['fields'].get('model', 'model')} end to end: speedup per strategy and "
+                 "task (median over prompts; black: mean over tasks)", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    caption = "\n".join([report["command"], *textwrap.wrap(report["signature"], 200,
+                                                            break_on_hyphens=False)])
+    fig.text(0.01, 0.005, caption, fontsize=5, family="monospace", va="bottom")
+    fig.tight_layout(rect=(0, 0.02 * (caption.count("\n") + 2), 1, 1))
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=130)
+    plt.close(fig)
+
+
+def _finite(x: Any) -> Any:
+    """The report with every non-finite float as None (strict JSON)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, np.generic):
+        return _finite(x.item())
+    return x
+
+
+def make_report(result: dict[str, Any], cases: Sequence[Any],
+                strategies: Sequence[Any], peers: Sequence[Any], *,
+                fields: dict[str, Any], command: str, skipped: dict[str, str],
+                wall_s: float, notes: Sequence[str] = (),
+                decode_text: Callable[[list[int]], str] | None = None) -> dict[str, Any]:
+    """The report (JSON-ready): signature, settings, summary, rows and prompts."""
+    from blockdraft.core.signature import format_signature
+
+    names = [s.name for s in strategies] + [p.name for p in peers]
+    tasks = list(dict.fromkeys(c.task for c in cases))
+    rows = result["rows"]
+    prompts = []
+    for i, case in enumerate(cases):
+        out = result["outputs"].get(i, [])
+        ref = next((r for r in rows if r["case"] == i and r["strategy"] == names[0]), {})
+        prompts.append({
+            "task": case.task, "id": case.id, "prompt_tokens": len(case.ids),
+            "truncated": case.truncated, "preview": case.preview,
+            "greedy_tokens": len(out), "greedy_eos": ref.get("stopped") == "eos",
+            "greedy_text": decode_text(out) if decode_text else None,
+        })
+    kinds = {s.name: "reference" if s.make is None else "blockdraft" for s in strategies}
+    kinds.update({p.name: "peer" for p in peers})
+    report = {
+        "signature": format_signature(fields), "fields": fields, "command": command,
+        "wall_s": wall_s, "tasks": tasks, "strategies": names, "kinds": kinds,
+        "settings": {s.name: {"k": s.k, "p": s.p, "alpha": s.alpha, "lm": s.lm, "tree": s.tree}
+                     for s in strategies},
+        "precision": {p.name: p.precision for p in peers},
+        "skipped": dict(skipped), "definitions": DEFINITIONS, "notes": list(notes),
+        "prompts_total": len(cases), "summary": summarise(rows, names, tasks),
+        "errors": list(result.get("errors", [])),
+        "prompts": prompts, "rows": rows,
+    }
+    return _finite(report)
+
+
+def write_report(report: dict[str, Any], out: Path, stem: str = "real") -> list[Path]:
+    """``<stem>.json``, ``<stem>.md`` and ``<stem>.png`` in ``out`` (each written atomically)."""
+    from blockdraft.core.files import write_text_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{stem}.json", out / f"{stem}.md", out / f"{stem}.png"]
+    write_text_atomic(paths[0], json.dumps(report, indent=1, allow_nan=False) + "\n")
+    write_text_atomic(paths[1], markdown(report))
+    plot(report, paths[2])
+    return paths
