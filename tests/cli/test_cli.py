@@ -222,6 +222,13 @@ def test_decode_command_is_lossless_and_reports_b(tmp_path, capsys):
         assert len(out["tokens"]) <= 12
     assert main(base + ["--criterion", "topk:k=0"]) == 1
     assert "blockdraft: error" in capsys.readouterr().err
+    # A rescoring LM saved with another tokenizer of the same size: its ids fit the model's
+    # vocabulary but mean other tokens, so it is refused (issue 13 item 2).
+    other = Tokenizer.train([t.replace("value", "price") for t in texts], vocab_size=300)
+    assert other.vocab_size == tok.vocab_size and other.fingerprint() != tok.fingerprint()
+    save_model(rescorer, tmp_path / "r2", tokenizer=other)
+    assert main(base + ["--rescorer-model", str(tmp_path / "r2")]) == 1
+    assert "another tokenizer than the model's" in capsys.readouterr().err
 
 
 def test_train_is_reproducible_with_a_seed(tmp_path, capsys):
