@@ -274,6 +274,11 @@ def load_task(name: str, data_root: str | Path, n: int | None = None, seed: int 
                 "directory (../shared/data)"
             )
         records.extend(spec.reader(path, name))
+    return _sample(records, name, n, seed)
+
+
+def _sample(records: list[Any], name: str, n: int | None, seed: int) -> list[Any]:
+    """``n`` of a task's records (all when None) in a seeded random order."""
     if n is not None and (not is_int(n) or n < 0):
         raise TaskError(f"n must be None or an integer >= 0, got {n!r}")
     if n is not None and n > len(records):
@@ -533,14 +538,7 @@ def load_chat_task(name: str, data_root: str | Path, n: int | None = None, seed:
                 "directory (../shared/data)"
             )
     records = list(spec.reader(paths, name))
-    if n is not None and (not is_int(n) or n < 0):
-        raise TaskError(f"n must be None or an integer >= 0, got {n!r}")
-    if n is not None and n > len(records):
-        raise TaskError(f"task {name} has {len(records)} usable records, fewer than n = {n}")
-    order = np.random.default_rng(seed).permutation(len(records))
-    if n is not None:
-        order = order[:n]
-    return [records[int(i)] for i in order]
+    return _sample(records, name, n, seed)
 
 
 def encode_chat(example: ChatExample, tokenizer: _ChatTemplate, max_tokens: int
