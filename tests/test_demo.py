@@ -100,15 +100,16 @@ def test_the_demo_command_prints_both_tables(tmp_path, monkeypatch, corpus, cach
     monkeypatch.setattr(blockdraft.demo, "run_demo", functools.partial(
         blockdraft.demo.run_demo, config=DemoConfig(**TINY), max_new_tokens=20))
     out = tmp_path / "out"
-    assert main(["demo", "--corpus", str(corpus), "--out", str(out), "--examples", "3"]) == 0
+    assert main(["demo", "--blockwise", "--corpus", str(corpus), "--out", str(out),
+                 "--examples", "3"]) == 0
     text = capsys.readouterr().out
     for part in ("held-out", "head 4", "unigram", "vanilla BPD", "16-best 4-gram",
                  "oracle (k=16)", "signature: model:blockwise(1L,d32,h4",
                  "16-best 4-gram: k:16|p:16|alpha:1.0|lm:4-gram"):
         assert part in text
     assert (out / "demo_lattice.png").is_file()
-    assert main(["demo", "--corpus", str(corpus), "--out", str(out), "--examples", "3",
-                 "--json"]) == 0
+    assert main(["demo", "--blockwise", "--corpus", str(corpus), "--out", str(out),
+                 "--examples", "3", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["trained"] is False and len(data["rows"]) == 6
     assert all("version:" in row["signature"] for row in data["rows"])

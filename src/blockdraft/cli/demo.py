@@ -1,25 +1,168 @@
-"""``blockdraft demo``: runs :func:`blockdraft.demo.run_demo` and prints its two tables (the
-models on held-out text, then block efficiency per drafting strategy)."""
+"""``blockdraft demo``: by default :func:`blockdraft.demo.run_real_demo` on SmolLM2 (or
+``--model PATH``) and its table (B, tokens/s, speedup over greedy, equality with greedy per
+strategy), one answer and one step's lattice; with ``--blockwise``,
+:func:`blockdraft.demo.run_demo` on a small self-trained blockwise model and its two tables
+(the models on held-out text, then block efficiency per drafting strategy)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from blockdraft.cli.common import JSON_HELP, add_command, print_json, print_table
+from blockdraft.cli.common import (
+    JSON_HELP,
+    CliError,
+    add_command,
+    positive_int,
+    print_json,
+    print_table,
+    progress_bar,
+    utf8_argument,
+)
+from blockdraft.demo.config import REAL_MAX_NEW_TOKENS
+
+_BLOCKWISE_ONLY = ("examples", "seed", "stop_at_eos")
+_REAL_ONLY = ("model", "heads", "dtype", "prompt", "max_new_tokens")
+
+
+def _log(msg: str) -> None:
+    print(f"[demo] {msg}", file=sys.stderr, flush=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    given = [f"--{n.replace('_', '-')}" for n in
+             (_REAL_ONLY if args.blockwise else _BLOCKWISE_ONLY)
+             if getattr(args, n) is not None and getattr(args, n) is not False]
+    if given:
+        raise CliError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply "
+                       f"{'with' if args.blockwise else 'without'} --blockwise")
+    return _blockwise(args) if args.blockwise else _real(args)
+
+
+def _real(args: argparse.Namespace) -> int:
+    """``demo``: a real model (SmolLM2 by default)."""
+    from blockdraft.demo import REAL_MODEL, REAL_PROMPTS, run_real_demo
+
+    prompts = ([utf8_argument(q, "--prompt") for q in args.prompt] if args.prompt
+               else list(REAL_PROMPTS))
+    res = run_real_demo(args.model or REAL_MODEL, args.out, heads=args.heads,
+                        dtype=args.dtype or "float32", corpus=args.corpus, prompts=prompts,
+                        max_new_tokens=args.max_new_tokens or REAL_MAX_NEW_TOKENS,
+                        threads=args.threads, progress=progress_bar, log=_log)
+    if args.json:
+        print_json(res.to_dict())
+        return 0
+    print_real(res)
+    return 0
+
+
+def print_real(res: Any) -> None:
+    """The real-model demo's table, its sample answer and its lattice."""
+    greedy = res.rows[0]
+    rows = [(r.strategy, f"{r.block_efficiency:.2f}", f"{r.tokens_per_s:.1f}",
+             f"{r.speedup:.2f}x", "yes" if r.equals_greedy else f"no ({r.identical}/{r.prompts})",
+             f"{r.wall_s:.1f}", f"{r.draft_s:.1f}") for r in res.rows]
+    differ = [r.strategy for r in res.rows if not r.equals_greedy]
+    note = ""
+    if differ:
+        note = ("\n" + ", ".join(differ) + ": output differs from greedy decoding; " + (
+            "in a reduced precision a forward over several tokens can round differently and "
+            "flip a near-tie (docs/real-models.md)" if res.dtype in ("bfloat16", "float16")
+            else "with the exact criterion in float32 that is a bug: please report it"))
+    settings = "".join(f"\n  {r.strategy}: {r.settings}" for r in res.rows)
+    lm = (f"{len(res.ngram_counts)}-gram LM ({sum(res.ngram_counts):,} n-grams) over the "
+          f"model's token ids of {res.corpus}, "
+          f"{'trained in this run' if res.ngram_trained else 'from the cache'}: {res.ngram_path}")
+    _table(
+        f"{res.model} ({res.dtype}, heads: {res.heads}, h = {res.h}): {len(res.prompts)} "
+        f"{'chat ' if res.chat else ''}prompts, {greedy.tokens} tokens, exact criterion",
+        ["strategy", "B", "tokens/s", "vs greedy", "= greedy", "wall s", "drafting s"], rows,
+        caption="B: tokens per serial model call (greedy = 1); tokens/s and speedup measured "
+        f"in this run ({res.threads} torch thread(s)); = greedy: every output identical to "
+        f"greedy decoding's, token for token; drafting s: the part of wall s building lattices "
+        f"and drafts (rescoring included){note}\n{lm}\n"
+        f"signature: {res.signature}|<row settings>{settings}",
+    )
+    console = _console()
+    console.print(f"\n[bold]prompt 1:[/bold] {_esc(res.sample_prompt)}\n"
+                  f"[bold]greedy answer:[/bold] {_esc(res.sample_answer)}\n")
+    print_lattice(res.lattice)
+    console.print(
+        f"lattice drawing: {_esc(str(res.lattice_png))}\n"
+        f"{res.seconds:.1f} s in all: loading the model {res.load_s:.1f} s, the n-gram LM "
+        f"{res.ngram_s:.1f} s, warm-up {res.warmup_s:.1f} s, timed decoding "
+        f"{res.decode_s:.1f} s")
+
+
+def print_lattice(view: Any) -> None:
+    """One step's lattice as a table: a column per slot, arcs best first, the greedy path's
+    arc in bold red."""
+    from rich.table import Table
+    from rich.text import Text
+
+    missing = "".join(f"\n  slot {i + 1}: the greedy token '{view.greedy[i]}' is not among "
+                      "these arcs" for i, r in enumerate(view.greedy_rank)
+                      if r is None and i < len(view.greedy))
+    table = Table(title=view.title, caption_justify="left",
+                  caption=Text("greedy path: " + " ".join(f"'{t}'" for t in view.greedy)
+                               + missing))
+    table.add_column("rank", justify="right")
+    for i in range(len(view.slots)):
+        table.add_column(f"slot {i + 1}", justify="left")
+    for rank in range(max(len(s) for s in view.slots)):
+        cells: list[Any] = [str(rank + 1)]
+        for i, slot in enumerate(view.slots):
+            if rank >= len(slot):
+                cells.append("")
+                continue
+            text, score = slot[rank]
+            cells.append(Text(f"'{text}' {score:.2f}",
+                              style="bold red" if view.greedy_rank[i] == rank else ""))
+        table.add_row(*cells)
+    _console().print(table)
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]],
+           caption: str) -> None:
+    """A rich table on stdout (text cells taken literally, not as markup)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, caption=Text(caption), caption_justify="left")
+    for i, c in enumerate(columns):
+        table.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
+    for r in rows:
+        table.add_row(*[Text(str(v)) for v in r])
+    _console().print(table)
+
+
+def _console() -> Any:
+    """A console on stdout; a file or pipe gets 132 columns instead of rich's default 80, so
+    the demo's tables are not folded there."""
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = max(console.width, 132)
+    return console
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return str(escape(text))
+
+
+def _blockwise(args: argparse.Namespace) -> int:
+    """``demo --blockwise``: the small self-trained BlockwiseLM."""
     from blockdraft.demo import run_demo
 
-    def log(msg: str) -> None:
-        print(f"[demo] {msg}", file=sys.stderr, flush=True)
-
-    res = run_demo(args.corpus, args.out, num_examples=args.examples, seed=args.seed,
+    res = run_demo(args.corpus, args.out, num_examples=args.examples or 8, seed=args.seed or 0,
                    stop_at_eos=args.stop_at_eos, threads=args.threads,
-                   progress=sys.stderr.isatty(), log=log)
+                   progress=sys.stderr.isatty(), log=_log)
     if args.json:
         print_json(res.to_dict())
         return 0
@@ -65,19 +208,44 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """``demo``."""
     p = add_command(sub, "demo",
-                    "train a small blockwise model on a corpus (default: Python's own docs), "
-                    "decode held-out prompts with every drafting strategy, print B", cmd_demo)
+                    "decode a few chat prompts with SmolLM2 and its Medusa heads (or --model) "
+                    "with greedy decoding, vanilla heads and n-gram rescored drafts; print B, "
+                    "tokens/s, speedup and equality with greedy, one answer and one lattice "
+                    "(--blockwise: a small self-trained blockwise model instead)", cmd_demo)
+    p.add_argument("--model", default=None,
+                   help="a model name or path load_model takes (default smollm2: "
+                        "SmolLM2-135M-Instruct with its packaged Medusa heads), e.g. a Hugging "
+                        "Face folder or .gguf file with --heads")
+    p.add_argument("--heads", default=None,
+                   help="Medusa heads for --model (a folder in any layout; default: the "
+                        "model's packaged heads)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                   help="the model's dtype (default float32: exact, and faster than bfloat16 "
+                        "on a CPU without bfloat16 units)")
+    p.add_argument("--prompt", action="append", default=None, metavar="TEXT",
+                   help="a user turn to decode instead of the demo's Python questions "
+                        "(repeat for several)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help=f"tokens per prompt (default {REAL_MAX_NEW_TOKENS}; EOS stops "
+                        "earlier)")
     p.add_argument("--corpus", type=Path, default=None,
-                   help="a text file (default: pydoc_data.topics, shipped with Python)")
+                   help="a text file for the n-gram LM (with --blockwise: for every model "
+                        "trained; default: pydoc_data.topics, shipped with Python)")
     p.add_argument("--out", type=Path, default=Path("demo-output"),
-                   help="where the lattice drawing, trace and demo.json go "
-                        "(default ./demo-output)")
-    p.add_argument("--examples", type=int, default=8, help="held-out prompts (default 8)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="the split and the training (part of the cache key; default 0)")
-    p.add_argument("--stop-at-eos", action="store_true",
-                   help="stop each decode at EOS (default: EOS is a paragraph separator and "
-                        "every prompt gets 48 new tokens)")
-    p.add_argument("--threads", type=int, default=None,
+                   help="where the lattice drawing, demo.json (and with --blockwise the "
+                        "trace) go (default ./demo-output)")
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads (default: the cores not already busy)")
+    p.add_argument("--blockwise", action="store_true",
+                   help="the model-free quick look: train (once, cached) a small blockwise LM, "
+                        "a rescoring LM and a 4-gram on the corpus, decode held-out prompts "
+                        "with every drafting strategy, print B and the oracle")
+    p.add_argument("--examples", type=positive_int, default=None,
+                   help="--blockwise: held-out prompts (default 8)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="--blockwise: the split and the training (part of the cache key; "
+                        "default 0)")
+    p.add_argument("--stop-at-eos", action="store_true",
+                   help="--blockwise: stop each decode at EOS (default: EOS is a paragraph "
+                        "separator and every prompt gets 48 new tokens)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -200,3 +200,162 @@ class DemoResult:
         for key in ("lattice_png", "trace_dir", "cache_dir"):
             data[key] = str(data[key])
         return data
+
+
+# ------------------------------------------------------------------ the real-model demo
+REAL_MODEL = "smollm2"  # the default model of ``blockdraft demo`` (blockdraft.models.load_model)
+REAL_DTYPE = "float32"  # on a CPU without bfloat16 units float32 is the faster dtype
+REAL_K = 16  # lattice width of the rescored strategies
+REAL_P = 4  # drafts verified per call by the p-best strategy (p x h tokens per forward)
+REAL_ORDER = 4  # order of the n-gram LM over the model's token ids
+REAL_MAX_NEW_TOKENS = 12  # tokens per prompt (EOS stops earlier); see the note below
+REAL_PROMPTS = (
+    "How do I reverse a list in Python?",
+    "What is the difference between a list and a tuple in Python?",
+    "How do I read a text file line by line in Python?",
+)
+"""The chat prompts of the real-model demo: one user turn each, in the model's chat template.
+Written for the demo, never used to train anything (the heads were distilled on other prompts,
+the n-gram LM is trained on the corpus).
+
+Sized for the 1-minute budget of a cached run on this 2-core CPU: with one torch thread (the
+other core busy) a float32 SmolLM2 step took 135 ms and a verification call 2.5 greedy steps
+(6 tokens 1.75x and 24 tokens 2.85x a 1-token forward), so with the preliminary heads (B about
+1.1) the four strategies cost about 1.1 s per generated token together: 3 prompts x 16 tokens
+took 72 s in all, 3 x 12 took 53 s."""
+
+
+@dataclass(frozen=True)
+class RealDemoRow:
+    """One decoding strategy of the real-model demo, over all prompts.
+
+    Attributes:
+        strategy: the label printed in the table (``"greedy"`` first: the reference).
+        block_efficiency: ``B`` = tokens / serial model calls, the prefill included (the
+            Spec-Bench definition: the bonus token counts; greedy = 1.00).
+        tokens: tokens generated, all prompts together.
+        calls: serial model calls, all prompts together.
+        wall_s: wall seconds of the decodes (measured in this run, around each call).
+        draft_s: the part of ``wall_s`` spent building lattices and drafting (rescoring
+            included; 0 for greedy).
+        speedup: greedy's wall seconds / ``wall_s`` (1.0 for greedy).
+        identical: prompts whose output equals greedy decoding's, token for token.
+        prompts: prompts decoded.
+        settings: the row's own part of the signature (``k``, ``p``, ``alpha``, the LM).
+        signature: the full signature of the numbers (the demo's and the row's settings).
+    """
+
+    strategy: str
+    block_efficiency: float
+    tokens: int
+    calls: int
+    wall_s: float
+    draft_s: float
+    speedup: float
+    identical: int
+    prompts: int
+    settings: str
+    signature: str
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per wall second."""
+        return self.tokens / self.wall_s if self.wall_s > 0 else math.inf
+
+    @property
+    def equals_greedy(self) -> bool:
+        """Whether every prompt's output equals greedy decoding's."""
+        return self.identical == self.prompts
+
+    def to_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {f.name: getattr(self, f.name)
+                                   for f in dataclasses.fields(self)}
+        data.update(tokens_per_s=self.tokens_per_s, equals_greedy=self.equals_greedy)
+        return data
+
+
+@dataclass(frozen=True)
+class LatticeView:
+    """One step's lattice as text, for the terminal (the drawing is ``lattice_png``).
+
+    Attributes:
+        title: which step it is.
+        slots: per slot, its arcs best first as ``(token text, score in nats)`` (slot 1 holds
+            the certain token alone).
+        greedy: the greedy continuation's token text at each slot (the path to highlight).
+        greedy_rank: per slot, the index of the greedy token among the slot's arcs, or None
+            when it is not among them.
+    """
+
+    title: str
+    slots: tuple[tuple[tuple[str, float], ...], ...]
+    greedy: tuple[str, ...]
+    greedy_rank: tuple[int | None, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"title": self.title,
+                "slots": [[{"token": t, "score": s} for t, s in slot] for slot in self.slots],
+                "greedy": list(self.greedy), "greedy_rank": list(self.greedy_rank)}
+
+
+@dataclass(frozen=True)
+class RealDemoResult:
+    """What :func:`~blockdraft.demo.run_real_demo` measured.
+
+    Attributes:
+        rows: greedy decoding first (the reference), then vanilla heads and the rescored
+            strategies, all with the exact criterion.
+        model, heads, dtype: what was loaded (names for the signature).
+        h: prediction heads, the base head included.
+        prompts: the prompts (user turns), as text.
+        chat: whether they were wrapped in the model's chat template (else plain text).
+        max_new_tokens: the cap per prompt (EOS stops earlier).
+        sample_prompt, sample_answer: the first prompt and its greedy answer, as text.
+        lattice: one step in the middle of the first prompt's answer, as text.
+        lattice_png: the same lattice drawn (greedy path in red).
+        corpus: the n-gram LM's text (``pydoc_data.topics`` or a file name).
+        ngram_path: the n-gram LM's binary (in the cache).
+        ngram_counts: n-grams per order.
+        ngram_trained: whether this run trained the n-gram LM (False: from the cache).
+        load_s: seconds loading the model (a first load dequantises a GGUF file).
+        ngram_s: seconds training or loading the n-gram LM.
+        warmup_s: seconds of the untimed warm-up decodes (one short decode per strategy).
+        decode_s: seconds of the timed decodes, all strategies.
+        threads: torch intra-op threads.
+        signature: the settings every number shares.
+        seconds: wall seconds of the whole run.
+    """
+
+    rows: tuple[RealDemoRow, ...]
+    model: str
+    heads: str
+    dtype: str
+    h: int
+    prompts: tuple[str, ...]
+    chat: bool
+    max_new_tokens: int
+    sample_prompt: str
+    sample_answer: str
+    lattice: LatticeView
+    lattice_png: Path
+    corpus: str
+    ngram_path: Path
+    ngram_counts: tuple[int, ...]
+    ngram_trained: bool
+    load_s: float
+    ngram_s: float
+    warmup_s: float
+    decode_s: float
+    threads: int
+    signature: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, object]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["rows"] = [r.to_dict() for r in self.rows]
+        data["lattice"] = self.lattice.to_dict()
+        data["prompts"] = list(self.prompts)
+        data["ngram_counts"] = list(self.ngram_counts)
+        for key in ("lattice_png", "ngram_path"):
+            data[key] = str(data[key])
+        return data

@@ -1,0 +1,287 @@
+"""The demo on a real pretrained model (the default of ``blockdraft demo``):
+:func:`run_real_demo` loads the model and its Medusa heads, trains or loads the cached
+n-gram LM over its token ids, decodes the demo's chat prompts with every strategy (timed in
+this run) and draws one step's lattice. See the package docstring for what it shows."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blockdraft.core.checks import check_positive_int
+from blockdraft.demo.config import (
+    DRAW_K,
+    NGRAM_ALPHA,
+    REAL_DTYPE,
+    REAL_K,
+    REAL_MAX_NEW_TOKENS,
+    REAL_MODEL,
+    REAL_ORDER,
+    REAL_P,
+    REAL_PROMPTS,
+    DemoError,
+    LatticeView,
+    RealDemoResult,
+    RealDemoRow,
+)
+from blockdraft.demo.decode import fields
+from blockdraft.demo.ngram import Progress, prepare_ngram
+from blockdraft.demo.prepare import write_json
+from blockdraft.demo.run import pick_threads
+
+WARMUP_TOKENS = 2  # tokens of each untimed warm-up decode
+WARMUP_PROMPT = 8  # tokens of the first prompt's start it decodes from
+LABEL_LEN = 12  # characters of a token's text in the lattice table
+
+Strategy = tuple[str, int, int, Any, str]
+"""``(label, k, p, rescorer, settings)``; ``k = 0`` marks greedy decoding."""
+
+
+def real_strategies(ngram: Any, order: int) -> list[Strategy]:
+    """Greedy (the reference), vanilla heads, n-gram rescoring (p = 1) and p-best n-gram."""
+    lm = f"{order}-gram"
+    return [
+        ("greedy", 0, 0, None, "k:-|p:-|alpha:-|lm:none"),
+        ("vanilla heads", 1, 1, None, "k:1|p:1|alpha:0|lm:none"),
+        (f"{lm} rescoring", REAL_K, 1, ngram, f"k:{REAL_K}|p:1|alpha:{NGRAM_ALPHA}|lm:{lm}"),
+        (f"{REAL_P}-best {lm}", REAL_K, REAL_P, ngram,
+         f"k:{REAL_K}|p:{REAL_P}|alpha:{NGRAM_ALPHA}|lm:{lm}"),
+    ]
+
+
+def encode_prompts(tok: Any, prompts: Sequence[str]) -> list[list[int]]:
+    """Each prompt as one user turn in the model's chat template, ending with the assistant's
+    turn opener; a tokenizer without a template gets the plain text and a newline."""
+    if getattr(tok, "has_chat_template", False):
+        return [[int(i) for i in tok.apply_chat_template([{"role": "user", "content": q}])]
+                for q in prompts]
+    return [[int(i) for i in tok.encode(q + "\n")] for q in prompts]
+
+
+def _name(source: Any) -> str:
+    text = str(source)
+    return Path(text).name if os.sep in text or Path(text).exists() else text
+
+
+def run_real_demo(
+    model: Any = REAL_MODEL,
+    out_dir: Path = Path("demo-output"),
+    *,
+    heads: str | os.PathLike[str] | None = None,
+    dtype: str | None = REAL_DTYPE,
+    corpus: Path | None = None,
+    prompts: Sequence[str] = REAL_PROMPTS,
+    max_new_tokens: int = REAL_MAX_NEW_TOKENS,
+    threads: int | None = None,
+    progress: Progress | None = None,
+    log: Callable[[str], None] = print,
+) -> RealDemoResult:
+    """Decode chat prompts on a real model with every strategy and measure them.
+
+    Args:
+        model: a name or path :func:`blockdraft.models.load_model` takes (default
+            ``"smollm2"``: SmolLM2-135M-Instruct and its packaged Medusa heads), or a loaded
+            heads model with a ``tokenizer`` (e.g. an
+            :class:`~blockdraft.models.hf.HFBlockwiseModel`; ``heads`` and ``dtype`` are then
+            ignored). A blockdraft checkpoint folder works too (its tokenizer has no chat
+            template: the prompts are then plain text).
+        out_dir: where ``demo.json`` and the lattice drawing go (created).
+        heads: Medusa heads for ``model`` (any layout), overriding packaged ones.
+        dtype: ``"float32"`` (default: exact, and the faster dtype on a CPU without bfloat16
+            units), ``"bfloat16"`` or ``"float16"``.
+        corpus: the n-gram LM's text (None: ``pydoc_data.topics``).
+        prompts: the user turns to decode (default :data:`REAL_PROMPTS`).
+        max_new_tokens: tokens per prompt (EOS stops earlier).
+        threads: torch intra-op threads (default: the cores not already busy).
+        progress: a progress-bar factory (see :data:`~blockdraft.demo.ngram.Progress`).
+        log: hears one line per step (those about training start with ``"training"``).
+
+    Returns:
+        A :class:`RealDemoResult`: greedy's row first; every rate measured in this run.
+
+    Raises:
+        DemoError: no prompts, a model without a tokenizer, bad settings.
+        ModelError: the model or heads could not be loaded (the message says what to do).
+    """
+    import torch
+
+    from blockdraft.core.signature import environment, format_signature, human_count
+    from blockdraft.rescorers.ngram import NgramRescorer
+
+    t_start = time.perf_counter()
+    max_new_tokens = check_positive_int(max_new_tokens, "max_new_tokens", DemoError)
+    prompts = tuple(str(q) for q in prompts)
+    if not prompts or not all(q.strip() for q in prompts):
+        raise DemoError("the demo needs at least one prompt, and no prompt may be empty")
+    n_threads = pick_threads(threads)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(n_threads)
+    try:
+        t0 = time.perf_counter()
+        if isinstance(model, (str, os.PathLike)):
+            from blockdraft.models import load_model
+            from blockdraft.models.hf.loading import KNOWN_MODELS
+
+            model_name = _name(model)
+            gguf = str(model) in KNOWN_MODELS or str(model).endswith(".gguf")
+            log(f"loading {model_name} ({dtype or 'float32'})" + (
+                "; its first load dequantises the GGUF file once into the cache (about a "
+                "minute)" if gguf else ""))
+            net = load_model(model, dtype=dtype, heads=heads)
+            heads_name = (_name(heads) if heads is not None else "packaged"
+                          if str(model) in KNOWN_MODELS else "the model's own")
+        else:
+            net = model
+            model_name = str(getattr(getattr(net, "config", None), "name", "") or
+                             type(net).__name__)
+            heads_name = "given"
+        load_s = time.perf_counter() - t0
+        tok = getattr(net, "tokenizer", None)
+        if tok is None and isinstance(model, (str, os.PathLike)):
+            from blockdraft.models import ModelError, load_tokenizer
+
+            try:  # a blockdraft checkpoint keeps its tokenizer beside the weights
+                tok = load_tokenizer(model)
+            except ModelError:
+                tok = None
+        if tok is None:
+            raise DemoError(f"the model {model_name} has no tokenizer; the demo needs one to "
+                            "encode its prompts and its n-gram text (save the tokenizer in "
+                            "the model folder)")
+        h = int(net.h)
+        net_dtype = str(getattr(net.config, "dtype", "") or dtype or "float32")
+        eos = tok.eos_id
+
+        ngram = prepare_ngram(tok, model_name, corpus, REAL_ORDER, log, progress)
+        rescorer = NgramRescorer(ngram.lm, alpha=NGRAM_ALPHA)
+        plan = real_strategies(rescorer, ngram.lm.order)
+        ids = encode_prompts(tok, prompts)
+        chat = bool(getattr(tok, "has_chat_template", False))
+
+        t0 = time.perf_counter()
+        log("warming up (one short untimed decode per strategy)")
+        for _, k, p, resc, _ in plan:  # first calls load libraries and allocate: not timed
+            _decode(net, ids[0][:WARMUP_PROMPT], k, p, resc, WARMUP_TOKENS, eos)
+        warmup_s = time.perf_counter() - t0
+
+        log(f"decoding {len(ids)} {'chat ' if chat else ''}prompts x {len(plan)} strategies, "
+            f"{max_new_tokens} new tokens at most, {n_threads} torch thread(s)")
+        # Each prompt visits the strategies in a rotated order, so no strategy always runs
+        # first (or right after another's) while the machine's load drifts.
+        jobs = [(i, (i + j) % len(plan)) for i in range(len(ids)) for j in range(len(plan))]
+        outputs: dict[tuple[int, int], list[int]] = {}
+        calls: dict[tuple[int, int], int] = {}
+        wall = [0.0] * len(plan)
+        drafting = [0.0] * len(plan)
+        t0 = time.perf_counter()
+        for i, s in (jobs if progress is None else progress("decoding")(jobs)):
+            _, k, p, resc, _ = plan[s]
+            t1 = time.perf_counter()
+            tokens, n_calls, draft_s = _decode(net, ids[i], k, p, resc, max_new_tokens, eos)
+            wall[s] += time.perf_counter() - t1
+            drafting[s] += draft_s
+            outputs[i, s], calls[i, s] = tokens, n_calls
+        decode_s = time.perf_counter() - t0
+
+        shared: dict[str, object] = {
+            "model": model_name, "heads": heads_name, "dtype": net_dtype, "h": h,
+            "prompts": len(ids), "max_new": max_new_tokens,
+            "chat": chat, "criterion": "exact",
+            "order": ngram.lm.order, "ngrams": human_count(sum(ngram.counts)),
+            "corpus": ngram.corpus, "threads": n_threads, **environment(),
+        }
+        rows = []
+        for s, (label, _, _, _, settings) in enumerate(plan):
+            n_tokens = sum(len(outputs[i, s]) for i in range(len(ids)))
+            n_calls = sum(calls[i, s] for i in range(len(ids)))
+            same = sum(outputs[i, s] == outputs[i, 0] for i in range(len(ids)))
+            rows.append(RealDemoRow(
+                strategy=label, block_efficiency=n_tokens / max(n_calls, 1), tokens=n_tokens,
+                calls=n_calls, wall_s=wall[s], draft_s=drafting[s],
+                speedup=wall[0] / wall[s] if wall[s] else 0.0,
+                identical=same, prompts=len(ids), settings=settings,
+                signature=format_signature({**shared, **fields(settings)})))
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        greedy0 = outputs[0, 0]
+        view, png = draw_step(net, tok, ids[0], greedy0, out_dir / "demo_lattice.png")
+        result = RealDemoResult(
+            rows=tuple(rows), model=model_name, heads=heads_name, dtype=net_dtype, h=h,
+            prompts=prompts, chat=chat, max_new_tokens=max_new_tokens, sample_prompt=prompts[0],
+            sample_answer=tok.decode(greedy0, skip_special_tokens=True), lattice=view,
+            lattice_png=png, corpus=ngram.corpus, ngram_path=ngram.path,
+            ngram_counts=ngram.counts, ngram_trained=ngram.trained, load_s=load_s,
+            ngram_s=ngram.seconds, warmup_s=warmup_s, decode_s=decode_s, threads=n_threads,
+            signature=format_signature(shared), seconds=time.perf_counter() - t_start,
+        )
+        write_json(out_dir / "demo.json", result.to_dict())
+        return result
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def _decode(model: Any, prompt: list[int], k: int, p: int, rescorer: Any,
+            max_new_tokens: int, eos: int | None) -> tuple[list[int], int, float]:
+    """``(tokens, serial calls, seconds drafting)`` of one strategy on one prompt; ``k = 0``:
+    greedy decoding (one call per token, no drafting)."""
+    from blockdraft.models import greedy_generate
+    from blockdraft.verify import decode
+
+    if k == 0:
+        tokens = greedy_generate(model, prompt, max_new_tokens, eos_id=eos)
+        return tokens, len(tokens), 0.0
+    res = decode(model, prompt, rescorer=rescorer, k=k, p=p, criterion="exact",
+                 max_new_tokens=max_new_tokens, eos_id=eos)
+    return res.tokens, res.calls, res.draft_s
+
+
+def draw_step(model: Any, tok: Any, prompt: list[int], greedy: list[int],
+              png: Path) -> tuple[LatticeView, Path]:
+    """The lattice of one step in the middle of ``prompt``'s greedy answer (top
+    :data:`DRAW_K` of each head, from one forward over the prompt and the answer so far, as
+    any decode of it sees that step), with greedy decoding's path: as text, and drawn to
+    ``png`` (greedy path in red, Kim et al. Fig. 4)."""
+    import torch
+
+    from blockdraft.lattice import SausageLattice
+    from blockdraft.lattice.draw import draw_lattice, token_text
+
+    h = int(model.h)
+    # The middle of the answer, where the heads draft text rather than its opening; early
+    # enough that the next h greedy tokens are known when the answer has them.
+    j = max(0, min(len(greedy) // 2, len(greedy) - h))
+    x = torch.tensor([prompt + greedy[:j]], device=model.device)
+    takes_last = "last_only" in inspect.signature(model.heads_logits).parameters
+    with torch.no_grad():  # only the last position's projections when the model can skip
+        logits, _ = (model.heads_logits(x, None, last_only=True) if takes_last
+                     else model.heads_logits(x, None))
+    lat = SausageLattice.from_logits(logits[0, -1].float().cpu().numpy(), k=DRAW_K,
+                                     certain_first=True)
+    ahead = greedy[j:j + h]
+
+    def label(t: int) -> str:
+        return str(tok.decode([t]))
+
+    slots = []
+    ranks: list[int | None] = []
+    for i in range(h):
+        tokens, scores = lat.slot(i)
+        slots.append(tuple((token_text(int(t), label, max_label_len=LABEL_LEN), float(s))
+                           for t, s in zip(tokens, scores, strict=True)))
+        hit = np.flatnonzero(tokens == ahead[i]) if i < len(ahead) else np.array([])
+        ranks.append(int(hit[0]) if hit.size else None)
+    title = (f"prompt 1, the step at answer token {j + 1}: top {DRAW_K} of each of {h} heads "
+             "(scores in nats); greedy path")
+    reference = np.asarray(ahead, dtype=np.int64) if len(ahead) == h else None
+    draw_lattice(lat, png, reference=reference, labels=label, title=title + " in red")
+    view = LatticeView(title=title + " highlighted", slots=tuple(slots),
+                       greedy=tuple(token_text(t, label, max_label_len=LABEL_LEN)
+                                    for t in ahead),
+                       greedy_rank=tuple(ranks))
+    return view, png
