@@ -5,7 +5,6 @@ this run) and draws one step's lattice. See the package docstring for what it sh
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -251,15 +250,15 @@ def draw_step(model: Any, tok: Any, prompt: list[int], greedy: list[int],
 
     from blockdraft.lattice import SausageLattice
     from blockdraft.lattice.draw import draw_lattice, token_text
+    from blockdraft.models.protocol import takes_last_only
 
     h = int(model.h)
     # The middle of the answer, where the heads draft text rather than its opening; early
     # enough that the next h greedy tokens are known when the answer has them.
     j = max(0, min(len(greedy) // 2, len(greedy) - h))
     x = torch.tensor([prompt + greedy[:j]], device=model.device)
-    takes_last = "last_only" in inspect.signature(model.heads_logits).parameters
     with torch.no_grad():  # only the last position's projections when the model can skip
-        logits, _ = (model.heads_logits(x, None, last_only=True) if takes_last
+        logits, _ = (model.heads_logits(x, None, last_only=True) if takes_last_only(model)
                      else model.heads_logits(x, None))
     lat = SausageLattice.from_logits(logits[0, -1].float().cpu().numpy(), k=DRAW_K,
                                      certain_first=True)

@@ -2,11 +2,13 @@
 
 Anything that satisfies :class:`HeadsModel` works in their place of :class:`BlockwiseLM`: the
 reference model here, or an adapter around another checkpoint. Its cache only needs the
-operations a BPD verifier uses (:class:`DecoderCache`).
+operations a BPD verifier uses (:class:`DecoderCache`). :func:`takes_last_only` says whether a
+model's ``heads_logits`` can skip the projections of all but the last position.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -81,3 +83,12 @@ class FactoredHeadsModel(HeadsModel, Protocol):
         """``[..., d]`` -> raw logits ``[..., V]``; ``project(head_states(x))`` equals the
         ``heads_logits`` at ``x``'s positions."""
         ...
+
+
+def takes_last_only(model: Any) -> bool:
+    """Whether ``model.heads_logits`` takes ``last_only=True`` (both blockdraft model kinds
+    do): then it projects the heads at the last position only, logits ``[B, 1, h, V]``."""
+    try:
+        return "last_only" in inspect.signature(model.heads_logits).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return False

@@ -28,7 +28,6 @@ head projections instead of ``p w h``, with the same logits.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ import numpy as np
 import torch
 
 from blockdraft.core.batch import DraftBatch
-from blockdraft.models.protocol import HeadsModel
+from blockdraft.models.protocol import HeadsModel, takes_last_only
 from blockdraft.verify.criteria import Criterion, VerifyError
 
 
@@ -148,7 +147,7 @@ class Verifier:
         """
         ids = torch.as_tensor(np.asarray(prompt_ids, dtype=np.int64),
                               device=self.device).reshape(1, -1)  # (1, T)
-        kwargs = {"last_only": True} if _has_last_only(self.model) else {}
+        kwargs = {"last_only": True} if takes_last_only(self.model) else {}
         logits, past = self.model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
         return logits[0, -1].clone(), past  # (h, V)
 
@@ -321,10 +320,3 @@ def factored(model: Any) -> bool:
     return all(callable(getattr(model, name, None)) for name in ("hidden", "head_states",
                                                                   "project"))
 
-
-def _has_last_only(model: Any) -> bool:
-    """Whether ``heads_logits`` takes ``last_only`` (the reference model does)."""
-    try:
-        return "last_only" in inspect.signature(model.heads_logits).parameters
-    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-        return False
