@@ -39,6 +39,7 @@ import torch
 from blockdraft.core.files import cache_dir, write_text_atomic
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.generation import greedy_batch
+from blockdraft.models.hf.progress import log_line
 from blockdraft.models.hf.prompts import format_prompts, hash_prompts, read_prompts, split_prompts
 from blockdraft.models.hf.shards import DistillSet, Shard, open_distill_set, write_shard
 
@@ -81,7 +82,6 @@ class DistillSettings:
         return hashlib.sha256(raw).hexdigest()[:16]
 
 
-
 def _plan(settings: DistillSettings, n: int) -> dict[str, Any]:
     train, held = split_prompts(n, settings.seed, settings.heldout_fraction, settings.heldout_min)
     shards = []
@@ -92,10 +92,6 @@ def _plan(settings: DistillSettings, n: int) -> dict[str, Any]:
                            "prompts": [int(i) for i in part]})
     return {"settings": asdict(settings), "num_prompts": n, "train": [int(i) for i in train],
             "heldout": [int(i) for i in held], "shards": shards}
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def build_distill_set(
@@ -110,7 +106,7 @@ def build_distill_set(
     max_tokens: int | None = None,
     minutes: float | None = None,
     progress: bool = True,
-    log: Callable[[str], None] | None = _log,
+    log: Callable[[str], None] | None = log_line,
     generate: Callable[..., tuple[list[list[int]], list[torch.Tensor]]] = greedy_batch,
     reverse: bool = False,
 ) -> DistillSet:
@@ -301,7 +297,7 @@ def distill(
     minutes: float | None = None,
     threads: int | None = None,
     progress: bool = True,
-    log: Callable[[str], None] | None = _log,
+    log: Callable[[str], None] | None = log_line,
     reverse: bool = False,
 ) -> DistillSet:
     """Self-distillation data of a base model on prompt files: load, format, generate.

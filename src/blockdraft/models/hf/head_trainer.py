@@ -52,6 +52,7 @@ from blockdraft.core.signature import environment, format_signature, human_count
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.positions import IGNORE, PositionData, head_targets, load_positions
+from blockdraft.models.hf.progress import log_line
 from blockdraft.models.hf.shards import DistillSet
 
 LOSSES = ("ce", "kl")
@@ -128,11 +129,9 @@ class TrainSettings:
         return self.lr * 0.5 * (1.0 + math.cos(math.pi * min(step - self.warmup, span) / span))
 
 
-
 def lm_head_weight(base: Any) -> torch.Tensor:
     """The base model's output projection ``[V, d]`` as a float32 copy (frozen)."""
     return base.get_output_embeddings().weight.detach().float().clone()  # type: ignore[no-any-return]
-
 
 
 # --------------------------------------------------------------------------------- the loss
@@ -205,7 +204,6 @@ def evaluate(
             "top5": (hit5 / safe).tolist(), "positions": [int(c) for c in count]}
 
 
-
 # ------------------------------------------------------------------------------ the loop
 
 
@@ -233,10 +231,6 @@ class TrainResult:
     best_step: int = 0
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def data_key(dset: DistillSet) -> str:
     """A 12-hex-digit hash of a distillation set's settings and finished shards."""
     raw = json.dumps([dset.plan["settings"], dset.done], sort_keys=True).encode()
@@ -252,7 +246,7 @@ def train_heads(
     minutes: float | None = None,
     stop_after: int | None = None,
     progress: bool = True,
-    log: Callable[[str], None] | None = _log,
+    log: Callable[[str], None] | None = log_line,
     extra_signature: dict[str, object] | None = None,
 ) -> TrainResult:
     """Train Medusa heads on a distillation set, resuming from ``work/checkpoint.pt``.

@@ -39,10 +39,7 @@ from blockdraft.models.hf.head_trainer import (
     train_heads,
 )
 from blockdraft.models.hf.medusa import MedusaHeads
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+from blockdraft.models.hf.progress import log_line
 
 
 def plot_curve(curve: Sequence[dict[str, Any]], path: str | os.PathLike[str],
@@ -133,7 +130,7 @@ def train_medusa_heads(
     settings: TrainSettings | None = None,
     command: str = "",
     progress: bool = True,
-    log: Callable[[str], None] | None = _log,
+    log: Callable[[str], None] | None = log_line,
 ) -> TrainResult:
     """Self-distil a base model on prompt files, train Medusa heads, write them (one call).
 
