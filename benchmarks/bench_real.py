@@ -234,7 +234,7 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
                  eos_id=eos_id, tree=True if strategy.tree else None)
     wall = time.perf_counter() - start
     steps = res.steps
-    draft = sum(s.draft_s for s in steps)
+    draft = res.draft_s
     return list(res.tokens), {
         "kind": "blockdraft", "calls": res.calls, "wall_s": wall, "decode_wall_s": res.wall_s,
         "prefill_s": res.prefill_s, "steps": len(steps),
