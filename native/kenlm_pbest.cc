@@ -19,6 +19,12 @@
 // A partial path whose score plus its future bound falls below the lower bound cannot enter
 // the top p and is dropped, often before its LM lookup is made.
 //
+// Memory: an LM lookup is a few dependent probes into KenLM's hash tables, each mostly a
+// cache miss. The lookups of one slot are independent, so they are made in one batch in which
+// the table buckets of the lookups ahead are prefetched (with the probing model): their
+// misses overlap instead of adding up. The results are KenLM's own; only the order in which
+// the lookups are made changes.
+//
 // Units: head scores and all outputs are natural-log probabilities; alpha weights the LM part.
 
 #include "lm/enumerate_vocab.hh"
@@ -28,13 +34,17 @@
 #include "lm/state.hh"
 #include "util/string_piece.hh"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,6 +52,16 @@
 namespace {
 
 const double kLn10 = 2.302585092994045684017991454684364208;
+#if defined(__GNUC__)
+#define BD_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define BD_ALWAYS_INLINE inline
+#endif
+// KenLM probes issued this many lookups ahead of the one being scored (see Search).
+#ifndef BD_PREFETCH_AHEAD
+#define BD_PREFETCH_AHEAD 8
+#endif
+const size_t kPrefetchAhead = BD_PREFETCH_AHEAD;
 
 class CollectVocab : public lm::EnumerateVocab {
  public:
@@ -52,13 +72,52 @@ class CollectVocab : public lm::EnumerateVocab {
   std::vector<std::string> words;
 };
 
+// A zero-filled array in memory advised for transparent huge pages: random probes into a
+// large table then miss the TLB far less often.
+template <class T>
+class HugeArray {
+ public:
+  HugeArray() = default;
+  HugeArray(const HugeArray &) = delete;
+  HugeArray &operator=(const HugeArray &) = delete;
+  ~HugeArray() { std::free(data_); }
+  void Reset(size_t n) {
+    std::free(data_);
+    data_ = nullptr;
+    size_ = 0;
+    const size_t huge = size_t{1} << 21;
+    const size_t bytes = (n * sizeof(T) + huge - 1) / huge * huge;
+    void *mem = std::aligned_alloc(huge, bytes);
+    if (!mem) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    madvise(mem, bytes, MADV_HUGEPAGE);  // advice only: fine if it is not taken
+#endif
+    std::memset(mem, 0, bytes);
+    data_ = static_cast<T *>(mem);
+    size_ = n;
+  }
+  void Swap(HugeArray &o) {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+  }
+  T &operator[](size_t i) { return data_[i]; }
+  const T &operator[](size_t i) const { return data_[i]; }
+  size_t size() const { return size_; }
+  const T *begin() const { return data_; }
+  const T *end() const { return data_ + size_; }
+
+ private:
+  T *data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // Upper bounds on ln P(w | any context ending in c), in log10, keyed by KenLM indices.
 struct Bounds {
   struct Entry {
     uint64_t key;  // (c << 32 | w) + 1; 0 = empty
     float val;     // the largest explicit log10 prob of an n-gram ending in (c, w)
   };
-  std::vector<Entry> table;  // open addressing, load <= 1/2
+  HugeArray<Entry> table;  // open addressing, load <= 1/2; all-zero bytes = empty
   uint64_t mask = 0;
   uint64_t used = 0;
   std::vector<float> uni;  // log10 p(w)
@@ -77,9 +136,9 @@ struct Bounds {
   void Reserve(uint64_t n) {
     uint64_t cap = 1024;
     while (cap < 2 * n) cap <<= 1;
-    std::vector<Entry> old;
-    old.swap(table);
-    table.assign(cap, Entry{0, 0.f});
+    HugeArray<Entry> old;
+    old.Swap(table);
+    table.Reset(cap);
     mask = cap - 1;
     used = 0;
     for (const Entry &e : old)
@@ -155,6 +214,7 @@ struct Bucket {
   int32_t begin;
   int32_t end;
   int32_t last_arc;
+  uint64_t hash;  // lm::ngram::hash_value(state)
 };
 
 void SetError(char *err, int errlen, const std::string &msg) {
@@ -175,6 +235,9 @@ void *bd_load(const char *path, char *err, int errlen) {
     config.enumerate_vocab = &vocab;
     config.messages = nullptr;
     config.arpa_complain = lm::ngram::Config::NONE;
+    // A binary is read into (transparent huge page) memory rather than mapped from the file:
+    // the search's random probes into its tables then miss the TLB far less often.
+    config.load_method = util::READ;
     lm::base::Model *model = lm::ngram::LoadVirtual(path, config);
     Handle *h = new Handle{model, std::move(vocab.words), static_cast<int>(model->Order())};
     return h;
@@ -344,7 +407,16 @@ struct Workspace {
   std::vector<float> uni_prob;              // per arc of the current slot: unigram match
   std::vector<lm::ngram::State> uni_out;
   std::vector<int32_t> uni_bucket;          // per arc: the bucket of its unigram-match state
+  std::vector<std::vector<uint64_t>> memo_hashes;  // per slot: the memo states' hashes
   std::vector<Edge> best_edge;              // per new bucket, its best incoming edge
+  std::vector<size_t> table_used;           // slots of `table` filled for this slot
+  // The KenLM probes of one slot, in the order the main loop consumes them: the source
+  // bucket, the word, and (after the batched probing) the log10 prob and next state.
+  std::vector<int32_t> memo_of;             // per expanded bucket: its memo entry, or -1
+  std::vector<int32_t> probe_bucket;
+  std::vector<uint32_t> probe_word;
+  std::vector<float> probe_prob;
+  std::vector<lm::ngram::State> probe_out;
   // p > 1: per slot, every edge grouped by target bucket: edges [off[t], off[t+1]) enter t.
   std::vector<std::vector<Edge>> edges_by_slot;
   std::vector<std::vector<int32_t>> offsets_by_slot;
@@ -363,19 +435,70 @@ struct Workspace {
   std::vector<std::vector<LazyNode>> lazy;
 };
 
+// The probing model's hash tables, read for prefetching only: where KenLM will look for the
+// n-grams of a lookup, so that the memory accesses of many independent lookups overlap. An
+// explicit instantiation may name private members ([temp.spec.general]); nothing is written
+// and a wrong address would only cost speed, never change a result.
+using ProbingSearch = lm::ngram::detail::HashedSearch<lm::ngram::BackoffValue>;
+using ProbingBase = lm::ngram::detail::GenericModel<ProbingSearch, lm::ngram::ProbingVocabulary>;
+using MiddleTable =
+    util::ProbingHashTable<lm::ngram::BackoffValue::ProbingEntry, util::IdentityHash>;
+using LongestTable = util::ProbingHashTable<lm::ngram::detail::ProbEntry, util::IdentityHash>;
+template <class Tag, typename Tag::type Member>
+struct ExposeMember {
+  friend typename Tag::type Get(Tag) { return Member; }
+};
+struct SearchTag {
+  typedef ProbingSearch ProbingBase::*type;
+  friend type Get(SearchTag);
+};
+struct MiddleTag {
+  typedef std::vector<MiddleTable> ProbingSearch::*type;
+  friend type Get(MiddleTag);
+};
+struct LongestTag {
+  typedef LongestTable ProbingSearch::*type;
+  friend type Get(LongestTag);
+};
+template struct ExposeMember<SearchTag, &ProbingBase::search_>;
+template struct ExposeMember<MiddleTag, &ProbingSearch::middle_>;
+template struct ExposeMember<LongestTag, &ProbingSearch::longest_>;
+
 // LM lookups through the virtual interface (any KenLM model type) ...
 struct VirtualScorer {
   const lm::base::Model *model;
   float operator()(const lm::ngram::State &in, uint32_t w, lm::ngram::State &out) const {
     return model->BaseScore(&in, w, &out);
   }
+  void Prefetch(const lm::ngram::State &, uint32_t) const {}
 };
 // ... or, for the common probing model, direct calls the compiler can inline.
 struct ProbingScorer {
-  const lm::ngram::ProbingModel *model;
+  explicit ProbingScorer(const lm::ngram::ProbingModel *m) : model(m) {
+    const ProbingSearch &search = static_cast<const ProbingBase &>(*m).*Get(SearchTag());
+    middle = &(search.*Get(MiddleTag()));
+    longest = &(search.*Get(LongestTag()));
+  }
   float operator()(const lm::ngram::State &in, uint32_t w, lm::ngram::State &out) const {
     return model->FullScore(in, w, out).prob;
   }
+  // The first bucket of every n-gram KenLM may probe when scoring w after `in`: (c1, w),
+  // (c2, c1, w), ... hashed as KenLM hashes them (the unigram is a small dense array).
+  // Always inlined: a prefetch is no side effect to the compiler, which otherwise finds this
+  // function pure and drops every call to it.
+  BD_ALWAYS_INLINE void Prefetch(const lm::ngram::State &in, uint32_t w) const {
+    uint64_t node = w;
+    for (unsigned char j = 0; j < in.length; ++j) {
+      node = lm::ngram::detail::CombineWordHash(node, in.words[j]);
+      if (j < middle->size())
+        __builtin_prefetch(&*(*middle)[j].Ideal(node));
+      else
+        __builtin_prefetch(&*longest->Ideal(node));
+    }
+  }
+  const lm::ngram::ProbingModel *model;
+  const std::vector<MiddleTable> *middle;
+  const LongestTable *longest;
 };
 
 // Fill ws.ub / ws.any / ws.future for one lattice (see Workspace).
@@ -452,7 +575,7 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
   ws.edges_by_slot.resize(h);
   ws.offsets_by_slot.resize(h);
   ws.cur.clear();
-  ws.cur.push_back(Bucket{start, 0, 1, start.length ? 0 : -1});
+  ws.cur.push_back(Bucket{start, 0, 1, start.length ? 0 : -1, lm::ngram::hash_value(start)});
   const bool record = beam > 0;  // the beam pass records its lookups for the main pass
   const std::vector<Hyp> *prev = &ws.root;
   const bool bounded = lower_bound > -std::numeric_limits<double>::infinity();
@@ -478,7 +601,7 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
     ws.best_edge.clear();
     size_t cap = 64;
     while (cap < 2 * (ws.cur.size() * n_arcs + 1)) cap <<= 1;
-    ws.table.assign(cap, -1);
+    if (ws.table.size() < cap) ws.table.assign(cap, -1);  // else clean: see the end of slot
     int64_t lookups = 0;
     ws.order.clear();
     for (size_t b = 0; b < ws.cur.size(); ++b)
@@ -488,26 +611,70 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
                         [](const auto &a, const auto &b) { return a.first > b.first; });
       ws.order.resize(beam);
     }
-    for (const auto &ob : ws.order) {
-      const int32_t b = ob.second;
-      const double best_in = ob.first;
+    // Lookups the beam pass already made from a bucket's state, if any (hashes first).
+    const size_t n_order = ws.order.size();
+    ws.memo_of.assign(n_order, -1);
+    if (!record) {
+      const std::vector<uint64_t> &hashes = ws.memo_hashes[i];
+      const std::vector<lm::ngram::State> &seen = ws.memo_in[i];
+      for (size_t o = 0; o < n_order; ++o) {
+        const Bucket &bk = ws.cur[ws.order[o].second];
+        for (size_t m = 0; m < seen.size(); ++m)
+          if (hashes[m] == bk.hash && seen[m] == bk.state) {
+            ws.memo_of[o] = static_cast<int32_t>(m);
+            break;
+          }
+      }
+    }
+    // The KenLM probes of this slot, in the order the loop below consumes them (the same
+    // tests decide), made in one batch whose memory accesses are prefetched ahead: the
+    // lookups are independent, and each probe is mostly a cache miss into the LM's tables.
+    ws.probe_bucket.clear();
+    ws.probe_word.clear();
+    for (size_t o = 0; o < n_order; ++o) {
+      if (ws.memo_of[o] >= 0) continue;
+      const int32_t b = ws.order[o].second;
+      const int32_t x = ws.cur[b].last_arc;
+      if (x < 0) continue;  // a state without words: unigram matches only
+      const double best_in = ws.order[o].first;
+      const double *row = ub + static_cast<size_t>(x) * k;
+      const uint8_t *ends_row = ends + static_cast<size_t>(x) * k;
+      for (int a = 0; a < n_arcs; ++a) {
+        if (!ends_row[a]) continue;
+        if (bounded && best_in + head[i * k + a] + row[a] + fut[a] < lower_bound) continue;
+        ws.probe_bucket.push_back(b);
+        ws.probe_word.push_back(words[i * k + a]);
+      }
+    }
+    const size_t n_probe = ws.probe_bucket.size();
+    ws.probe_prob.resize(n_probe);
+    ws.probe_out.resize(n_probe);
+    {
+      const size_t ahead = std::min(kPrefetchAhead, n_probe);
+      for (size_t j = 0; j < ahead; ++j)
+        score_fn.Prefetch(ws.cur[ws.probe_bucket[j]].state, ws.probe_word[j]);
+      for (size_t j = 0; j < n_probe; ++j) {
+        if (kPrefetchAhead && j + kPrefetchAhead < n_probe)
+          score_fn.Prefetch(ws.cur[ws.probe_bucket[j + kPrefetchAhead]].state,
+                            ws.probe_word[j + kPrefetchAhead]);
+        ws.probe_prob[j] =
+            score_fn(ws.cur[ws.probe_bucket[j]].state, ws.probe_word[j], ws.probe_out[j]);
+      }
+    }
+    size_t next_probe = 0;
+    for (size_t o = 0; o < n_order; ++o) {
+      const int32_t b = ws.order[o].second;
+      const double best_in = ws.order[o].first;
       const int32_t x = ws.cur[b].last_arc;
       const double *row = x >= 0 ? ub + static_cast<size_t>(x) * k : any;
       const uint8_t *ends_row = x >= 0 ? ends + static_cast<size_t>(x) * k : nullptr;
       const lm::ngram::State &in_state = ws.cur[b].state;
-      // Lookups the beam pass already made from this state, if any.
-      int memo = -1;
+      const int memo = ws.memo_of[o];
       if (record) {
         ws.memo_in[i].push_back(in_state);
+        ws.memo_hashes[i].push_back(ws.cur[b].hash);
         ws.memo_prob[i].resize(ws.memo_in[i].size() * k);
         ws.memo_out[i].resize(ws.memo_in[i].size() * k);
-      } else {
-        const auto &seen = ws.memo_in[i];
-        for (size_t m = 0; m < seen.size(); ++m)
-          if (seen[m] == in_state) {
-            memo = static_cast<int>(m);
-            break;
-          }
       }
       for (int a = 0; a < n_arcs; ++a) {
         const double hs = head[i * k + a];
@@ -527,7 +694,9 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
           for (unsigned char j = 0; j < in_state.length; ++j) prob += in_state.backoff[j];
           unigram_match = true;
         } else {
-          prob = score_fn(in_state, w, out_state);
+          prob = ws.probe_prob[next_probe];
+          out_state = ws.probe_out[next_probe];
+          ++next_probe;
           ++lookups;
         }
         if (record) {
@@ -542,16 +711,18 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
         int32_t nb = unigram_match ? ws.uni_bucket[a] : -1;
         if (nb < 0) {
           if (unigram_match) out_state = ws.uni_out[a];
-          size_t slot = lm::ngram::hash_value(out_state) & (cap - 1);
+          const uint64_t hash = lm::ngram::hash_value(out_state);
+          size_t slot = hash & (cap - 1);
           while (true) {
             const int32_t t = ws.table[slot];
             if (t < 0) {
               nb = static_cast<int32_t>(ws.next.size());
               ws.table[slot] = nb;
-              ws.next.push_back(Bucket{out_state, 0, 0, out_state.length ? a : -1});
+              ws.table_used.push_back(slot);
+              ws.next.push_back(Bucket{out_state, 0, 0, out_state.length ? a : -1, hash});
               break;
             }
-            if (ws.next[t].state == out_state) {
+            if (ws.next[t].hash == hash && ws.next[t].state == out_state) {
               nb = t;
               break;
             }
@@ -572,6 +743,9 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
         }
       }
     }
+    // Leave the bucket table empty for the next slot (cheaper than clearing all of it).
+    for (size_t slot : ws.table_used) ws.table[slot] = -1;
+    ws.table_used.clear();
     // p > 1: group every edge by its target bucket (counting sort), kept for the k-best pass.
     const size_t nbk = ws.next.size();
     if (p > 1) {
@@ -743,15 +917,21 @@ int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
   for (int i = 0; i < h; ++i)
     if (counts[i] <= 0 || counts[i] > k) return -1;
   const bool penalize_unk = !std::isnan(unk_ln);
-  thread_local Workspace ws;
+  // One workspace per thread, on the heap: a thread_local object itself would be reached
+  // through __tls_get_addr at every use in a shared library (the compiler propagates its
+  // address into the search functions).
+  thread_local std::unique_ptr<Workspace> ws_owner(new Workspace);
+  Workspace &ws = *ws_owner;
   if (stats) std::fill(stats, stats + 2 * h, 0);
   const lm::ngram::State start = StartState(hd, bos, ctx, nctx);
   ComputeBounds(hd, ws, start, h, k, words, counts, head, alpha, penalize_unk, unk_ln);
   // No lookups are shared from an earlier lattice: the memo is filled by this call's beam pass.
   ws.memo_in.resize(h);
+  ws.memo_hashes.resize(h);
   ws.memo_out.resize(h);
   ws.memo_prob.resize(h);
   for (int i = 0; i < h; ++i) {
+    ws.memo_hashes[i].clear();
     ws.memo_in[i].clear();
     ws.memo_out[i].clear();
     ws.memo_prob[i].clear();
@@ -762,7 +942,7 @@ int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
   const auto *probing = dynamic_cast<const lm::ngram::ProbingModel *>(hd->model);
   auto run = [&](int run_beam, double bound) {
     if (probing) {
-      return Search(ProbingScorer{probing}, ws, start, h, k, words, counts, head, alpha,
+      return Search(ProbingScorer(probing), ws, start, h, k, words, counts, head, alpha,
                     penalize_unk, unk_ln, p, run_beam, bound, stats);
     }
     return Search(VirtualScorer{hd->model}, ws, start, h, k, words, counts, head, alpha,

@@ -437,6 +437,31 @@ class NgramLM:
                 )
         return out
 
+    def lattice_indices(self, tokens: np.ndarray) -> np.ndarray:
+        """uint32 KenLM indices of a lattice's int64 token array (padding ``-1`` -> 0).
+
+        :meth:`indices` for the hot path of the exact search: one gather, and with
+        ``unknown="error"`` only real tokens are checked (never the padding).
+
+        Raises:
+            RescorerError: with ``unknown="error"``, naming the first unknown id.
+        """
+        table = self._table
+        ids = tokens
+        if table.size == 0 or int(ids.max()) >= table.size:
+            return self.indices(ids)  # ids beyond the table: unknown
+        out = table.take(ids, mode="clip")  # padding -1 reads table[0]: zeroed below
+        pad = ids < 0
+        out[pad] = 0
+        if self.unknown == "error":
+            miss = (out == 0) & ~pad
+            if miss.any():
+                raise RescorerError(
+                    f"token id {int(ids[miss][0])} is not in the LM {self.path.name} "
+                    "(unknown='error'); use unknown='unk' or a penalty to score it"
+                )
+        return out
+
     def known(self, token_ids: Any) -> np.ndarray:
         """bool array: which token ids the LM has a word for."""
         ids = np.asarray(token_ids, dtype=np.int64)
@@ -526,7 +551,17 @@ class NgramLM:
 
     def start(self, context: Sequence[int] | np.ndarray | None) -> tuple[bool, np.ndarray]:
         """``(bos, context_indices)``: the LM start for a committed prefix (see module doc)."""
-        ctx = as_context(context)
+        return self.start_checked(as_context(context))
+
+    def start_checked(self, ctx: np.ndarray) -> tuple[bool, np.ndarray]:
+        """:meth:`start` of a context already validated by ``as_context``."""
+        if 0 < ctx.size and self.order > 1:  # the hot path: a few ids, looked up one by one
+            table, size = self._table, self._table.size
+            tail = ctx[-(self.order - 1):].tolist()
+            idx = [int(table[t]) if t < size else 0 for t in tail]
+            if self.unknown == "error" and 0 in idx:
+                self.indices(np.asarray(tail, dtype=np.int64))  # raises, naming the id
+            return False, np.array(idx, dtype=np.uint32)
         if ctx.size == 0:
             return True, np.zeros(0, dtype=np.uint32)
         return False, self.indices(ctx[-(self.order - 1):] if self.order > 1 else ctx[:0])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -101,6 +102,7 @@ class NativeModel:
             raise RescorerError(f"KenLM could not load {path}: {msg}")
         self._handle: ctypes.c_void_p | None = ctypes.c_void_p(handle)
         self.order: int = int(lib.bd_order(self._handle))
+        self._local = threading.local()  # per thread: the pbest scratch buffer
 
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
@@ -186,20 +188,65 @@ class NativeModel:
             for slot i)``, summed over the pre-pass and the main pass.
         """
         h, k = words.shape
-        w = np.ascontiguousarray(words, dtype=np.uint32)
-        c = np.ascontiguousarray(context, dtype=np.uint32)
-        cnt = np.ascontiguousarray(counts, dtype=np.int32)
-        hd = np.ascontiguousarray(head, dtype=np.float64)  # padding (-inf) is never read
-        arcs = np.empty((p, h), dtype=np.int32)
-        out = np.empty((3, p))  # total, head, lm
-        stats = np.empty((h, 2), dtype=np.int64)
+        sc = self._scratch(h * k, h, p, int(np.size(context)))
+        # Inputs copied into this thread's scratch buffer, whose addresses are known: no
+        # per-call ctypes pointer objects (they cost more than small searches).
+        sc.words[: h * k] = words.reshape(-1)
+        sc.ctx[: np.size(context)] = context
+        sc.counts[:h] = counts
+        sc.head[: h * k] = head.reshape(-1)  # padding (-inf) is never read
+        a = sc.addr
         n = self._lib.bd_pbest(
-            self._handle, int(bos), c.ctypes.data, c.size, h, k, w.ctypes.data,
-            cnt.ctypes.data, hd.ctypes.data, float(alpha),
+            self._handle, int(bos), a["ctx"], int(np.size(context)), h, k, a["words"],
+            a["counts"], a["head"], float(alpha),
             float("nan") if unk_ln is None else float(unk_ln), int(p), int(beam),
-            arcs.ctypes.data, out[0].ctypes.data, out[1].ctypes.data, out[2].ctypes.data,
-            stats.ctypes.data,
+            a["arcs"], a["total"], a["head_out"], a["lm"], a["stats"],
         )
         if n < 0:
             raise RescorerError(f"native p-best search rejected a lattice of shape {(h, k)}")
-        return arcs[:n], out[0, :n], out[1, :n], out[2, :n], stats
+        return (sc.arcs[: n * h].reshape(n, h).copy(), sc.total[:n].copy(),
+                sc.head_out[:n].copy(), sc.lm[:n].copy(), sc.stats[: 2 * h].reshape(h, 2).copy())
+
+    def _scratch(self, hk: int, h: int, p: int, nctx: int) -> _Scratch:
+        sc: _Scratch | None = getattr(self._local, "scratch", None)
+        if sc is None or not sc.fits(hk, h, p, nctx):
+            old = (0, 0, 0, 0) if sc is None else sc.sizes
+            sc = _Scratch(max(hk, old[0]), max(h, old[1]), max(p, old[2]), max(nctx, old[3], 8))
+            self._local.scratch = sc
+        return sc
+
+
+class _Scratch:
+    """One thread's input and output arrays for :meth:`NativeModel.pbest`, views of one
+    buffer whose addresses are computed once."""
+
+    def __init__(self, hk: int, h: int, p: int, nctx: int) -> None:
+        self.sizes = (hk, h, p, nctx)
+        layout = [("words", np.uint32, hk), ("ctx", np.uint32, nctx), ("counts", np.int32, h),
+                  ("head", np.float64, hk), ("arcs", np.int32, p * h), ("total", np.float64, p),
+                  ("head_out", np.float64, p), ("lm", np.float64, p), ("stats", np.int64, 2 * h)]
+        offsets, at = {}, 0
+        for name, dtype, count in layout:
+            offsets[name] = at
+            at += -(-count * np.dtype(dtype).itemsize // 8) * 8  # 8-byte aligned sections
+        self._buf = np.zeros(at, dtype=np.uint8)
+        base = self._buf.ctypes.data
+        self.addr = {name: base + off for name, off in offsets.items()}
+        for name, dtype, count in layout:
+            off = offsets[name]
+            view = self._buf[off: off + count * np.dtype(dtype).itemsize].view(dtype)
+            setattr(self, name, view)
+
+    words: np.ndarray
+    ctx: np.ndarray
+    counts: np.ndarray
+    head: np.ndarray
+    arcs: np.ndarray
+    total: np.ndarray
+    head_out: np.ndarray
+    lm: np.ndarray
+    stats: np.ndarray
+
+    def fits(self, hk: int, h: int, p: int, nctx: int) -> bool:
+        return (hk <= self.sizes[0] and h <= self.sizes[1] and p <= self.sizes[2]
+                and nctx <= self.sizes[3])

@@ -125,7 +125,7 @@ class NgramRescorer:
         p = check_p(p)
         ctx = as_context(context)
         if self.backend == "wfst":
-            return self._wfst.rescore(lattice, ctx, p)
+            return self._wfst.rescore_checked(lattice, ctx, p)
         if self.lm.native_model is not None:
             return self._rescore_native(lattice, ctx, p)
         return self._rescore_python(lattice, ctx, p)
@@ -133,15 +133,20 @@ class NgramRescorer:
     # ------------------------------------------------------------------ exact, native
     def _rescore_native(self, lattice: SausageLattice, ctx: np.ndarray, p: int) -> DraftBatch:
         lm = self.lm
-        bos, ctx_idx = lm.start(ctx)
-        words = lm.indices(np.where(lattice.tokens >= 0, lattice.tokens, 0))
+        bos, ctx_idx = lm.start_checked(ctx)
+        tokens = lattice.tokens
+        words = lm.lattice_indices(tokens)  # padding arcs are never read (counts)
         assert lm.native_model is not None
+        # The search returns min(p, paths) rows; the paths are counted only for a p so large
+        # that its output arrays would matter.
+        n = p if p <= 4096 else min(p, lattice.num_paths)
         arcs, total, head, lm_ln, stats = lm.native_model.pbest(
-            words, lattice.counts, lattice.scores, ctx_idx, bos, self.alpha, lm.unk_ln(),
-            min(p, lattice.num_paths), beam=self.prune_beam,
+            words, lattice.counts, lattice.scores, ctx_idx, bos, self.alpha, lm.unk_ln(), n,
+            beam=self.prune_beam,
         )
-        self.last_stats = SearchStats(states=stats[:, 0].copy(), lookups=stats[:, 1].copy())
-        tokens = lattice.tokens[np.arange(lattice.h)[None, :], arcs]
+        self.last_stats = SearchStats(states=stats[:, 0], lookups=stats[:, 1])
+        h, k = tokens.shape
+        tokens = tokens.take(arcs + np.arange(0, h * k, k, dtype=np.int32))  # [n, h]
         return DraftBatch(
             tokens=tokens, scores=total, head_scores=head, lm_scores=lm_ln,
             alpha=self.alpha, requested=p, source="ngram-exact",

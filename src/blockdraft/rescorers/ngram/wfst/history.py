@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -125,13 +126,26 @@ class ContextStates:
             todo = todo[~hit]
         return out
 
+    @cached_property
+    def known_mask(self) -> np.ndarray:
+        """bool ``[max known id + 1]``: ``known_mask[t]`` says whether the LM knows id ``t``."""
+        mask = np.zeros(int(self.known_tokens[-1]) + 1 if self.known_tokens.size else 0,
+                        dtype=bool)
+        mask[self.known_tokens] = True
+        mask.setflags(write=False)
+        return mask
+
     def known(self, tokens: Any) -> np.ndarray:
         """bool array (the shape of ``tokens``): which token ids the LM has a unigram for."""
         ids = np.asarray(tokens, dtype=np.int64)
-        if self.known_tokens.size == 0:
+        mask = self.known_mask
+        if mask.size == 0:
             return np.zeros(ids.shape, dtype=bool)
-        pos = np.minimum(np.searchsorted(self.known_tokens, ids), self.known_tokens.size - 1)
-        return self.known_tokens[pos] == ids
+        out = mask.take(ids, mode="clip")  # ids outside [0, size) are fixed below
+        outside = (ids < 0) | (ids >= mask.size)
+        if outside.any():
+            out[outside] = False
+        return out
 
     def match(self, context: Sequence[int] | np.ndarray | None) -> tuple[int, tuple[int, ...]]:
         """The LM state after a committed prefix and the history it stands for.
@@ -145,13 +159,18 @@ class ContextStates:
             ``(state, history)``: ``history`` as token ids, oldest first (``BOS_CODE`` for
             ``<s>``; ``()`` for the unigram state).
         """
-        ctx = as_context(context)
+        return self._match(as_context(context))
+
+    def _match(self, ctx: np.ndarray) -> tuple[int, tuple[int, ...]]:
         if ctx.size == 0:
             return self.bos_state, ((BOS_CODE,) if self.bos_state != self.null_state else ())
-        unknown = np.flatnonzero(~self.known(ctx))
-        if unknown.size:
-            ctx = ctx[unknown[-1] + 1 :]
+        # Only the last order - 1 tokens matter, and of those the ones after an unknown token.
+        mask, size = self.known_mask, self.known_mask.size
         words = ctx[max(0, ctx.size - (self.order - 1)) :].tolist()
+        for i in range(len(words) - 1, -1, -1):
+            if not (words[i] < size and mask[words[i]]):
+                words = words[i + 1 :]
+                break
         for cut in range(min(len(words), len(self.hashes)), 0, -1):
             suffix = words[len(words) - cut :]
             table = self.hashes[cut - 1]
@@ -165,6 +184,10 @@ class ContextStates:
     def lookup(self, context: Sequence[int] | np.ndarray | None) -> int:
         """The LM state after a committed prefix (see :meth:`match`)."""
         return self.match(context)[0]
+
+    def lookup_checked(self, ctx: np.ndarray) -> int:
+        """:meth:`lookup` of a context already validated by ``as_context``."""
+        return self._match(ctx)[0]
 
     # ---------------------------------------------------------------- persistence
     def save(self, path: str | Path) -> None:

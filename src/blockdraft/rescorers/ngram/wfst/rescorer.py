@@ -24,6 +24,14 @@ projected, epsilon-free acceptor). Weights are float32 inside OpenFst: scores ag
 float64 computation to about 1e-5 nats (lattice costs are shifted by each slot's best score so
 they stay small).
 
+Speed, without changing the result of ``compose``, ``project``, ``rmepsilon``,
+``shortestpath(nshortest=p, unique=True)``: the lattice FST is written as OpenFst's binary
+layout and read back in one call, the paths are read from the result's binary layout, and for
+``p > 1`` the unique-path search (a lazy determinization of the whole composed FST) runs on
+the composed FST pruned to the paths within a threshold of the best, a threshold that grows
+until the ``p`` strings found provably are the top ``p`` (:func:`_unique_shortest`); ``p = 1``
+needs neither ``rmepsilon`` nor ``unique`` (one path is one string).
+
 Not thread-safe: :meth:`WfstRescorer.rescore` sets the start state of the shared LM FST for
 each call (an O(1) change of the one VectorFst, never a copy of it). Use one rescorer per
 thread.
@@ -32,7 +40,9 @@ thread.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -47,37 +57,60 @@ from blockdraft.rescorers.ngram.wfst.compiler import NgramWfst
 from blockdraft.rescorers.ngram.wfst.history import ContextStates
 from blockdraft.rescorers.ngram.wfst.openfst import MAX_TOKEN_ID, UNK_LABEL, load_pywrapfst
 
+_FST_MAGIC = 2125659606  # OpenFst's kFstMagicNumber
+_HEADER_TAIL = struct.Struct("<iiQqqq")  # version, flags, properties, start, states, arcs
+_STATE = struct.Struct("<fq")  # final cost, number of arcs
+_ARC_DTYPE = np.dtype([("ilabel", "<i4"), ("olabel", "<i4"), ("cost", "<f4"), ("next", "<i4")])
+_EXPANDED_MUTABLE = 0x1 | 0x2  # OpenFst's kExpanded | kMutable (all other properties unknown)
+_ZERO = float("inf")  # tropical Zero: a non-final state
+
+
+def _fst_string(s: str) -> bytes:
+    return struct.pack("<i", len(s)) + s.encode("ascii")
+
+
+_VECTOR_HEADER = _fst_string("vector") + _fst_string("standard")
+
 
 def _lattice_fst(lattice: SausageLattice, olabels: np.ndarray, alpha: float) -> Any:
     """The lattice as a transducer: slot ``i`` arcs go from state ``i`` to ``i + 1``.
 
-    Input label: token ``t`` as ``t + LABEL_OFFSET``; output label: ``olabels`` (the LM's
-    label for the token: the same, or :data:`UNK_LABEL` for a token the LM does not know).
+    Input label: the arc's index in its slot plus one (the tokens of a slot are distinct, so
+    distinct label strings are distinct token strings, and a path's labels give its arcs
+    directly); output label: ``olabels`` (the LM's label for the token: ``t + LABEL_OFFSET``,
+    or :data:`UNK_LABEL` for a token the LM does not know).
 
     Not :func:`blockdraft.lattice.fst.lattice_to_fst`: that one is an acceptor with costs
     ``-score``, and this needs a transducer (the ``<unk>`` output labels) with scaled,
-    shifted costs; building it directly costs the same as building that one. Cost:
-    ``-(score - best score of the slot) / alpha`` (nats, >= 0): the per-slot shift is the same
-    for every path, so it keeps the ranking of ``head + alpha * lm`` while keeping float32
-    costs small. Arc-sorted on output labels for composition.
+    shifted costs. Cost: ``-(score - best score of the slot) / alpha`` (nats, >= 0): the
+    per-slot shift is the same for every path, so it keeps the ranking of
+    ``head + alpha * lm`` while keeping float32 costs small. Arc-sorted on output labels for
+    composition.
+
+    Built as OpenFst's binary VectorFst layout with numpy and read back in one call (the
+    same FST that adding the arcs one by one gives, without a Python call per arc).
     """
     fst = load_pywrapfst()
-    h = lattice.h
-    out = fst.VectorFst()
-    out.reserve_states(h + 1)
-    out.add_states(h + 1)
-    out.set_start(0)
-    out.set_final(h)
-    arc = fst.Arc
-    counts = lattice.counts
-    for i in range(h):
-        toks = lattice.tokens[i].tolist()
-        scores = lattice.scores[i]
-        costs = (-(scores - scores[0]) / alpha).tolist()
-        labs = olabels[i].tolist()
-        out.reserve_arcs(i, int(counts[i]))
-        for j in range(int(counts[i])):
-            out.add_arc(i, arc(toks[j] + LABEL_OFFSET, labs[j], costs[j], i + 1))
+    h, k = lattice.h, lattice.k
+    # Every [h, k] position as an arc record; padding (at the end of a slot) is cut below.
+    arcs = np.empty((h, k), dtype=_ARC_DTYPE)
+    arcs["ilabel"] = np.arange(1, k + 1, dtype=np.int32)
+    arcs["olabel"] = olabels
+    scores = lattice.scores
+    with np.errstate(invalid="ignore"):  # padding: -inf - best
+        arcs["cost"] = (scores[:, :1] - scores) / alpha
+    arcs["next"] = np.arange(1, h + 1, dtype=np.int32)[:, None]
+    raw = arcs.tobytes()
+    counts = lattice.counts.tolist()
+    # Per state: its final cost (Zero but for the last) and arc count, then its arcs.
+    pieces = [struct.pack("<i", _FST_MAGIC), _VECTOR_HEADER,
+              _HEADER_TAIL.pack(2, 0, _EXPANDED_MUTABLE, 0, h + 1, sum(counts))]
+    row = 16 * k
+    for i, n in enumerate(counts):
+        pieces.append(_STATE.pack(_ZERO, n))
+        pieces.append(raw[i * row:i * row + 16 * n])
+    pieces.append(_STATE.pack(0.0, 0))
+    out = fst.Fst.read_from_string(b"".join(pieces))
     out.arcsort("olabel")
     return out
 
@@ -85,8 +118,61 @@ def _lattice_fst(lattice: SausageLattice, olabels: np.ndarray, alpha: float) -> 
 def _read_paths(paths_fst: Any) -> list[tuple[float, list[int]]]:
     """``(cost, input labels)`` of each path of a ``shortestpath`` result, in its order.
 
-    Costs are summed in float64 from the float32 arc weights (plus the final weight).
+    Costs are summed in float64 from the float32 arc weights (plus the final weight), arc by
+    arc along the path. Reads the FST's binary serialisation (one call into OpenFst) rather
+    than an arc iterator per state; other layouts fall back to :func:`_read_paths_iter`.
     """
+    data = paths_fst.write_to_string()
+    pos = 4
+    kinds = []
+    for _ in range(2):
+        (n,) = struct.unpack_from("<i", data, pos)
+        kinds.append(data[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    if struct.unpack_from("<i", data, 0)[0] != _FST_MAGIC or kinds != [b"vector", b"standard"]:
+        return _read_paths_iter(paths_fst)
+    _, flags, _, start, num_states, _ = _HEADER_TAIL.unpack_from(data, pos)
+    if flags & 0x7:  # symbol tables or aligned arcs: not this simple layout
+        return _read_paths_iter(paths_fst)
+    pos += _HEADER_TAIL.size
+    if start < 0:
+        return []
+    # The body as 32-bit words, read both as ints and as floats: per state a float32 final
+    # cost and an int64 arc count (3 words), then 4 words per arc (ilabel, olabel, cost, next).
+    body = np.frombuffer(data, dtype="<i4", offset=pos)
+    ints = body.tolist()
+    floats = body.view("<f4").tolist()
+    offset = [0] * num_states
+    q = 0
+    for state in range(num_states):
+        offset[state] = q
+        q += 3 + 4 * (ints[q + 1] + (ints[q + 2] << 32))
+    q = offset[start]
+    n_first = ints[q + 1]
+    if n_first == 0:  # the empty string (cannot happen for h >= 1)
+        return [(floats[q], [])]
+    out: list[tuple[float, list[int]]] = []
+    for j in range(n_first):
+        a = q + 3 + 4 * j
+        cost = floats[a + 2]
+        labels = [ints[a]] if ints[a] else []
+        state = ints[a + 3]
+        while True:
+            r = offset[state]
+            if ints[r + 1] == 0:
+                cost += floats[r]
+                break
+            a = r + 3  # the path's one arc out of this state
+            cost += floats[a + 2]
+            if ints[a]:
+                labels.append(ints[a])
+            state = ints[a + 3]
+        out.append((cost, labels))
+    return out
+
+
+def _read_paths_iter(paths_fst: Any) -> list[tuple[float, list[int]]]:
+    """:func:`_read_paths` through OpenFst's arc iterators (any FST layout)."""
     fst = load_pywrapfst()
     start = paths_fst.start()
     if start == fst.NO_STATE_ID:
@@ -111,6 +197,44 @@ def _read_paths(paths_fst: Any) -> list[tuple[float, list[int]]]:
             state = a.nextstate
         out.append((cost, labels))
     return out
+
+
+PRUNE_START = 4.0
+"""First pruning threshold of :func:`_unique_shortest` (cost units of the composed FST)."""
+PRUNE_GROWTH = 4.0
+PRUNE_TRIES = 4
+PRUNE_MARGIN = 1e-3
+"""Float32 slack (cost units): a pruned search is trusted only below threshold - margin."""
+
+
+def _unique_shortest(composed: Any, p: int, num_paths: int) -> list[tuple[float, list[int]]]:
+    """The ``p`` cheapest distinct strings of ``composed`` (an acceptor): exactly what
+    ``shortestpath(rmepsilon(composed), nshortest=p, unique=True)`` returns, cheaper.
+
+    ``unique=True`` determinizes (lazily) the whole epsilon-free FST, most of which lies far
+    from the best paths. Pruning first to the paths within a threshold ``T`` of the best
+    (``prune(weight=T)``) keeps the cheapest derivation of every string whose cost is
+    ``<= best + T``, and the costs of those strings are unchanged. So when the pruned FST's
+    ``p``-th distinct string costs at most ``best + T`` (less a float32 margin), those ``p``
+    strings are the top ``p`` of the full FST (any other string costs more than ``best +
+    T``); otherwise ``T`` grows and, after a few tries, the full FST is searched.
+    """
+    wrap = load_pywrapfst()
+    if p < num_paths:
+        full = composed.num_states()
+        threshold = PRUNE_START
+        for _ in range(PRUNE_TRIES):
+            pruned = wrap.prune(composed, weight=threshold)
+            if pruned.num_states() >= full:
+                break  # nothing pruned: the full search below is the same work
+            pruned.rmepsilon()
+            paths = _read_paths(wrap.shortestpath(pruned, nshortest=p, unique=True))
+            paths.sort(key=lambda c: c[0])
+            if len(paths) == p and paths[-1][0] <= paths[0][0] + threshold - PRUNE_MARGIN:
+                return paths
+            threshold *= PRUNE_GROWTH
+    composed.rmepsilon()
+    return _read_paths(wrap.shortestpath(composed, nshortest=p, unique=True))
 
 
 class WfstRescorer:
@@ -236,23 +360,38 @@ class WfstRescorer:
             return self._start
         return self.context_states.lookup(context)
 
+    @cached_property
+    def _label_map(self) -> np.ndarray:
+        """int64 ``[max known id + 1]``: the LM's label of each token id (``UNK_LABEL`` when
+        the LM does not know it)."""
+        assert self.context_states is not None
+        mask = self.context_states.known_mask
+        return np.where(mask, np.arange(mask.size, dtype=np.int64) + LABEL_OFFSET, UNK_LABEL)
+
     def _olabels(self, lattice: SausageLattice) -> np.ndarray:
         tokens = lattice.tokens
-        real = tokens >= 0
-        if real.any() and int(tokens.max()) > MAX_TOKEN_ID:
-            raise RescorerError(f"token id {int(tokens.max())} exceeds {MAX_TOKEN_ID}")
-        olabels = np.where(real, tokens + LABEL_OFFSET, 0)
-        cs = self.context_states
-        if cs is not None:
-            unknown = real & ~cs.known(tokens)
+        top = int(tokens.max())  # every slot holds a real token
+        if top > MAX_TOKEN_ID:
+            raise RescorerError(f"token id {top} exceeds {MAX_TOKEN_ID}")
+        pad = tokens < 0
+        if self.context_states is None:
+            return np.where(pad, 0, tokens + LABEL_OFFSET)
+        labels = self._label_map
+        if top < labels.size:
+            olabels = labels.take(tokens, mode="clip")  # padding reads labels[0]: zeroed
+        else:
+            olabels = np.full(tokens.shape, UNK_LABEL, dtype=np.int64)
+            inside = ~pad & (tokens < labels.size)
+            olabels[inside] = labels[tokens[inside]]
+        olabels[pad] = 0
+        if self.unknown == "error":
+            unknown = olabels == UNK_LABEL
             if unknown.any():
-                if self.unknown == "error":
-                    i, j = np.argwhere(unknown)[0]
-                    raise RescorerError(
-                        f"token id {int(tokens[i, j])} (slot {i + 1}) is not in the LM "
-                        "(unknown='error'); use unknown='unk' to score it as <unk>"
-                    )
-                olabels[unknown] = UNK_LABEL
+                i, j = np.argwhere(unknown)[0]
+                raise RescorerError(
+                    f"token id {int(tokens[i, j])} (slot {i + 1}) is not in the LM "
+                    "(unknown='error'); use unknown='unk' to score it as <unk>"
+                )
         return olabels
 
     def rescore(
@@ -279,8 +418,10 @@ class WfstRescorer:
         """
         if not isinstance(lattice, SausageLattice):
             raise RescorerError(f"expected a SausageLattice, got {type(lattice).__name__}")
-        p = check_p(p)
-        ctx = as_context(context)
+        return self.rescore_checked(lattice, as_context(context), check_p(p))
+
+    def rescore_checked(self, lattice: SausageLattice, ctx: np.ndarray, p: int) -> DraftBatch:
+        """:meth:`rescore` of arguments already validated (``as_context``, ``check_p``)."""
         olabels = self._olabels(lattice)
         cs = self.context_states
         if self.unknown == "error" and cs is not None and cs.order > 1 and ctx.size:
@@ -299,29 +440,27 @@ class WfstRescorer:
             )
         wrap = load_pywrapfst()
         lat = _lattice_fst(lattice, olabels, self.alpha)
-        self._fst.set_start(self.start_state(ctx))
-        composed = wrap.compose(lat, self._fst)
+        self._fst.set_start(self._start if cs is None else cs.lookup_checked(ctx))
+        # No trimming: every state of a sausage composed with an LM reaches the end; a state
+        # that does not is never on a shortest path (and the pruning below trims anyway).
+        composed = wrap.compose(lat, self._fst, connect=False)
         composed.project("input")
         if p == 1:  # one path is one string: no need to remove epsilons and determinize
             paths = _read_paths(wrap.shortestpath(composed, nshortest=1))
         else:
-            composed.rmepsilon()
-            paths = _read_paths(wrap.shortestpath(composed, nshortest=p, unique=True))
+            paths = _unique_shortest(composed, p, lattice.num_paths)
         if not paths:
             raise RescorerError(
                 "the WFST accepts no path of the lattice (a grammar that rejects every draft?)"
             )
         paths.sort(key=lambda c: c[0])  # stable: OpenFst's order among float32 ties
-        h = lattice.h
+        h, k = lattice.h, lattice.k
         cost = np.array([c for c, _ in paths], dtype=np.float64)
-        labels = np.array([lab for _, lab in paths], dtype=np.int64).reshape(-1, h)
-        tokens = labels - LABEL_OFFSET
-        arcs = np.empty_like(tokens)
-        for i in range(h):
-            slot_tokens = lattice.slot(i)[0]
-            index = {int(t): a for a, t in enumerate(slot_tokens.tolist())}
-            arcs[:, i] = [index[int(t)] for t in tokens[:, i].tolist()]
-        head = lattice.scores[np.arange(h)[None, :], arcs].sum(axis=1)
+        # Input labels are arc indices + 1: flat positions in the [h, k] lattice arrays.
+        at = np.array([lab for _, lab in paths], dtype=np.int64).reshape(-1, h)
+        at += np.arange(-1, h * k - 1, k)
+        tokens = lattice.tokens.take(at)
+        head = lattice.scores.take(at).sum(axis=1)
         shift = float(lattice.scores[:, 0].sum())
         # cost = sum_i -(s_i - best_i) / alpha + L, with L = -lm the LM cost (nats):
         lm = -(cost + (head - shift) / self.alpha)
