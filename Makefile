@@ -5,7 +5,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.blockdraft-installed
 
 .PHONY: setup test test-all demo lint bench bench-quick bench-rescore bench-steps clean \
-	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup
+	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup bench-trees
 
 setup: $(STAMP) build/kenlm/.stamp
 
@@ -53,6 +53,11 @@ bench-real-quick: setup
 
 bench-real-smoke: setup
 	$(PY) benchmarks/bench_real.py --smoke
+
+# Token trees at equal budget on SmolLM2 (chain, p-best tries, Medusa, EAGLE-2-style, rescored):
+# benchmarks/results/trees/.
+bench-trees: setup
+	$(PY) benchmarks/bench_trees.py --full
 
 bench-real-peers-setup: setup
 	bash scripts/install_llama_cpp.sh

@@ -327,3 +327,34 @@ def test_rescored_tree_with_neural_scorer() -> None:
     assert sorted(combined(p) for p in got) == pytest.approx(sorted(combined(p) for p in want))
     for u in range(budget):
         assert tree.scores[u] == pytest.approx(combined(tuple(tree.path_tokens(u).tolist())))
+
+
+def test_ngram_path_scorer_equals_whole_path_scores(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Incremental n-gram scores of tree children == NgramLM.score of the whole path, for
+    every context kind (empty: start of text; short; long; with unknown ids), policy and
+    path, and the cache across contexts (a new step) never leaks a state."""
+    from blockdraft.drafts import NgramPathScorer
+    from blockdraft.rescorers import RescorerError
+    from blockdraft.rescorers.ngram import NgramLM, find_kenlm_tool, train_ngram
+
+    try:
+        find_kenlm_tool("lmplz")
+    except RescorerError as e:
+        pytest.skip(f"KenLM's lmplz is not built ({e})")
+    rng = np.random.default_rng(1)
+    seqs = [rng.integers(0, 40, size=25).tolist() for _ in range(150)]
+    arpa = train_ngram(seqs, tmp_path / "lm4", order=4, memory="64M").arpa
+    for unknown in ("unk", -7.5):
+        lm = NgramLM(arpa, unknown=unknown)
+        scorer = NgramPathScorer(lm)
+        for context in ([], [3], [5, 6], list(rng.integers(0, 40, size=30)), [1, 45, 2]):
+            for _ in range(20):
+                path = rng.integers(0, 48, size=int(rng.integers(0, 5))).tolist()
+                cands = rng.choice(48, size=6, replace=False)  # ids 40-47 unknown
+                got = scorer.next_scores(path, context, cands)
+                want = [float(lm.score([*path, int(c)], context)[-1]) for c in cands]
+                np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    with pytest.raises(RescorerError, match="45"):
+        NgramPathScorer(NgramLM(arpa, unknown="error")).next_scores([1], [2], [45])
+    with pytest.raises(DraftError, match="NgramLM"):
+        NgramPathScorer(object())  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.heads import HeadDrafter, vanilla
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
 from blockdraft.drafts.protocol import Drafter, TreeDrafter
-from blockdraft.drafts.tree_scorers import NeuralPathScorer
+from blockdraft.drafts.tree_scorers import NeuralPathScorer, NgramPathScorer
 from blockdraft.drafts.trees import (
     MC_SIM_7B_63,
     ConfidenceTreeDrafter,
@@ -43,6 +43,7 @@ __all__ = [
     "MC_SIM_7B_63", "CombinedDrafter", "ConfidenceTreeDrafter", "DraftBatch", "DraftError",
     "DraftTree", "Drafter", "HeadDrafter", "InputCopyDrafter", "MedusaTreeDrafter",
     "NeuralPathScorer",
+    "NgramPathScorer",
     "RescoredTreeDrafter", "TreeDrafter", "TrieDrafter", "calibrated_choices",
     "confidence_tree", "medusa_tree", "rescored_tree", "row_source", "sort_choices",
     "trie_tree", "vanilla",

@@ -42,7 +42,9 @@ from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.protocol import Drafter
+from blockdraft.drafts.tree_scorers import NgramPathScorer
 from blockdraft.lattice.sausage import SausageLattice
+from blockdraft.rescorers.ngram.lm import NgramLM
 
 Choices = Sequence[Sequence[int]]
 """Medusa's ``medusa_choices``: rank paths, e.g. ``[[0], [0, 0], [1], ...]``."""
@@ -261,16 +263,19 @@ def rescored_tree(
     Args:
         lattice: the step's lattice.
         budget: ``N``, the nodes with the root.
-        lm: an LM with ``score(tokens, context)`` (an :class:`NgramLM`: each child scored
-            exactly on its whole path, the same numbers as KenLM, its start-of-text convention
-            for an empty context), or with ``next_scores`` (a
-            :class:`~blockdraft.drafts.tree_scorers.NeuralPathScorer`).
+        lm: an LM with ``score(tokens, context)``, or with ``next_scores`` (a
+            :class:`~blockdraft.drafts.tree_scorers.NeuralPathScorer`). An :class:`NgramLM`
+            is scored through :class:`~blockdraft.drafts.tree_scorers.NgramPathScorer`: each
+            child exactly on its whole path, the same numbers as KenLM's (its start-of-text
+            convention for an empty context), one lookup from the parent's LM state.
         alpha: the LM weight, ``>= 0``.
         context: the committed prefix before the certain token.
     """
     if not alpha >= 0:
         raise DraftError(f"alpha must be >= 0, got {alpha}")
     ctx = np.asarray(context, dtype=np.int64).reshape(-1)
+    if isinstance(lm, NgramLM):  # the same scores, one KenLM lookup per child
+        lm = NgramPathScorer(lm)
 
     next_scores = getattr(lm, "next_scores", None)
 

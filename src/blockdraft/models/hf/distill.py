@@ -39,7 +39,7 @@ import torch
 from blockdraft.core.files import cache_dir, write_text_atomic
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.generation import greedy_batch
-from blockdraft.models.hf.progress import log_line
+from blockdraft.models.hf.progress import ProgressBar, log_line
 from blockdraft.models.hf.prompts import format_prompts, hash_prompts, read_prompts, split_prompts
 from blockdraft.models.hf.shards import DistillSet, Shard, open_distill_set, write_shard
 
@@ -160,7 +160,7 @@ def build_distill_set(
         todo.reverse()
     run_tokens = 0
     per_prompt = 0.0  # seconds per prompt of the last shard generated
-    bar = _Bar(progress, sum(len(s["prompts"]) for s in todo))
+    bar = ProgressBar("distill", sum(len(s["prompts"]) for s in todo), enabled=progress)
     try:
         for spec in todo:
             if spec["split"] == "train":
@@ -203,33 +203,6 @@ def build_distill_set(
     return dset
 
 
-class _Bar:
-    """A rich progress bar over prompts with a tokens/s field (only on a terminal)."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.progress: Any = None
-        self.tokens = 0
-        self.start = time.monotonic()
-        if enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                TextColumn("distill"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), transient=False)
-            self.progress.start()
-            self.task = self.progress.add_task("distill", total=total, rate="")
-
-    def advance(self, prompts: int, tokens: int) -> None:
-        self.tokens += tokens
-        if self.progress is not None:
-            rate = self.tokens / max(time.monotonic() - self.start, 1e-9)
-            self.progress.update(self.task, advance=prompts, rate=f"{rate:.0f} tokens/s")
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-
 def _generate_shard(
     model: Any,
     prompt_ids: Sequence[Sequence[int]],
@@ -238,7 +211,7 @@ def _generate_shard(
     eos_id: int | None,
     pad_id: int,
     generate: Callable[..., tuple[list[list[int]], list[torch.Tensor]]],
-    bar: _Bar,
+    bar: ProgressBar,
     log: Callable[[str], None] | None,
     name: str,
 ) -> Shard:
@@ -256,9 +229,9 @@ def _generate_shard(
         for i, y, h in zip(batch, ys, hs, strict=True):
             answers[i], states[i] = y, h.to(hidden_dtype)
             n += len(y)
-        bar.advance(len(batch), n)
+        seconds = time.monotonic() - t0
+        bar.advance(len(batch), info=f"{n / max(seconds, 1e-9):.0f} tokens/s")
         if log is not None and not sys.stderr.isatty():
-            seconds = time.monotonic() - t0
             log(f"  {name} batch {k // settings.batch_size}: {len(batch)} prompts "
                 f"(length {len(prompt_ids[batch[0]])}-{len(prompt_ids[batch[-1]])}), {n} tokens "
                 f"in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} tokens/s)")

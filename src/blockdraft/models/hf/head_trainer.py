@@ -36,7 +36,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -52,7 +51,7 @@ from blockdraft.core.signature import environment, format_signature, human_count
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.positions import IGNORE, PositionData, head_targets, load_positions
-from blockdraft.models.hf.progress import log_line
+from blockdraft.models.hf.progress import ProgressBar, log_line
 from blockdraft.models.hf.shards import DistillSet
 
 LOSSES = ("ce", "kl")
@@ -335,7 +334,7 @@ def train_heads(
             {"signature": signature, "curve": curve}, indent=1) + "\n")
 
     start = time.monotonic()
-    bar = _Bar(progress, settings.steps, step)
+    bar = ProgressBar("heads", settings.steps, step, enabled=progress)
     finished = step >= settings.steps or (settings.patience > 0 and stale >= settings.patience)
     try:
         heads.train()
@@ -349,7 +348,7 @@ def train_heads(
             optimizer.step()
             step += 1
             running.append(float(loss.detach()))
-            bar.advance(running[-1])
+            bar.advance(info=f"loss {running[-1]:.3f}")
             finished = step >= settings.steps
             out_of_time = minutes is not None and time.monotonic() - start >= 60.0 * minutes
             stop = stop_after is not None and step >= stop_after
@@ -387,26 +386,3 @@ def train_heads(
         heads.load_state_dict(best_heads)
     heads.eval()
     return TrainResult(heads, curve, signature, step, finished, best_step)
-
-
-class _Bar:
-    """A rich progress bar over steps with the running loss (only on a terminal)."""
-
-    def __init__(self, enabled: bool, total: int, done: int) -> None:
-        self.progress: Any = None
-        if enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                TextColumn("heads"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn())
-            self.progress.start()
-            self.task = self.progress.add_task("heads", total=total, completed=done, loss="")
-
-    def advance(self, loss: float) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, advance=1, loss=f"{loss:.3f}")
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()

@@ -1,0 +1,440 @@
+"""Token trees at equal budget on SmolLM2 with its Medusa heads (issue 12).
+
+    .venv/bin/python benchmarks/bench_trees.py            # quick: 2 prompts per task
+    .venv/bin/python benchmarks/bench_trees.py --full     # make bench-trees: 4 per task
+    .venv/bin/python benchmarks/bench_trees.py --smoke    # 1 prompt per task x 16 tokens
+
+What it does, in order (each stage logs its progress on stderr):
+
+1. **Traces** (recorded once, cached under ``$BLOCKDRAFT_CACHE/bench/trees``): the greedy
+   continuation of every benchmark prompt (the real-model benchmark's chat tasks,
+   ``benchmarks/tasks.py``, never distillation prompts) with the top-``K`` of every head at
+   every position (``blockdraft.oracle.record_trace``); and a *calibration* trace over held-out
+   distillation prompts (never used to train the heads): Medusa's calibrated tree is built from
+   its per-depth, per-rank head accuracies, and the rescored tree's ``alpha`` is chosen on it.
+2. **B at equal budget, offline**: every tree builder at every budget ``N`` (nodes per verification
+   forward, the root included) is simulated over the benchmark trace
+   (``blockdraft.oracle.simulate``: the accepted length of a tree is its longest root path that
+   matches the greedy continuation, exactly the online decode's). Builders, all over the same
+   top-``k`` lattice: the vanilla chain (h nodes at most), the tries of the p-best drafts by
+   head score (0-gram) and by the exact 4-gram rescorer, Medusa's ``mc_sim_7b_63`` (N = 64),
+   Medusa's calibrated tree, an EAGLE-2-style confidence tree (the N nodes of highest cumulative
+   head log-prob) and the lattice-rescored tree (best-first by head + alpha x 4-gram score of the
+   path, so children depend on their parents). The time each builder takes per step is measured
+   in the same pass.
+3. **Costs**: the median wall time of one tree verification (``TreeVerifier.verify_tree``:
+   forward over N nodes with the tree mask on the prompt's cache, acceptance, cache gather) for
+   every N, of the lattice (top-k of every head over V), and of one step of the reference
+   greedy loop (``greedy_generate``'s per-token cost).
+4. **Estimated speedup** per builder and N: ``B x greedy step / (verification(N) + lattice +
+   building)``, the decode loop's own costs, measured on this machine in this run.
+5. **Measured speedup**: the online decode (``decode(tree=builder)``, exact criterion) against
+   the reference greedy loop on one prompt per task (``--online-max-new-tokens``, 64) for the
+   chosen builders and budgets (``--online-builders``, ``--online-budgets``), timed end to
+   end; its output must equal greedy's token for token.
+
+Writes ``benchmarks/results/trees/trees.{md,json,png}`` (``--full``; quick: ``trees/quick/``,
+smoke: ``trees/smoke/``) with the command and a signature of every setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+from bench_real import (  # noqa: E402  (beside this script)
+    MODEL,
+    SHARED,
+    _key,
+    build_cases,
+    ensure_ngram,
+    heads_label,
+    log,
+)
+from tree_report import make_report, markdown, write_report  # noqa: E402
+
+RESULTS = BENCH / "results" / "trees"
+PRESETS = {  # prompts per task, max new tokens, calibration prompts, results, LM corpus
+    "smoke": (1, 16, 4, RESULTS / "smoke", "small"),
+    "quick": (2, 96, 24, RESULTS / "quick", "default"),
+    "full": (4, 128, 32, RESULTS, "default"),
+}
+BUDGETS = (4, 8, 16, 32, 64)
+ALPHAS = (0.25, 0.5, 1.0)
+BUILDERS = ("chain", "trie-0gram", "trie-4gram", "mc_sim_7b_63", "calibrated", "eagle2",
+            "rescored-4gram")
+
+
+# ---- the builders --------------------------------------------------------------------------------
+
+
+class TimedTree:
+    """A tree builder that adds up its seconds and nodes per call (``propose_tree``)."""
+
+    def __init__(self, inner: Any, key: str, budget: int) -> None:
+        self.inner, self.key, self.budget = inner, key, budget
+        self.k = int(inner.k)
+        self.name = str(inner.name)
+        self.seconds, self.calls, self.nodes = 0.0, 0, 0
+
+    def propose_tree(self, lattice: Any, context: Any) -> Any:
+        start = time.perf_counter()
+        tree = self.inner.propose_tree(lattice, context)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        self.nodes += tree.num_nodes
+        return tree
+
+
+def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
+                 accuracies: np.ndarray) -> Any | None:
+    """The builder ``key`` at budget ``budget`` (None where it has no tree of that size)."""
+    from blockdraft.drafts import (
+        MC_SIM_7B_63,
+        ConfidenceTreeDrafter,
+        HeadDrafter,
+        MedusaTreeDrafter,
+        RescoredTreeDrafter,
+        TrieDrafter,
+    )
+    from blockdraft.rescorers.ngram import NgramRescorer
+
+    if key == "chain":
+        return TrieDrafter(HeadDrafter(k=1, p=1), budget=budget, name="chain (vanilla)")
+    if key == "trie-0gram":
+        return TrieDrafter(HeadDrafter(k=k, p=budget), budget=budget, name="p-best trie 0-gram")
+    if key == "trie-4gram":
+        rescorer = NgramRescorer(lm, alpha=alpha)
+        return TrieDrafter(HeadDrafter(k=k, p=budget, rescorer=rescorer), budget=budget,
+                           name="p-best trie 4-gram")
+    if key == "mc_sim_7b_63":
+        return MedusaTreeDrafter(MC_SIM_7B_63, name="Medusa mc_sim_7b_63") if budget == 64 \
+            else None
+    if key == "calibrated":
+        drafter = MedusaTreeDrafter.calibrated(accuracies[:, :k], budget)
+        return MedusaTreeDrafter(drafter.choices, k=k, name="Medusa calibrated")
+    if key == "eagle2":
+        return ConfidenceTreeDrafter(k=k, budget=budget, name="EAGLE-2-style confidence")
+    if key == "rescored-4gram":
+        return RescoredTreeDrafter(lm, k=k, budget=budget, alpha=alpha,
+                                   name="lattice-rescored 4-gram")
+    raise ValueError(f"unknown builder {key!r}; choose from {', '.join(BUILDERS)}")
+
+
+# ---- traces --------------------------------------------------------------------------------------
+
+
+def benchmark_trace(model: Any, cases: Sequence[Any], max_new: int, K: int, cache: Path,
+                    heads: str, dtype: str) -> Any:
+    """The trace of the benchmark prompts (recorded once per setting, then cached)."""
+    from blockdraft.oracle import Trace
+    from blockdraft.oracle.record import record_trace
+
+    key = _key("eval", heads, dtype, K, max_new, *[c.ids for c in cases])
+    path = cache / f"eval-{key}"
+    if (path / "meta.json").is_file():
+        return Trace.open(path)
+    log(f"recording the benchmark trace: {len(cases)} prompts x {max_new} tokens (once)")
+    return record_trace(model, [c.ids for c in cases], path, max_new_tokens=max_new,
+                        eos_id=model.tokenizer.eos_id, K=K, overwrite=True,
+                        signature={"model": MODEL, "heads": heads, "set": "benchmark"},
+                        progress=_progress("benchmark trace"))
+
+
+def calibration_trace(model: Any, n: int, max_new: int, K: int, cache: Path, heads: str,
+                      dtype: str, data_root: Path = SHARED) -> Any:
+    """A trace over ``n`` held-out distillation prompts: the split that head training holds
+    out (``split_prompts`` with the distillation defaults), so no head was trained on them."""
+    import inspect
+
+    from blockdraft.models.hf.distill import distill
+    from blockdraft.models.hf.prompts import read_prompts, split_prompts
+    from blockdraft.oracle import Trace
+    from blockdraft.oracle.record import record_trace
+
+    files = sorted((data_root / "prompts").glob("distill_prompts.part*.jsonl"))
+    if not files:
+        raise SystemExit(f"no distillation prompts under {data_root / 'prompts'}; set "
+                         "BLOCKDRAFT_SHARED_DATA to the shared data folder")
+    texts = read_prompts(files)
+    defaults = {k: v.default for k, v in inspect.signature(distill).parameters.items()}
+    _, held = split_prompts(len(texts), seed=defaults["seed"],
+                            fraction=defaults["heldout_fraction"], minimum=defaults["heldout_min"])
+    chosen = [texts[i] for i in held[:n].tolist()]
+    tok = model.tokenizer
+    ids = [p for p in (tok.apply_chat_template([{"role": "user", "content": t}]) for t in chosen)
+           if len(p) <= 400][:n]
+    key = _key("calibration", heads, dtype, K, max_new, *ids)
+    path = cache / f"calibration-{key}"
+    if (path / "meta.json").is_file():
+        return Trace.open(path)
+    log(f"recording the calibration trace: {len(ids)} held-out distillation prompts (once)")
+    return record_trace(model, ids, path, max_new_tokens=max_new, eos_id=model.tokenizer.eos_id,
+                        K=K, overwrite=True, progress=_progress("calibration trace"),
+                        signature={"model": MODEL, "heads": heads, "set": "calibration"})
+
+
+def _progress(what: str) -> Any:
+    def wrap(items: Sequence[Any]) -> Any:
+        items = list(items)
+        start = time.perf_counter()
+        for i, item in enumerate(items):
+            yield item
+            log(f"{what}: {i + 1}/{len(items)} prompts ({time.perf_counter() - start:.0f} s)")
+    return wrap
+
+
+# ---- simulation ----------------------------------------------------------------------------------
+
+
+def simulate_builders(trace: Any, cases: Sequence[Any], budgets: Sequence[int],
+                      keys: Sequence[str], **make: Any) -> list[dict[str, Any]]:
+    """B per task (pooled tokens / calls over the task's examples) and the building cost per
+    step, for every builder and budget."""
+    from blockdraft.oracle import simulate
+
+    rows = []
+    for budget in budgets:
+        for key in keys:
+            inner = make_builder(key, budget, **make)
+            if inner is None:
+                continue
+            timed = TimedTree(inner, key, budget)
+            start = time.perf_counter()
+            per_task = {}
+            for task, idx in _task_examples(cases).items():
+                per_task[task] = float(simulate(trace, timed, examples=idx).block_efficiency)
+            rows.append({"builder": key, "name": inner.name, "N": budget,
+                         "B": per_task, "B_mean": float(np.mean(list(per_task.values()))),
+                         "nodes": timed.nodes / max(1, timed.calls),
+                         "build_ms": 1e3 * timed.seconds / max(1, timed.calls)})
+            log(f"N = {budget:>2} {inner.name:<28} B {rows[-1]['B_mean']:.3f}  nodes "
+                f"{rows[-1]['nodes']:.1f}  build {rows[-1]['build_ms']:.2f} ms  "
+                f"({time.perf_counter() - start:.0f} s)")
+    return rows
+
+
+def _task_examples(cases: Sequence[Any]) -> dict[str, list[int]]:
+    """Trace example indices per task (example ``i`` is case ``i``)."""
+    out: dict[str, list[int]] = {}
+    for i, case in enumerate(cases):
+        out.setdefault(case.task, []).append(i)
+    return out
+
+
+def choose_alpha(trace: Any, budget: int, alphas: Sequence[float], **make: Any
+                 ) -> tuple[float, dict[str, float]]:
+    """The rescored tree's alpha with the highest B on the calibration trace at ``budget``."""
+    from blockdraft.oracle import simulate
+
+    scores = {}
+    for alpha in alphas:
+        builder = make_builder("rescored-4gram", budget, **{**make, "alpha": alpha})
+        scores[f"{alpha:g}"] = float(simulate(trace, builder).block_efficiency)
+        log(f"calibration: alpha {alpha:g} -> B {scores[f'{alpha:g}']:.3f} (N = {budget})")
+    best = max(alphas, key=lambda a: scores[f"{a:g}"])
+    return best, scores
+
+
+# ---- costs ---------------------------------------------------------------------------------------
+
+
+def _median_s(fn: Any, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def measure_costs(model: Any, prompt: Sequence[int], budgets: Sequence[int], k: int,
+                  repeats: int) -> dict[str, Any]:
+    """Median ms of one tree verification per N, of the lattice, and of a greedy step."""
+    import torch
+
+    from blockdraft.drafts import confidence_tree
+    from blockdraft.lattice import SausageLattice
+    from blockdraft.models import greedy_generate
+    from blockdraft.verify.tree import TreeVerifier
+
+    verifier = TreeVerifier(model)
+    with torch.no_grad():
+        logits, past = verifier.prefill(list(prompt))
+    length = past.length
+    lattice = SausageLattice.from_logits(logits, k, certain_first=True)
+    verify_ms = {}
+    for n in budgets:
+        tree = confidence_tree(lattice, n)
+        verify_ms[str(n)] = 1e3 * _median_s(lambda t=tree: verifier.verify_tree(past, t),
+                                             repeats)
+        if past.length != length:
+            raise RuntimeError("verify_tree changed the cache it was given")
+        log(f"verification of {tree.num_nodes} tree nodes: {verify_ms[str(n)]:.1f} ms")
+    lattice_ms = 1e3 * _median_s(lambda: SausageLattice.from_logits(logits, k,
+                                                                     certain_first=True),
+                                 repeats)
+    steps = 16
+    long = _median_s(lambda: greedy_generate(model, list(prompt), steps + 1), max(3, repeats // 4))
+    short = _median_s(lambda: greedy_generate(model, list(prompt), 1), max(3, repeats // 4))
+    greedy_ms = 1e3 * (long - short) / steps
+    log(f"lattice {lattice_ms:.2f} ms; greedy step {greedy_ms:.1f} ms (prefix {length})")
+    return {"verify_ms": verify_ms, "lattice_ms": lattice_ms, "greedy_ms": greedy_ms,
+            "prefix": length}
+
+
+# ---- online --------------------------------------------------------------------------------------
+
+
+def run_online(model: Any, cases: Sequence[tuple[int, Any]], rows: Sequence[dict[str, Any]],
+               budgets: Sequence[int], keys: Sequence[str], max_new: int,
+               eos: int | None, **make: Any) -> list[dict[str, Any]]:
+    """Reference greedy and every chosen builder decoded online on each ``(trace example
+    index, case)``; per run the wall time, tokens, calls and whether the output equals
+    greedy's."""
+    from blockdraft.models import greedy_generate
+    from blockdraft.verify import decode
+
+    out = []
+    todo = [(key, n) for n in budgets for key in keys
+            if any(r["builder"] == key and r["N"] == n for r in rows)]
+    for done, (i, case) in enumerate(cases):
+        greedy_generate(model, list(case.ids), 2, eos_id=eos)  # warm the allocator
+        start = time.perf_counter()
+        ref = greedy_generate(model, list(case.ids), max_new, eos_id=eos)
+        ref_s = time.perf_counter() - start
+        out.append({"case": i, "task": case.task, "builder": "greedy", "N": 1, "tokens": len(ref),
+                    "calls": len(ref), "wall_s": ref_s, "identical": True})
+        for key, n in todo:
+            builder = make_builder(key, n, **make)
+            start = time.perf_counter()
+            res = decode(model, list(case.ids), tree=builder, criterion="exact",
+                         max_new_tokens=max_new, eos_id=eos)
+            wall = time.perf_counter() - start
+            out.append({"case": i, "task": case.task, "builder": key, "N": n,
+                        "tokens": len(res.tokens),
+                        "calls": res.calls, "wall_s": wall,
+                        "forward_s": sum(s.forward_s for s in res.steps),
+                        "draft_s": res.draft_s, "identical": list(res.tokens) == ref})
+        log(f"online: prompt {done + 1}/{len(cases)} ({case.task}) done")
+    return out
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Args:
+    preset: str
+    threads: int
+    dtype: str
+    k: int
+    budgets: tuple[int, ...]
+    builders: tuple[str, ...]
+    online_budgets: tuple[int, ...]
+    online_builders: tuple[str, ...]
+    online_max_new: int
+    repeats: int
+    seed: int
+    out: Path
+    argv: tuple[str, ...]
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--full", action="store_const", dest="preset", const="full")
+    size.add_argument("--smoke", action="store_const", dest="preset", const="smoke")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: see NOTES)")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--k", type=int, default=10, help="lattice width of every builder")
+    ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
+    ap.add_argument("--builders", nargs="+", default=list(BUILDERS), choices=BUILDERS)
+    ap.add_argument("--online-budgets", type=int, nargs="*", default=[16, 32])
+    ap.add_argument("--online-builders", nargs="*", choices=BUILDERS,
+                    default=["calibrated", "eagle2", "rescored-4gram"])
+    ap.add_argument("--online-max-new-tokens", type=int, default=64,
+                    help="tokens per online decode (the traces use the preset's)")
+    ap.add_argument("--repeats", type=int, default=15, help="timed repeats per cost")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(raw)
+    preset = a.preset or "quick"
+    if a.k < 10 and "mc_sim_7b_63" in a.builders:
+        ap.error("mc_sim_7b_63 reads ranks 0-9: use --k 10 or more, or leave it out")
+    return Args(preset, a.threads, a.dtype, a.k, tuple(a.budgets), tuple(a.builders),
+                tuple(a.online_budgets), tuple(a.online_builders), a.online_max_new_tokens,
+                a.repeats, a.seed,
+                a.out or PRESETS[preset][3], tuple(raw))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+    from tasks import REAL_TASKS
+
+    from blockdraft.core.files import cache_dir
+    from blockdraft.core.signature import environment
+    from blockdraft.models import load_model
+    from blockdraft.oracle import rank_accuracies
+    from blockdraft.rescorers.ngram import NgramLM
+
+    args = parse_args(argv)
+    per_task, max_new, n_cal, _, corpus = PRESETS[args.preset]
+    wall = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    cache = cache_dir("bench", "trees")
+    log(f"loading {MODEL} ({args.dtype}, {args.threads} threads)")
+    model = load_model(MODEL, dtype=args.dtype)
+    heads = heads_label(MODEL)
+    cases = build_cases(model.tokenizer, REAL_TASKS, per_task, 400, args.seed)
+    trace = benchmark_trace(model, cases, max_new, args.k, cache, heads, args.dtype)
+    cal = calibration_trace(model, n_cal, max_new, args.k, cache, heads, args.dtype)
+    lm_path, lm_info = ensure_ngram(corpus, 4, cache_dir("bench", "real"))
+    lm = NgramLM(lm_path)
+    lm.check_vocab(model.config.vocab_size, tokenizer=model.tokenizer)
+    accuracies = rank_accuracies(cal, args.k)
+    make = {"k": args.k, "lm": lm, "accuracies": accuracies}
+    alpha, alpha_b = choose_alpha(cal, 32 if 32 in args.budgets else max(args.budgets), ALPHAS,
+                                  **{**make, "alpha": 1.0})
+    make["alpha"] = alpha
+    rows = simulate_builders(trace, cases, args.budgets, args.builders, **make)
+    sizes = sorted({*args.budgets, model.h})  # the chain verifies at most h nodes
+    costs = measure_costs(model, cases[0].ids, sizes, args.k, args.repeats)
+    online_cases = [next((i, c) for i, c in enumerate(cases) if c.task == t) for t in REAL_TASKS]
+    online = run_online(model, online_cases, rows, args.online_budgets, args.online_builders,
+                        args.online_max_new, model.tokenizer.eos_id, **make)
+    fields = {
+        "model": f"{MODEL}(SmolLM2-135M-Instruct)", "heads": heads, "dtype": args.dtype,
+        "threads": args.threads, "h": model.h, "k": args.k, "alpha": alpha,
+        "lm": f"{lm_info['name']}({lm_info['ngrams']})", "tasks": "+".join(REAL_TASKS),
+        "prompts_per_task": per_task, "max_new_tokens": max_new, "calibration_prompts": n_cal,
+        "online_max_new_tokens": args.online_max_new,
+        "criterion": "exact", "seed": args.seed, "torch": torch.__version__,
+        **environment("cpu"),
+    }
+    command = ("python benchmarks/bench_trees.py " + shlex.join(args.argv)).strip()
+    report = make_report(rows=rows, costs=costs, online=online, fields=fields, tasks=REAL_TASKS,
+                         command=command, accuracies=accuracies, alpha_b=alpha_b, lm=lm_info,
+                         wall_s=time.perf_counter() - wall)
+    paths = write_report(report, args.out)
+    print(markdown(report))
+    log("wrote " + ", ".join(str(p) for p in paths))
+    return 0 if all(r["identical"] for r in online) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,249 @@
+"""The report of the tree benchmark (``bench_trees.py``): B and speedup against the budget N.
+
+    make_report(rows=..., costs=..., online=..., ...)   the JSON-ready report, targets judged
+    markdown(report) -> str; plot(report, path); write_report(report, out) -> paths
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from real_report import _finite, _median
+
+DEFINITIONS = [
+    "N: the budget, nodes of the tree (the root, the certain token, included), i.e. the tokens "
+    "one verification forward processes. A builder may fill fewer (the chain has at most h "
+    "nodes; 'nodes' is the mean actually built).",
+    "B: mean accepted tokens per verification call, the bonus token included (greedy = 1.00): "
+    "per task generated tokens / calls pooled over the task's prompts, from the trace "
+    "(blockdraft.oracle.simulate, equal to the online decode step by step); 'mean' is the mean "
+    "over tasks.",
+    "verify ms: median wall time of one TreeVerifier.verify_tree call over a tree of that many "
+    "nodes on the first prompt's cache (forward with the tree mask, acceptance, cache gather, "
+    "next head logits). greedy ms: the reference loop's per-token cost (greedy_generate).",
+    "build ms: the builder's mean time per step (propose_tree), measured while simulating. "
+    "lattice ms: top-k of every head over the vocabulary.",
+    "est. speedup: B x greedy ms / (verify ms at the tree's size + lattice ms + build ms): "
+    "the decode loop's costs, measured on this machine in this run.",
+    "measured speedup: end-to-end tokens/s of decode(tree=builder) over the reference greedy "
+    "loop on the same prompt (one prompt per task), median over prompts; identical: the output "
+    "equals greedy's token for token.",
+]
+
+
+def _verify_ms(costs: dict[str, Any], nodes: float) -> float:
+    """The measured verification cost for a tree of ``nodes`` (mean) nodes: the smallest
+    measured size that holds it."""
+    sizes = sorted(int(n) for n in costs["verify_ms"])
+    size = next((n for n in sizes if n >= nodes - 1e-9), sizes[-1])
+    return float(costs["verify_ms"][str(size)])
+
+
+def _online_summary(online: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (builder, N): B, median speedup over greedy, identical outputs."""
+    ref = {r["case"]: r for r in online if r["builder"] == "greedy"}
+    keys = list(dict.fromkeys((r["builder"], r["N"]) for r in online if r["builder"] != "greedy"))
+    out = []
+    for key, n in keys:
+        runs = [r for r in online if r["builder"] == key and r["N"] == n]
+        speedups = [(r["tokens"] / r["wall_s"]) / (ref[r["case"]]["tokens"]
+                                                     / ref[r["case"]]["wall_s"]) for r in runs]
+        out.append({"builder": key, "N": n, "prompts": len(runs),
+                    "B": sum(r["tokens"] for r in runs) / sum(r["calls"] for r in runs),
+                    "speedup": _median(speedups), "speedups": speedups,
+                    "identical": sum(r["identical"] for r in runs)})
+    return out
+
+
+def make_report(*, rows: list[dict[str, Any]], costs: dict[str, Any],
+                online: list[dict[str, Any]], fields: dict[str, Any], tasks: Sequence[str],
+                command: str, accuracies: np.ndarray, alpha_b: dict[str, float],
+                lm: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """The report: signature, rows with estimated speedups, costs, online runs, targets."""
+    from blockdraft.core.signature import format_signature
+
+    for r in rows:
+        step = _verify_ms(costs, r["nodes"]) + costs["lattice_ms"] + r["build_ms"]
+        r["step_ms"] = step
+        r["est_speedup"] = r["B_mean"] * costs["greedy_ms"] / step
+        r["build_share"] = r["build_ms"] / _verify_ms(costs, r["nodes"])
+    summary = _online_summary(online)
+    report = {
+        "signature": format_signature(fields), "fields": fields, "command": command,
+        "wall_s": wall_s, "tasks": list(tasks), "definitions": DEFINITIONS, "costs": costs,
+        "rows": rows, "online": summary, "online_runs": online,
+        "calibration": {"alpha_B": alpha_b, "accuracies_top3": np.round(
+            accuracies[:, :3], 4).tolist()},
+        "lm": lm, "targets": _targets(rows, summary),
+    }
+    return _finite(report)
+
+
+def _row(rows: Sequence[dict[str, Any]], key: str, n: int) -> dict[str, Any] | None:
+    return next((r for r in rows if r["builder"] == key and r["N"] == n), None)
+
+
+def _targets(rows: list[dict[str, Any]], online: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    res, cal, eag = (_row(rows, k, 32) for k in ("rescored-4gram", "calibrated", "eagle2"))
+    if res and cal and eag:
+        gain = res["B_mean"] / max(cal["B_mean"], eag["B_mean"]) - 1
+        out.append({"target": "N = 32: the lattice-rescored tree accepts >= 10% more tokens per "
+                              "call than both the calibrated Medusa tree and the EAGLE-2-style "
+                              "tree (mean over tasks)",
+                    "measured": f"B {res['B_mean']:.3f} vs {cal['B_mean']:.3f} (calibrated), "
+                                f"{eag['B_mean']:.3f} (EAGLE-2-style): {100 * gain:+.1f}%",
+                    "met": gain >= 0.10})
+    lossless = [o for o in online if o["identical"] == o["prompts"] and o["speedup"] is not None]
+    if lossless:
+        best = max(lossless, key=lambda o: o["speedup"])
+        out.append({"target": "the best lossless tree strategy: >= 2.0x the greedy reference's "
+                              "tokens/s (measured online)",
+                    "measured": f"{best['speedup']:.2f}x ({best['builder']}, N = {best['N']})",
+                    "met": best["speedup"] >= 2.0})
+    if rows:
+        best = max(rows, key=lambda r: r["est_speedup"])
+        out.append({"target": "the same, estimated from B and the measured step costs",
+                    "measured": f"{best['est_speedup']:.2f}x ({best['builder']}, N = {best['N']})",
+                    "met": best["est_speedup"] >= 2.0})
+        worst = max(rows, key=lambda r: r["build_share"])
+        out.append({"target": "tree building within the drafting budget (<= 10% of a forward)",
+                    "measured": f"worst {100 * worst['build_share']:.1f}% ({worst['builder']}, "
+                                f"N = {worst['N']}, {worst['build_ms']:.2f} ms)",
+                    "met": worst["build_share"] <= 0.10})
+    return out
+
+
+# ---- Markdown ------------------------------------------------------------------------------------
+
+
+def _grid(rows: Sequence[dict[str, Any]], value: str, fmt: str) -> list[str]:
+    budgets = sorted({r["N"] for r in rows})
+    names = list(dict.fromkeys(r["builder"] for r in rows))
+    lines = ["| builder | " + " | ".join(f"N = {n}" for n in budgets) + " |",
+             "|---|" + "---|" * len(budgets)]
+    for key in names:
+        label = next(r["name"] for r in rows if r["builder"] == key)
+        cells = []
+        for n in budgets:
+            r = _row(rows, key, n)
+            cells.append("-" if r is None else format(r[value], fmt))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown."""
+    rows, costs, tasks = report["rows"], report["costs"], report["tasks"]
+    f = report["fields"]
+    out = ["# Token trees at equal budget: SmolLM2-135M-Instruct with its Medusa heads", "",
+           f"Command: `{report['command']}` ({report['wall_s'] / 60:.1f} min)", "",
+           f"Signature: `{report['signature']}`", "",
+           "Definitions:", "", *[f"- {d}" for d in report["definitions"]], "",
+           f"Lattice width k = {f['k']} for every builder; the rescored builders use the exact "
+           f"{report['lm'].get('order', 4)}-gram over SmolLM2 ids ({report['lm'].get('name')}, "
+           f"{report['lm'].get('ngrams')} n-grams) with alpha = {f['alpha']:g}, chosen on the "
+           f"calibration trace (B at N = 32 for alpha "
+           + ", ".join(f"{a}: {b:.3f}" for a, b in report["calibration"]["alpha_B"].items())
+           + "). The calibrated Medusa tree uses per-depth, per-rank head accuracies measured "
+           "on the same calibration trace (held-out distillation prompts).", "",
+           "## B (mean accepted tokens per call) against N, mean over tasks", "",
+           *_grid(rows, "B_mean", ".3f"), "",
+           "## Estimated speedup over greedy against N", "",
+           *_grid(rows, "est_speedup", ".2f"), "",
+           "## Costs (ms, medians)", "",
+           f"Greedy step {costs['greedy_ms']:.1f} ms; lattice {costs['lattice_ms']:.2f} ms; "
+           f"prefix {costs['prefix']} tokens.", "",
+           "| tree nodes | " + " | ".join(costs["verify_ms"]) + " |",
+           "|---|" + "---|" * len(costs["verify_ms"]),
+           "| verify ms | " + " | ".join(f"{v:.1f}" for v in costs["verify_ms"].values()) + " |",
+           "| / greedy step | " + " | ".join(f"{v / costs['greedy_ms']:.2f}"
+                                            for v in costs["verify_ms"].values()) + " |", "",
+           "Tree building per step (ms):", "", *_grid(rows, "build_ms", ".2f"), ""]
+    n32 = [r for r in rows if r["N"] == 32] or rows
+    out += [f"## B per task at N = {n32[0]['N']}", "",
+            "| builder | " + " | ".join(tasks) + " | mean |",
+            "|---|" + "---|" * (len(tasks) + 1)]
+    for r in n32:
+        out.append(f"| {r['name']} | " + " | ".join(f"{r['B'][t]:.3f}" for t in tasks)
+                   + f" | {r['B_mean']:.3f} |")
+    out += ["", "## Measured end to end (one prompt per task)", ""]
+    if report["online"]:
+        out += ["| builder | N | prompts | B | speedup (median) | identical |",
+                "|---|---|---|---|---|---|"]
+        for o in report["online"]:
+            sp = "-" if o["speedup"] is None else f"{o['speedup']:.2f}x"
+            out.append(f"| {o['builder']} | {o['N']} | {o['prompts']} | {o['B']:.3f} | {sp} | "
+                       f"{o['identical']}/{o['prompts']} |")
+    else:
+        out.append("Not run (--online-budgets empty).")
+    out += ["", "## Targets (issue 12)", "", "| target | measured | met |", "|---|---|---|"]
+    for t in report["targets"]:
+        out.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |")
+    out += ["", "Calibration: top-3 rank accuracies per depth (depth 1 first): "
+            + "; ".join("/".join(f"{a:.3f}" for a in accs)
+                        for accs in report["calibration"]["accuracies_top3"]) + ".", ""]
+    return "\n".join(out)
+
+
+# ---- plot ----------------------------------------------------------------------------------------
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """B and speedup against N per builder (measured speedups as filled markers)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from blockdraft.core.files import atomic_path
+
+    rows = report["rows"]
+    names = list(dict.fromkeys(r["builder"] for r in rows))
+    fig, (ax_b, ax_s) = plt.subplots(1, 2, figsize=(11.0, 4.6))
+    for i, key in enumerate(names):
+        mine = sorted((r for r in rows if r["builder"] == key), key=lambda r: r["N"])
+        color = f"C{i}"
+        xs = [r["N"] for r in mine]
+        style = {"marker": "o" if len(mine) > 1 else "*", "markersize": 5 if len(mine) > 1 else 11}
+        ax_b.plot(xs, [r["B_mean"] for r in mine], color=color, label=mine[0]["name"], **style)
+        ax_s.plot(xs, [r["est_speedup"] for r in mine], color=color, linestyle="--", **style)
+        measured = [o for o in report["online"] if o["builder"] == key and o["speedup"]]
+        if measured:
+            ax_s.plot([o["N"] for o in measured], [o["speedup"] for o in measured], color=color,
+                      marker="s", linestyle="none", markersize=7)
+    for ax in (ax_b, ax_s):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({r["N"] for r in rows}))
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("N (tree nodes per verification forward)")
+        ax.grid(alpha=0.3)
+    ax_b.set_ylabel("B, accepted tokens per call (mean over tasks)")
+    ax_s.set_ylabel("speedup over greedy (dashed: estimated; squares: measured)")
+    ax_s.axhline(1.0, color="red", linewidth=1, linestyle=":")
+    ax_b.legend(fontsize=7)
+    fig.suptitle(f"{report['fields'].get('model')}: token trees at equal budget", fontsize=10)
+    caption = "\n".join([report["command"], *textwrap.wrap(report["signature"], 190,
+                                                            break_on_hyphens=False)])
+    fig.text(0.01, 0.005, caption, fontsize=5, family="monospace", va="bottom")
+    fig.tight_layout(rect=(0, 0.02 * (caption.count("\n") + 2), 1, 0.95))
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=130)
+    plt.close(fig)
+
+
+def write_report(report: dict[str, Any], out: Path, stem: str = "trees") -> list[Path]:
+    """``<stem>.json``, ``<stem>.md`` and ``<stem>.png`` in ``out`` (each written atomically)."""
+    from blockdraft.core.files import write_text_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{stem}.json", out / f"{stem}.md", out / f"{stem}.png"]
+    write_text_atomic(paths[0], json.dumps(report, indent=1, allow_nan=False) + "\n")
+    write_text_atomic(paths[1], markdown(report))
+    plot(report, paths[2])
+    return paths

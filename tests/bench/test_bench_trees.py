@@ -1,0 +1,110 @@
+"""benchmarks/bench_trees.py on a tiny random Hugging Face Llama with random Medusa heads:
+every builder simulated at every budget, offline B equal to the online decode's, every online
+output equal to greedy's, the costs measured without touching the cache, and the report's
+figures consistent with each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from test_bench_real import EOS, _cases, _lm, _module, _tiny  # noqa: E402  (beside this test)
+
+BUDGETS = (4, 8)
+MAX_NEW = 12
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from blockdraft.oracle import rank_accuracies
+    from blockdraft.oracle.record import record_trace
+
+    bench = _module("bench_trees")
+    tmp = tmp_path_factory.mktemp("bench-trees")
+    model = _tiny()
+    cases = _cases(_module("bench_real"))
+    lm = _lm(model, cases, tmp)
+    trace = record_trace(model, [c.ids for c in cases], tmp / "trace", max_new_tokens=MAX_NEW,
+                         eos_id=EOS, K=10)
+    keys = [b for b in bench.BUILDERS if lm is not None or "gram" not in b or b == "trie-0gram"]
+    make = {"k": 10, "lm": lm, "alpha": 0.5, "accuracies": rank_accuracies(trace, 10)}
+    rows = bench.simulate_builders(trace, cases, BUDGETS, keys, **make)
+    costs = bench.measure_costs(model, cases[0].ids, sorted({*BUDGETS, model.h}), 10, 2)
+    online = bench.run_online(model, [(1, cases[1]), (2, cases[2])], rows, BUDGETS, keys,
+                              MAX_NEW, EOS, **make)
+    return {"bench": bench, "model": model, "cases": cases, "trace": trace, "rows": rows,
+            "costs": costs, "online": online, "keys": keys, "make": make, "tmp": tmp}
+
+
+def test_every_builder_at_every_budget(run: dict[str, Any]) -> None:
+    rows, tasks = run["rows"], {c.task for c in run["cases"]}
+    for key in run["keys"]:
+        mine = [r for r in rows if r["builder"] == key]
+        want = [] if key == "mc_sim_7b_63" else list(BUDGETS)  # Medusa's tree is N = 64 only
+        assert sorted(r["N"] for r in mine) == want, key
+        for r in mine:
+            assert set(r["B"]) == tasks
+            assert 1.0 <= r["B_mean"] <= run["model"].h
+            assert 1 <= r["nodes"] <= r["N"] and r["build_ms"] >= 0
+    chain = {r["N"]: r for r in rows if r["builder"] == "chain"}
+    assert chain[4]["nodes"] == 4 and chain[8]["nodes"] == run["model"].h  # at most h nodes
+
+
+def test_offline_b_is_the_online_decodes(run: dict[str, Any]) -> None:
+    """Per task and builder the simulated B (pooled over the task's prompts) is what the online
+    decode made on the same prompts, and every online output is greedy's."""
+    from blockdraft.oracle import simulate
+
+    bench, trace, cases = run["bench"], run["trace"], run["cases"]
+    online = run["online"]
+    assert all(r["identical"] for r in online)
+    for r in online:
+        if r["builder"] == "greedy":
+            continue
+        i = r["case"]
+        assert cases[i].task == r["task"]
+        builder = bench.make_builder(r["builder"], r["N"], **run["make"])
+        sim = simulate(trace, builder, examples=[i])
+        assert (int(sim.generated.sum()), int(sim.calls.sum())) == (r["tokens"], r["calls"]), (
+            r["builder"], r["N"], r["task"])
+
+
+def test_costs(run: dict[str, Any]) -> None:
+    costs = run["costs"]
+    assert set(costs["verify_ms"]) == {str(n) for n in sorted({*BUDGETS, run["model"].h})}
+    assert all(v > 0 for v in costs["verify_ms"].values())
+    assert costs["greedy_ms"] > 0 and costs["lattice_ms"] > 0
+    assert costs["prefix"] == len(run["cases"][0].ids)
+
+
+def test_report(run: dict[str, Any]) -> None:
+    report_mod = _module("tree_report")
+    rows = [dict(r) for r in run["rows"]]
+    rep = report_mod.make_report(
+        rows=rows, costs=run["costs"], online=run["online"],
+        fields={"model": "tiny", "k": 10, "alpha": 0.5}, tasks=["task-a", "task-b"],
+        command="python benchmarks/bench_trees.py --test", accuracies=run["make"]["accuracies"],
+        alpha_b={"0.5": 1.2}, lm={"name": "lm3", "order": 3, "ngrams": 10}, wall_s=1.0)
+    costs = run["costs"]
+    for r in rep["rows"]:
+        size = min(int(n) for n in costs["verify_ms"] if int(n) >= r["nodes"] - 1e-9)
+        step = costs["verify_ms"][str(size)] + costs["lattice_ms"] + r["build_ms"]
+        assert r["est_speedup"] == pytest.approx(r["B_mean"] * costs["greedy_ms"] / step)
+    for o in rep["online"]:
+        runs = [r for r in run["online"] if r["builder"] == o["builder"] and r["N"] == o["N"]]
+        assert o["B"] == pytest.approx(sum(r["tokens"] for r in runs)
+                                       / sum(r["calls"] for r in runs))
+        assert o["identical"] == len(runs)
+    assert {t["target"].split(":")[0] for t in rep["targets"]} >= {
+        "the best lossless tree strategy", "tree building within the drafting budget (<= 10% "
+        "of a forward)"}
+    paths = report_mod.write_report(rep, Path(run["tmp"]) / "out")
+    assert [p.name for p in paths] == ["trees.json", "trees.md", "trees.png"]
+    text = paths[1].read_text()
+    assert "python benchmarks/bench_trees.py --test" in text and "N = 8" in text
+    assert np.isfinite(rep["costs"]["greedy_ms"])
