@@ -336,6 +336,22 @@ def run_online(model: Any, cases: Sequence[tuple[int, Any]], rows: Sequence[dict
 # ---- main ----------------------------------------------------------------------------------------
 
 
+def lm_file(choice: str, corpus: str) -> tuple[Path, dict[str, Any]]:
+    """``(binary, info)`` of ``--lm``: the cached corpus 4-gram, or a given KenLM binary."""
+    from blockdraft.core.files import cache_dir
+    from blockdraft.rescorers.ngram.train import arpa_counts
+
+    if choice == "auto":
+        return ensure_ngram(corpus, 4, cache_dir("bench", "real"))
+    path = Path(choice)
+    arpa = path.with_suffix(".arpa")
+    if not path.is_file() or not arpa.is_file():
+        raise SystemExit(f"--lm {choice}: needs the KenLM binary and its .arpa beside it")
+    counts = arpa_counts(arpa)
+    return path, {"name": path.stem, "order": len(counts), "ngrams": int(sum(counts)),
+                  "counts": list(counts), "command": f"(given: {choice})"}
+
+
 @dataclass(frozen=True)
 class Args:
     preset: str
@@ -343,6 +359,7 @@ class Args:
     dtype: str
     k: int
     budgets: tuple[int, ...]
+    lm: str
     builders: tuple[str, ...]
     online_budgets: tuple[int, ...]
     online_builders: tuple[str, ...]
@@ -369,6 +386,10 @@ def parse_args(argv: list[str] | None = None) -> Args:
                     default=["calibrated", "eagle2", "rescored-4gram"])
     ap.add_argument("--online-max-new-tokens", type=int, default=64,
                     help="tokens per online decode (the traces use the preset's)")
+    ap.add_argument("--lm", default="auto",
+                    help="the rescorers' n-gram LM: auto (the real-model benchmark's 4-gram "
+                         "over SmolLM2 ids of the pretraining corpus, trained once and cached), "
+                         "or a KenLM binary over SmolLM2 ids (with its .arpa beside it)")
     ap.add_argument("--repeats", type=int, default=15, help="timed repeats per cost")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
@@ -376,7 +397,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     preset = a.preset or "quick"
     if a.k < 10 and "mc_sim_7b_63" in a.builders:
         ap.error("mc_sim_7b_63 reads ranks 0-9: use --k 10 or more, or leave it out")
-    return Args(preset, a.threads, a.dtype, a.k, tuple(a.budgets), tuple(a.builders),
+    return Args(preset, a.threads, a.dtype, a.k, tuple(a.budgets), a.lm, tuple(a.builders),
                 tuple(a.online_budgets), tuple(a.online_builders), a.online_max_new_tokens,
                 a.repeats, a.seed,
                 a.out or PRESETS[preset][3], tuple(raw))
@@ -403,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = build_cases(model.tokenizer, REAL_TASKS, per_task, 400, args.seed)
     trace = benchmark_trace(model, cases, max_new, args.k, cache, heads, args.dtype)
     cal = calibration_trace(model, n_cal, max_new, args.k, cache, heads, args.dtype)
-    lm_path, lm_info = ensure_ngram(corpus, 4, cache_dir("bench", "real"))
+    lm_path, lm_info = lm_file(args.lm, corpus)
     lm = NgramLM(lm_path)
     lm.check_vocab(model.config.vocab_size, tokenizer=model.tokenizer)
     accuracies = rank_accuracies(cal, args.k)

@@ -224,10 +224,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.set_xlabel("N (tree nodes per verification forward)")
         ax.grid(alpha=0.3)
     ax_b.set_ylabel("B, accepted tokens per call (mean over tasks)")
-    ax_s.set_ylabel("speedup over greedy (dashed: estimated; squares: measured)")
+    ax_s.set_ylabel("speedup over greedy\n(dashed: estimated; squares: measured)")
     ax_s.axhline(1.0, color="red", linewidth=1, linestyle=":")
     ax_b.legend(fontsize=7)
-    fig.suptitle(f"{report['fields'].get('model')}: token trees at equal budget", fontsize=10)
+    fig.suptitle(f"{report['fields'].get('model')}: token trees at equal budget N",
+                 fontsize=10)
     caption = "\n".join([report["command"], *textwrap.wrap(report["signature"], 190,
                                                             break_on_hyphens=False)])
     fig.text(0.01, 0.005, caption, fontsize=5, family="monospace", va="bottom")

@@ -73,6 +73,52 @@ def test_ngram_train_from_ids(tmp_path, word_corpus, capsys):
     assert NgramRescorer(NgramLM(out["binary"])).rescore(lat, [], 1).p == 1
 
 
+def _distill_folder(tmp_path, train, held):
+    """A distillation set on disk (plan + shards, as the distill step writes them), with the
+    given answers in its training and held-out splits (hidden states are dummies)."""
+    import torch
+
+    from blockdraft.models.hf.shards import Shard, write_shard
+
+    folder = tmp_path / "distill"
+    folder.mkdir()
+    shards = []
+    for name, split, answers in (("heldout-00000", "heldout", held),
+                                 ("train-00000", "train", train[:150]),
+                                 ("train-00001", "train", train[150:])):
+        idx = list(range(len(shards) * 1000, len(shards) * 1000 + len(answers)))
+        shard = Shard.from_lists(idx, [[1, 2]] * len(answers), answers,
+                                 [torch.zeros(len(a), 4) for a in answers])
+        write_shard(folder / f"{name}.safetensors", shard, {"prompts": str(len(answers))})
+        shards.append({"name": name, "split": split, "prompts": idx})
+    (folder / "plan.json").write_text(json.dumps({"settings": {}, "shards": shards}))
+    return folder
+
+
+def test_ngram_train_from_a_distillation_set(tmp_path, word_corpus, capsys):
+    """--distilled adds the training answers (every one, never the held-out split), alone or
+    beside --ids; a set without a finished training shard is refused."""
+    train = [list(map(int, line)) for line in word_corpus.train[:300]]
+    held = [[7] * 50] * 20  # would change the counts if it were read
+    folder = _distill_folder(tmp_path, train, held)
+    assert main(["ngram", "train", "--distilled", str(folder), "--order", "3", "-o",
+                 str(tmp_path / "lm"), "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["tokens"] == sum(len(a) for a in train)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(" ".join(map(str, line)) for line in word_corpus.train[300:400]))
+    assert main(["ngram", "train", "--ids", str(ids), "--distilled", str(folder), "--order", "3",
+                 "-o", str(tmp_path / "lm2"), "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert both["tokens"] == alone["tokens"] + sum(len(x) for x in word_corpus.train[300:400])
+    for f in folder.glob("train-*"):
+        f.unlink()
+    assert main(["ngram", "train", "--distilled", str(folder), "-o", str(tmp_path / "x")]) == 1
+    assert "no finished training shard" in capsys.readouterr().err
+    assert main(["ngram", "train", "-o", str(tmp_path / "x")]) == 1
+    assert "--distilled" in capsys.readouterr().err
+
+
 def test_bench_rescore_runs_both_backends(tmp_path, word_corpus, arpa_lms, capsys):
     held = tmp_path / "held.txt"
     held.write_text(" ".join(map(str, word_corpus.held_out[:2000])))

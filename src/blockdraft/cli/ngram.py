@@ -24,17 +24,20 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
     from blockdraft.core.signature import human_count
     from blockdraft.rescorers.ngram import train_ngram
 
+    if not (args.text or args.ids or args.distilled):
+        raise CliError("give the training sequences: --text FILE..., --ids FILE... and/or "
+                       "--distilled FOLDER")
     info = None
     if args.tokenizer:
         from blockdraft.models import load_tokenizer
 
         tok = load_tokenizer(args.tokenizer)
         info = tok.info(str(args.tokenizer))
+    seqs: list[np.ndarray] = []
     if args.ids:
-        seqs: list[np.ndarray] = []
         for f in args.ids:
             seqs += read_id_lines(Path(f))
-    else:
+    elif args.text:
         if not args.tokenizer:
             raise CliError("--text needs --tokenizer (a model name such as smollm2, a model or "
                            "tokenizer folder, a tokenizer.json or a .gguf file)")
@@ -43,6 +46,14 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
             lines += [ln for ln in read_text_file(Path(f), "text file").splitlines()
                       if ln.strip()]
         seqs = [np.asarray(ids, dtype=np.int64) for ids in tok.encode_batch(lines)]
+    if args.distilled:
+        from blockdraft.models.hf.shards import open_distill_set
+
+        answers = open_distill_set(args.distilled).answers("train")
+        if not answers:
+            raise CliError(f"the distillation set {args.distilled} has no finished training "
+                           "shard; run blockdraft.models.hf.distill first")
+        seqs += [a.astype(np.int64) for a in answers]
     r = train_ngram(seqs, args.output, order=args.order, prune=args.prune, memory=args.memory,
                     binary=not args.no_binary, tokenizer=info)
     if args.json:
@@ -67,9 +78,13 @@ def add_parsers(sub: Any) -> None:
     ng = add_group(sub, "ngram", "n-gram LM tools")
     p = add_command(ng, "train", "train an n-gram LM over token ids (lmplz + build_binary)",
                     cmd_ngram_train)
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--text", nargs="+", help="text files, one document per line")
     src.add_argument("--ids", nargs="+", help="files of whitespace-separated token ids")
+    p.add_argument("--distilled", type=Path, default=None,
+                   help="a distillation set (python -m blockdraft.models.hf.distill): add the "
+                        "base model's own answers of its training split (never the held-out "
+                        "one) as sequences, alone or beside --text/--ids")
     p.add_argument("--tokenizer",
                    help="the token ids' tokenizer: a model name (smollm2), a Hugging Face "
                         "model folder or .gguf file, a blockdraft model folder, a tokenizer.json "

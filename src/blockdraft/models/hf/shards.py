@@ -16,6 +16,7 @@ ones. A shard of ``P`` prompts with ``N`` answer tokens holds
 
 Public surface:
     Shard, write_shard(path, shard, metadata), read_shard(path)
+    read_answers(path) -> [int32 array]         a shard's answers only (no hidden states)
     DistillSet, open_distill_set(folder)        what a folder holds so far
 """
 
@@ -126,6 +127,23 @@ def read_shard(path: str | os.PathLike[str]) -> Shard:
     )
 
 
+def read_answers(path: str | os.PathLike[str]) -> list[np.ndarray]:
+    """The answers ``y_1 .. y_m`` of every prompt of a shard (int32 arrays, shard order),
+    read without the hidden states.
+
+    Raises:
+        ModelError: a missing or unreadable file.
+    """
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as f:
+            ids, offsets = f.get_tensor("answer_ids"), f.get_tensor("answer_offsets")
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ModelError(f"cannot read distillation shard {str(path)!r}: {e}") from e
+    return [ids[offsets[p]:offsets[p + 1]] for p in range(offsets.size - 1)]
+
+
 @dataclass
 class DistillSet:
     """A distillation folder: its plan and the shards finished so far.
@@ -152,6 +170,10 @@ class DistillSet:
     def load(self, split: str) -> list[Shard]:
         """The finished shards of ``split``, read into memory."""
         return [read_shard(self.shard_path(n)) for n in self.shards(split)]
+
+    def answers(self, split: str = "train") -> list[np.ndarray]:
+        """The base model's answers of the finished shards of ``split`` (int32 arrays)."""
+        return [a for n in self.shards(split) for a in read_answers(self.shard_path(n))]
 
     def summary(self) -> dict[str, int]:
         """Prompts and answer tokens per finished split (from the shard headers)."""
