@@ -74,7 +74,8 @@ PRESETS = {  # prompts per task, max new tokens, calibration prompts, results, L
 BUDGETS = (4, 8, 16, 32, 64)
 ALPHAS = (0.25, 0.5, 1.0)
 BUILDERS = ("chain", "trie-0gram", "trie-4gram", "mc_sim_7b_63", "calibrated", "eagle2",
-            "rescored-4gram")
+            "rescored-4gram", "rescored-neural")
+RESCORED = ("rescored-4gram", "rescored-neural")
 
 
 # ---- the builders --------------------------------------------------------------------------------
@@ -99,8 +100,10 @@ class TimedTree:
 
 
 def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
-                 accuracies: np.ndarray) -> Any | None:
-    """The builder ``key`` at budget ``budget`` (None where it has no tree of that size)."""
+                 accuracies: np.ndarray, neural: Any = None,
+                 alphas: dict[str, float] | None = None) -> Any | None:
+    """The builder ``key`` at budget ``budget`` (None where it has no tree of that size, or
+    lacks its LM). ``alphas``: a rescored builder's own alpha (else ``alpha``)."""
     from blockdraft.drafts import (
         MC_SIM_7B_63,
         ConfidenceTreeDrafter,
@@ -127,42 +130,41 @@ def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
         return MedusaTreeDrafter(drafter.choices, k=k, name="Medusa calibrated")
     if key == "eagle2":
         return ConfidenceTreeDrafter(k=k, budget=budget, name="EAGLE-2-style confidence")
+    alpha = (alphas or {}).get(key, alpha)
     if key == "rescored-4gram":
         return RescoredTreeDrafter(lm, k=k, budget=budget, alpha=alpha,
                                    name="lattice-rescored 4-gram")
+    if key == "rescored-neural":
+        return None if neural is None else RescoredTreeDrafter(
+            neural, k=k, budget=budget, alpha=alpha, name="lattice-rescored neural")
     raise ValueError(f"unknown builder {key!r}; choose from {', '.join(BUILDERS)}")
 
 
 # ---- traces --------------------------------------------------------------------------------------
 
 
-def benchmark_trace(model: Any, cases: Sequence[Any], max_new: int, K: int, cache: Path,
-                    heads: str, dtype: str) -> Any:
-    """The trace of the benchmark prompts (recorded once per setting, then cached)."""
+def cached_trace(model: Any, prompts: Sequence[Sequence[int]], what: str, label: str,
+                 max_new: int, K: int, eos: int | None, cache: Path) -> Any:
+    """The trace of ``prompts`` (recorded once per model, prompts and settings; cached)."""
     from blockdraft.oracle import Trace
     from blockdraft.oracle.record import record_trace
 
-    key = _key("eval", heads, dtype, K, max_new, *[c.ids for c in cases])
-    path = cache / f"eval-{key}"
+    path = cache / f"{what}-{_key(what, label, K, max_new, eos, *prompts)}"
     if (path / "meta.json").is_file():
         return Trace.open(path)
-    log(f"recording the benchmark trace: {len(cases)} prompts x {max_new} tokens (once)")
-    return record_trace(model, [c.ids for c in cases], path, max_new_tokens=max_new,
-                        eos_id=model.tokenizer.eos_id, K=K, overwrite=True,
-                        signature={"model": MODEL, "heads": heads, "set": "benchmark"},
-                        progress=_progress("benchmark trace"))
+    log(f"recording the {what} trace: {len(prompts)} prompts x {max_new} tokens (once)")
+    return record_trace(model, prompts, path, max_new_tokens=max_new, eos_id=eos, K=K,
+                        overwrite=True, signature={"model": label, "set": what},
+                        progress=_progress(f"{what} trace"))
 
 
-def calibration_trace(model: Any, n: int, max_new: int, K: int, cache: Path, heads: str,
-                      dtype: str, data_root: Path = SHARED) -> Any:
-    """A trace over ``n`` held-out distillation prompts: the split that head training holds
-    out (``split_prompts`` with the distillation defaults), so no head was trained on them."""
+def heldout_distill_prompts(tokenizer: Any, n: int, data_root: Path = SHARED) -> list[list[int]]:
+    """``n`` held-out distillation prompts in the chat template: the split head training
+    holds out (``split_prompts`` with the distillation defaults), so no head saw them."""
     import inspect
 
     from blockdraft.models.hf.distill import distill
     from blockdraft.models.hf.prompts import read_prompts, split_prompts
-    from blockdraft.oracle import Trace
-    from blockdraft.oracle.record import record_trace
 
     files = sorted((data_root / "prompts").glob("distill_prompts.part*.jsonl"))
     if not files:
@@ -173,17 +175,8 @@ def calibration_trace(model: Any, n: int, max_new: int, K: int, cache: Path, hea
     _, held = split_prompts(len(texts), seed=defaults["seed"],
                             fraction=defaults["heldout_fraction"], minimum=defaults["heldout_min"])
     chosen = [texts[i] for i in held[:n].tolist()]
-    tok = model.tokenizer
-    ids = [p for p in (tok.apply_chat_template([{"role": "user", "content": t}]) for t in chosen)
-           if len(p) <= 400][:n]
-    key = _key("calibration", heads, dtype, K, max_new, *ids)
-    path = cache / f"calibration-{key}"
-    if (path / "meta.json").is_file():
-        return Trace.open(path)
-    log(f"recording the calibration trace: {len(ids)} held-out distillation prompts (once)")
-    return record_trace(model, ids, path, max_new_tokens=max_new, eos_id=model.tokenizer.eos_id,
-                        K=K, overwrite=True, progress=_progress("calibration trace"),
-                        signature={"model": MODEL, "heads": heads, "set": "calibration"})
+    ids = (tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in chosen)
+    return [p for p in ids if len(p) <= 400][:n]
 
 
 def _progress(what: str) -> Any:
@@ -234,16 +227,20 @@ def _task_examples(cases: Sequence[Any]) -> dict[str, list[int]]:
     return out
 
 
-def choose_alpha(trace: Any, budget: int, alphas: Sequence[float], **make: Any
+def choose_alpha(trace: Any, key: str, budget: int, alphas: Sequence[float], **make: Any
                  ) -> tuple[float, dict[str, float]]:
-    """The rescored tree's alpha with the highest B on the calibration trace at ``budget``."""
+    """The rescored tree ``key``'s alpha with the highest B on the calibration trace at
+    ``budget`` (``(1.0, {})`` when the builder lacks its LM)."""
     from blockdraft.oracle import simulate
 
-    scores = {}
+    scores: dict[str, float] = {}
     for alpha in alphas:
-        builder = make_builder("rescored-4gram", budget, **{**make, "alpha": alpha})
+        builder = make_builder(key, budget, **{**make, "alpha": alpha})
+        if builder is None:
+            return 1.0, {}
         scores[f"{alpha:g}"] = float(simulate(trace, builder).block_efficiency)
-        log(f"calibration: alpha {alpha:g} -> B {scores[f'{alpha:g}']:.3f} (N = {budget})")
+        log(f"calibration: {key} alpha {alpha:g} -> B {scores[f'{alpha:g}']:.3f} "
+            f"(N = {budget})")
     best = max(alphas, key=lambda a: scores[f"{a:g}"])
     return best, scores
 
@@ -355,6 +352,8 @@ def lm_file(choice: str, corpus: str) -> tuple[Path, dict[str, Any]]:
 @dataclass(frozen=True)
 class Args:
     preset: str
+    model: str
+    blockwise_prompts: int
     threads: int
     dtype: str
     k: int
@@ -376,6 +375,11 @@ def parse_args(argv: list[str] | None = None) -> Args:
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_const", dest="preset", const="full")
     size.add_argument("--smoke", action="store_const", dest="preset", const="smoke")
+    ap.add_argument("--model", choices=("smollm2", "blockwise"), default="smollm2",
+                    help="smollm2 (the packaged heads; chat tasks) or blockwise (the small "
+                         "self-trained model of `blockdraft demo --blockwise`, pydoc paragraphs)")
+    ap.add_argument("--blockwise-prompts", type=int, default=24,
+                    help="held-out paragraphs of the blockwise benchmark (the rest calibrate)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: see NOTES)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--k", type=int, default=10, help="lattice width of every builder")
@@ -383,7 +387,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     ap.add_argument("--builders", nargs="+", default=list(BUILDERS), choices=BUILDERS)
     ap.add_argument("--online-budgets", type=int, nargs="*", default=[16, 32])
     ap.add_argument("--online-builders", nargs="*", choices=BUILDERS,
-                    default=["calibrated", "eagle2", "rescored-4gram"])
+                    default=["calibrated", "eagle2", "rescored-4gram", "rescored-neural"])
     ap.add_argument("--online-max-new-tokens", type=int, default=64,
                     help="tokens per online decode (the traces use the preset's)")
     ap.add_argument("--lm", default="auto",
@@ -397,60 +401,140 @@ def parse_args(argv: list[str] | None = None) -> Args:
     preset = a.preset or "quick"
     if a.k < 10 and "mc_sim_7b_63" in a.builders:
         ap.error("mc_sim_7b_63 reads ranks 0-9: use --k 10 or more, or leave it out")
-    return Args(preset, a.threads, a.dtype, a.k, tuple(a.budgets), a.lm, tuple(a.builders),
+    out = a.out or (PRESETS[preset][3] / "blockwise" if a.model == "blockwise"
+                    else PRESETS[preset][3])
+    return Args(preset, a.model, a.blockwise_prompts, a.threads, a.dtype, a.k, tuple(a.budgets),
+                a.lm, tuple(a.builders),
                 tuple(a.online_budgets), tuple(a.online_builders), a.online_max_new_tokens,
-                a.repeats, a.seed,
-                a.out or PRESETS[preset][3], tuple(raw))
+                a.repeats, a.seed, out, tuple(raw))
+
+
+@dataclass
+class Setup:
+    """What a run measures: the model, its prompts and LMs (see :func:`smollm2_setup`,
+    :func:`blockwise_setup`)."""
+
+    model: Any
+    fields: dict[str, Any]
+    cases: list[Any]
+    calibration: list[list[int]]
+    online: list[tuple[int, Any]]
+    eos: int | None
+    max_new: int
+    lm_path: Path
+    lm_info: dict[str, Any]
+    neural: Any = None
+
+
+def smollm2_setup(args: Args) -> Setup:
+    """SmolLM2 with its packaged heads, the real-model benchmark's chat tasks, held-out
+    distillation prompts for calibration."""
+    from tasks import REAL_TASKS
+
+    from blockdraft.models import load_model
+
+    per_task, max_new, n_cal, _, corpus = PRESETS[args.preset]
+    log(f"loading {MODEL} ({args.dtype}, {args.threads} threads)")
+    model = load_model(MODEL, dtype=args.dtype)
+    tok = model.tokenizer
+    cases = build_cases(tok, REAL_TASKS, per_task, 400, args.seed)
+    lm_path, lm_info = lm_file(args.lm, corpus)
+    fields = {"model": f"{MODEL}(SmolLM2-135M-Instruct)", "heads": heads_label(MODEL),
+              "dtype": args.dtype, "tasks": "+".join(REAL_TASKS), "prompts_per_task": per_task,
+              "calibration": f"{n_cal} held-out distillation prompts"}
+    online = [next((i, c) for i, c in enumerate(cases) if c.task == t) for t in REAL_TASKS]
+    return Setup(model, fields, cases, heldout_distill_prompts(tok, n_cal), online, tok.eos_id,
+                 max_new, lm_path, lm_info)
+
+
+def blockwise_setup(args: Args) -> Setup:
+    """The small self-trained BlockwiseLM of ``blockdraft demo --blockwise`` (trained once on
+    ``pydoc_data.topics`` and cached), its RescorerLM and 4-gram; prompts from the held-out
+    paragraphs long enough for a prompt and a continuation (the first ``--blockwise-prompts``
+    for the benchmark, the rest for calibration), one task."""
+    from bench_real import PromptCase
+
+    from blockdraft.demo.config import DemoConfig
+    from blockdraft.demo.corpus import cache_key, cache_root, load_corpus
+    from blockdraft.demo.prepare import prepare
+    from blockdraft.drafts import NeuralPathScorer
+    from blockdraft.models import load_model
+    from blockdraft.rescorers.ngram.train import arpa_counts
+
+    config = DemoConfig()
+    text = load_corpus(None, config, args.seed)
+    cache = cache_root() / "demo" / cache_key(text.paragraphs, config, args.seed)
+    cache.mkdir(parents=True, exist_ok=True)
+    art = prepare(cache, text.train, text.held_out, config, args.seed, text.name, log, False)
+    tok, prompt_len, max_new = art.tokenizer, 32, 64
+    held = [[tok.eos_id, *ids[:prompt_len]] for ids in tok.encode_batch(text.held_out)
+            if len(ids) >= prompt_len + 16]
+    n = args.blockwise_prompts
+    if len(held) - n < 8:
+        raise SystemExit(f"--blockwise-prompts {n}: {len(held)} held-out paragraphs are long "
+                         "enough; leave at least 8 of them for calibration")
+    cases = [PromptCase("pydoc-heldout", f"p{i}", tuple(ids)) for i, ids in enumerate(held[:n])]
+    rescorer = load_model(art.rescorer_dir).eval()
+    lm_path = Path(art.lm.path)
+    counts = arpa_counts(lm_path.with_suffix(".arpa"))
+    lm_info = {"name": f"demo-{lm_path.stem}", "order": len(counts), "ngrams": int(sum(counts)),
+               "counts": list(counts), "command": "blockdraft demo --blockwise (cached)"}
+    fields = {"model": f"BlockwiseLM demo ({config.describe()})", "heads": "self-trained",
+              "dtype": "float32", "tasks": "pydoc-heldout", "prompts_per_task": len(cases),
+              "calibration": f"{len(held[n:])} other held-out paragraphs",
+              "rescorer": f"RescorerLM({config.rescorer_n_layer}L,d{config.rescorer_d_model})"}
+    online = list(enumerate(cases[:6]))
+    return Setup(art.model, fields, cases, held[n:], online, tok.eos_id, max_new, lm_path,
+                 lm_info, NeuralPathScorer(rescorer, max_depth=int(art.model.config.h)))
 
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from tasks import REAL_TASKS
 
     from blockdraft.core.files import cache_dir
     from blockdraft.core.signature import environment
-    from blockdraft.models import load_model
     from blockdraft.oracle import rank_accuracies
     from blockdraft.rescorers.ngram import NgramLM
 
     args = parse_args(argv)
-    per_task, max_new, n_cal, _, corpus = PRESETS[args.preset]
     wall = time.perf_counter()
     torch.set_num_threads(args.threads)
     cache = cache_dir("bench", "trees")
-    log(f"loading {MODEL} ({args.dtype}, {args.threads} threads)")
-    model = load_model(MODEL, dtype=args.dtype)
-    heads = heads_label(MODEL)
-    cases = build_cases(model.tokenizer, REAL_TASKS, per_task, 400, args.seed)
-    trace = benchmark_trace(model, cases, max_new, args.k, cache, heads, args.dtype)
-    cal = calibration_trace(model, n_cal, max_new, args.k, cache, heads, args.dtype)
-    lm_path, lm_info = lm_file(args.lm, corpus)
-    lm = NgramLM(lm_path)
-    lm.check_vocab(model.config.vocab_size, tokenizer=model.tokenizer)
+    setup = blockwise_setup(args) if args.model == "blockwise" else smollm2_setup(args)
+    model, cases = setup.model, setup.cases
+    label = f"{setup.fields['model']}|{setup.fields['heads']}|{setup.fields['dtype']}"
+    trace = cached_trace(model, [list(c.ids) for c in cases], "eval", label, setup.max_new,
+                         args.k, setup.eos, cache)
+    cal = cached_trace(model, setup.calibration, "calibration", label, setup.max_new, args.k,
+                       setup.eos, cache)
+    lm = NgramLM(setup.lm_path)
+    lm.check_vocab(model.config.vocab_size, tokenizer=getattr(model, "tokenizer", None))
     accuracies = rank_accuracies(cal, args.k)
-    make = {"k": args.k, "lm": lm, "accuracies": accuracies}
-    alpha, alpha_b = choose_alpha(cal, 32 if 32 in args.budgets else max(args.budgets), ALPHAS,
-                                  **{**make, "alpha": 1.0})
-    make["alpha"] = alpha
+    make: dict[str, Any] = {"k": args.k, "lm": lm, "accuracies": accuracies, "alpha": 1.0,
+                            "neural": setup.neural}
+    budget = 32 if 32 in args.budgets else max(args.budgets)
+    alphas, alpha_b = {}, {}
+    for key in RESCORED:
+        alphas[key], alpha_b[key] = choose_alpha(cal, key, budget, ALPHAS, **make)
+    make["alphas"] = alphas
+    tasks = list(dict.fromkeys(c.task for c in cases))
     rows = simulate_builders(trace, cases, args.budgets, args.builders, **make)
     sizes = sorted({*args.budgets, model.h})  # the chain verifies at most h nodes
     costs = measure_costs(model, cases[0].ids, sizes, args.k, args.repeats)
-    online_cases = [next((i, c) for i, c in enumerate(cases) if c.task == t) for t in REAL_TASKS]
-    online = run_online(model, online_cases, rows, args.online_budgets, args.online_builders,
-                        args.online_max_new, model.tokenizer.eos_id, **make)
+    online = run_online(model, setup.online, rows, args.online_budgets, args.online_builders,
+                        args.online_max_new, setup.eos, **make)
     fields = {
-        "model": f"{MODEL}(SmolLM2-135M-Instruct)", "heads": heads, "dtype": args.dtype,
-        "threads": args.threads, "h": model.h, "k": args.k, "alpha": alpha,
-        "lm": f"{lm_info['name']}({lm_info['ngrams']})", "tasks": "+".join(REAL_TASKS),
-        "prompts_per_task": per_task, "max_new_tokens": max_new, "calibration_prompts": n_cal,
-        "online_max_new_tokens": args.online_max_new,
+        **setup.fields, "threads": args.threads, "h": model.h, "k": args.k,
+        "alpha": alphas["rescored-4gram"], "alpha_neural": alphas["rescored-neural"],
+        "lm": f"{setup.lm_info['name']}({setup.lm_info['ngrams']})",
+        "max_new_tokens": setup.max_new, "online_max_new_tokens": args.online_max_new,
         "criterion": "exact", "seed": args.seed, "torch": torch.__version__,
         **environment("cpu"),
     }
     command = ("python benchmarks/bench_trees.py " + shlex.join(args.argv)).strip()
-    report = make_report(rows=rows, costs=costs, online=online, fields=fields, tasks=REAL_TASKS,
-                         command=command, accuracies=accuracies, alpha_b=alpha_b, lm=lm_info,
-                         wall_s=time.perf_counter() - wall)
+    report = make_report(rows=rows, costs=costs, online=online, fields=fields, tasks=tasks,
+                         command=command, accuracies=accuracies, alpha_b=alpha_b,
+                         lm=setup.lm_info, wall_s=time.perf_counter() - wall)
     paths = write_report(report, args.out)
     print(markdown(report))
     log("wrote " + ", ".join(str(p) for p in paths))

@@ -141,17 +141,18 @@ def markdown(report: dict[str, Any]) -> str:
     """The report as Markdown."""
     rows, costs, tasks = report["rows"], report["costs"], report["tasks"]
     f = report["fields"]
-    out = ["# Token trees at equal budget: SmolLM2-135M-Instruct with its Medusa heads", "",
+    out = [f"# Token trees at equal budget: {f.get('model')}, heads {f.get('heads')}", "",
            f"Command: `{report['command']}` ({report['wall_s'] / 60:.1f} min)", "",
            f"Signature: `{report['signature']}`", "",
            "Definitions:", "", *[f"- {d}" for d in report["definitions"]], "",
-           f"Lattice width k = {f['k']} for every builder; the rescored builders use the exact "
-           f"{report['lm'].get('order', 4)}-gram over SmolLM2 ids ({report['lm'].get('name')}, "
-           f"{report['lm'].get('ngrams')} n-grams) with alpha = {f['alpha']:g}, chosen on the "
-           f"calibration trace (B at N = 32 for alpha "
-           + ", ".join(f"{a}: {b:.3f}" for a, b in report["calibration"]["alpha_B"].items())
-           + "). The calibrated Medusa tree uses per-depth, per-rank head accuracies measured "
-           "on the same calibration trace (held-out distillation prompts).", "",
+           f"Lattice width k = {f['k']} for every builder; the 4-gram builders use "
+           f"{report['lm'].get('name')} ({report['lm'].get('ngrams')} n-grams, made by "
+           f"`{report['lm'].get('command', '?')}`). Calibration on {f.get('calibration', '?')} "
+           "(never the benchmark's): Medusa's calibrated tree from their per-depth, per-rank "
+           "head accuracies, and each rescored tree's alpha, the best B at N = 32 of "
+           + "; ".join(f"{key}: " + ", ".join(f"alpha {a} -> {b:.3f}" for a, b in grid.items())
+                       for key, grid in report["calibration"]["alpha_B"].items() if grid)
+           + ".", "",
            "## B (mean accepted tokens per call) against N, mean over tasks", "",
            *_grid(rows, "B_mean", ".3f"), "",
            "## Estimated speedup over greedy against N", "",
@@ -172,7 +173,9 @@ def markdown(report: dict[str, Any]) -> str:
     for r in n32:
         out.append(f"| {r['name']} | " + " | ".join(f"{r['B'][t]:.3f}" for t in tasks)
                    + f" | {r['B_mean']:.3f} |")
-    out += ["", "## Measured end to end (one prompt per task)", ""]
+    n_online = len({r.get("case", r["task"]) for r in report["online_runs"]})
+    out += ["", f"## Measured end to end ({n_online} prompts, "
+            f"{f.get('online_max_new_tokens', '?')} new tokens each)", ""]
     if report["online"]:
         out += ["| builder | N | prompts | B | speedup (median) | identical |",
                 "|---|---|---|---|---|---|"]

@@ -21,6 +21,10 @@ MAX_NEW = 12
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    import torch
+
+    from blockdraft.drafts import NeuralPathScorer
+    from blockdraft.models import BlockwiseConfig, RescorerLM
     from blockdraft.oracle import rank_accuracies
     from blockdraft.oracle.record import record_trace
 
@@ -32,7 +36,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     trace = record_trace(model, [c.ids for c in cases], tmp / "trace", max_new_tokens=MAX_NEW,
                          eos_id=EOS, K=10)
     keys = [b for b in bench.BUILDERS if lm is not None or "gram" not in b or b == "trie-0gram"]
-    make = {"k": 10, "lm": lm, "alpha": 0.5, "accuracies": rank_accuracies(trace, 10)}
+    torch.manual_seed(0)
+    rescorer = RescorerLM(BlockwiseConfig.tiny(vocab_size=256, h=1, max_seq_len=64)).eval()
+    make = {"k": 10, "lm": lm, "alpha": 0.5, "accuracies": rank_accuracies(trace, 10),
+            "neural": NeuralPathScorer(rescorer, max_depth=4)}
     rows = bench.simulate_builders(trace, cases, BUDGETS, keys, **make)
     costs = bench.measure_costs(model, cases[0].ids, sorted({*BUDGETS, model.h}), 10, 2)
     online = bench.run_online(model, [(1, cases[1]), (2, cases[2])], rows, BUDGETS, keys,
@@ -87,9 +94,11 @@ def test_report(run: dict[str, Any]) -> None:
     rows = [dict(r) for r in run["rows"]]
     rep = report_mod.make_report(
         rows=rows, costs=run["costs"], online=run["online"],
-        fields={"model": "tiny", "k": 10, "alpha": 0.5}, tasks=["task-a", "task-b"],
+        fields={"model": "tiny", "heads": "random", "k": 10, "alpha": 0.5,
+                "calibration": "the benchmark trace (test)"}, tasks=["task-a", "task-b"],
         command="python benchmarks/bench_trees.py --test", accuracies=run["make"]["accuracies"],
-        alpha_b={"0.5": 1.2}, lm={"name": "lm3", "order": 3, "ngrams": 10}, wall_s=1.0)
+        alpha_b={"rescored-4gram": {"0.5": 1.2}, "rescored-neural": {}},
+        lm={"name": "lm3", "order": 3, "ngrams": 10}, wall_s=1.0)
     costs = run["costs"]
     for r in rep["rows"]:
         size = min(int(n) for n in costs["verify_ms"] if int(n) >= r["nodes"] - 1e-9)
