@@ -73,8 +73,8 @@ PRESETS = {  # prompts per task, max new tokens, calibration prompts, results, L
 }
 BUDGETS = (4, 8, 16, 32, 64)
 ALPHAS = (0.25, 0.5, 1.0)
-BUILDERS = ("chain", "trie-0gram", "trie-4gram", "mc_sim_7b_63", "calibrated", "eagle2",
-            "rescored-4gram", "rescored-neural")
+BUILDERS = ("chain", "trie-0gram", "trie-4gram", "trie-neural", "mc_sim_7b_63", "calibrated",
+            "eagle2", "rescored-4gram", "rescored-neural")
 RESCORED = ("rescored-4gram", "rescored-neural")
 
 
@@ -100,10 +100,12 @@ class TimedTree:
 
 
 def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
-                 accuracies: np.ndarray, neural: Any = None,
+                 accuracies: np.ndarray, neural: Any = None, neural_dir: Path | None = None,
                  alphas: dict[str, float] | None = None) -> Any | None:
     """The builder ``key`` at budget ``budget`` (None where it has no tree of that size, or
-    lacks its LM). ``alphas``: a rescored builder's own alpha (else ``alpha``)."""
+    lacks its LM). ``neural``: a ``NeuralPathScorer``; ``neural_dir``: its RescorerLM folder
+    (the neural p-best trie's rescorer); ``alphas``: a rescored builder's own alpha (the
+    neural trie takes the neural tree's; else ``alpha``)."""
     from blockdraft.drafts import (
         MC_SIM_7B_63,
         ConfidenceTreeDrafter,
@@ -122,6 +124,15 @@ def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
         rescorer = NgramRescorer(lm, alpha=alpha)
         return TrieDrafter(HeadDrafter(k=k, p=budget, rescorer=rescorer), budget=budget,
                            name="p-best trie 4-gram")
+    if key == "trie-neural":
+        if neural_dir is None:
+            return None
+        from blockdraft.rescorers.neural import NeuralRescorer
+
+        rescorer = NeuralRescorer(neural_dir, alpha=(alphas or {}).get("rescored-neural", alpha),
+                                  backend="onnx")
+        return TrieDrafter(HeadDrafter(k=k, p=budget, rescorer=rescorer), budget=budget,
+                           name="p-best trie neural")
     if key == "mc_sim_7b_63":
         return MedusaTreeDrafter(MC_SIM_7B_63, name="Medusa mc_sim_7b_63") if budget == 64 \
             else None
@@ -248,19 +259,13 @@ def choose_alpha(trace: Any, key: str, budget: int, alphas: Sequence[float], **m
 # ---- costs ---------------------------------------------------------------------------------------
 
 
-def _median_s(fn: Any, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def measure_costs(model: Any, prompt: Sequence[int], budgets: Sequence[int], k: int,
                   repeats: int) -> dict[str, Any]:
-    """Median ms of one tree verification per N, of the lattice, and of a greedy step."""
+    """Median ms of one tree verification per N, of the lattice, and of a greedy step.
+
+    The measurements are interleaved (each round times every size, the lattice and a greedy
+    run once), so a slow spell of a shared machine lands on all of them alike rather than on
+    whichever was being timed then."""
     import torch
 
     from blockdraft.drafts import confidence_tree
@@ -273,24 +278,36 @@ def measure_costs(model: Any, prompt: Sequence[int], budgets: Sequence[int], k: 
         logits, past = verifier.prefill(list(prompt))
     length = past.length
     lattice = SausageLattice.from_logits(logits, k, certain_first=True)
-    verify_ms = {}
-    for n in budgets:
-        tree = confidence_tree(lattice, n)
-        verify_ms[str(n)] = 1e3 * _median_s(lambda t=tree: verifier.verify_tree(past, t),
-                                             repeats)
+    trees = {n: confidence_tree(lattice, n) for n in budgets}
+    steps = 8
+
+    def clock(fn: Any) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    jobs: dict[str, Any] = {str(n): (lambda t=t: verifier.verify_tree(past, t))
+                            for n, t in trees.items()}
+    jobs["lattice"] = lambda: SausageLattice.from_logits(logits, k, certain_first=True)
+    jobs["greedy-long"] = lambda: greedy_generate(model, list(prompt), steps + 1)
+    jobs["greedy-short"] = lambda: greedy_generate(model, list(prompt), 1)
+    times: dict[str, list[float]] = {name: [] for name in jobs}
+    for fn in jobs.values():  # warm-up
+        fn()
+    for r in range(repeats):
+        for name, fn in jobs.items():
+            times[name].append(clock(fn))
         if past.length != length:
             raise RuntimeError("verify_tree changed the cache it was given")
-        log(f"verification of {tree.num_nodes} tree nodes: {verify_ms[str(n)]:.1f} ms")
-    lattice_ms = 1e3 * _median_s(lambda: SausageLattice.from_logits(logits, k,
-                                                                     certain_first=True),
-                                 repeats)
-    steps = 16
-    long = _median_s(lambda: greedy_generate(model, list(prompt), steps + 1), max(3, repeats // 4))
-    short = _median_s(lambda: greedy_generate(model, list(prompt), 1), max(3, repeats // 4))
-    greedy_ms = 1e3 * (long - short) / steps
-    log(f"lattice {lattice_ms:.2f} ms; greedy step {greedy_ms:.1f} ms (prefix {length})")
-    return {"verify_ms": verify_ms, "lattice_ms": lattice_ms, "greedy_ms": greedy_ms,
-            "prefix": length}
+        log(f"costs: round {r + 1}/{repeats}")
+    ms = {name: 1e3 * float(np.median(ts)) for name, ts in times.items()}
+    verify_ms = {str(n): ms[str(n)] for n in budgets}
+    greedy_ms = (ms["greedy-long"] - ms["greedy-short"]) / steps
+    log("verification ms by tree size: " + ", ".join(f"{n}: {v:.1f}"
+                                                      for n, v in verify_ms.items())
+        + f"; lattice {ms['lattice']:.2f} ms; greedy step {greedy_ms:.1f} ms (prefix {length})")
+    return {"verify_ms": verify_ms, "lattice_ms": ms["lattice"], "greedy_ms": greedy_ms,
+            "prefix": length, "rounds": repeats}
 
 
 # ---- online --------------------------------------------------------------------------------------
@@ -359,6 +376,7 @@ class Args:
     k: int
     budgets: tuple[int, ...]
     lm: str
+    neural: str | None
     builders: tuple[str, ...]
     online_budgets: tuple[int, ...]
     online_builders: tuple[str, ...]
@@ -394,6 +412,10 @@ def parse_args(argv: list[str] | None = None) -> Args:
                     help="the rescorers' n-gram LM: auto (the real-model benchmark's 4-gram "
                          "over SmolLM2 ids of the pretraining corpus, trained once and cached), "
                          "or a KenLM binary over SmolLM2 ids (with its .arpa beside it)")
+    ap.add_argument("--neural", default=None,
+                    help="--model smollm2: a RescorerLM folder over SmolLM2 ids for the neural "
+                         "builders (default: none, they are left out); --model blockwise uses "
+                         "the demo's")
     ap.add_argument("--repeats", type=int, default=15, help="timed repeats per cost")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
@@ -404,7 +426,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     out = a.out or (PRESETS[preset][3] / "blockwise" if a.model == "blockwise"
                     else PRESETS[preset][3])
     return Args(preset, a.model, a.blockwise_prompts, a.threads, a.dtype, a.k, tuple(a.budgets),
-                a.lm, tuple(a.builders),
+                a.lm, a.neural, tuple(a.builders),
                 tuple(a.online_budgets), tuple(a.online_builders), a.online_max_new_tokens,
                 a.repeats, a.seed, out, tuple(raw))
 
@@ -424,6 +446,7 @@ class Setup:
     lm_path: Path
     lm_info: dict[str, Any]
     neural: Any = None
+    neural_dir: Path | None = None
 
 
 def smollm2_setup(args: Args) -> Setup:
@@ -443,8 +466,17 @@ def smollm2_setup(args: Args) -> Setup:
               "dtype": args.dtype, "tasks": "+".join(REAL_TASKS), "prompts_per_task": per_task,
               "calibration": f"{n_cal} held-out distillation prompts"}
     online = [next((i, c) for i, c in enumerate(cases) if c.task == t) for t in REAL_TASKS]
+    neural = neural_dir = None
+    if args.neural:
+        from blockdraft.drafts import NeuralPathScorer
+
+        neural_dir = Path(args.neural)
+        rescorer = load_model(neural_dir).eval()
+        neural = NeuralPathScorer(rescorer, max_depth=model.h)
+        fields["rescorer"] = f"{neural_dir.name}({rescorer.config.n_layer}L," \
+                             f"d{rescorer.config.d_model})"
     return Setup(model, fields, cases, heldout_distill_prompts(tok, n_cal), online, tok.eos_id,
-                 max_new, lm_path, lm_info)
+                 max_new, lm_path, lm_info, neural, neural_dir)
 
 
 def blockwise_setup(args: Args) -> Setup:
@@ -485,7 +517,8 @@ def blockwise_setup(args: Args) -> Setup:
               "rescorer": f"RescorerLM({config.rescorer_n_layer}L,d{config.rescorer_d_model})"}
     online = list(enumerate(cases[:6]))
     return Setup(art.model, fields, cases, held[n:], online, tok.eos_id, max_new, lm_path,
-                 lm_info, NeuralPathScorer(rescorer, max_depth=int(art.model.config.h)))
+                 lm_info, NeuralPathScorer(rescorer, max_depth=int(art.model.config.h)),
+                 art.rescorer_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -511,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     lm.check_vocab(model.config.vocab_size, tokenizer=getattr(model, "tokenizer", None))
     accuracies = rank_accuracies(cal, args.k)
     make: dict[str, Any] = {"k": args.k, "lm": lm, "accuracies": accuracies, "alpha": 1.0,
-                            "neural": setup.neural}
+                            "neural": setup.neural, "neural_dir": setup.neural_dir}
     budget = 32 if 32 in args.budgets else max(args.budgets)
     alphas, alpha_b = {}, {}
     for key in RESCORED:
