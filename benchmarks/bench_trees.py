@@ -104,8 +104,8 @@ def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
                  alphas: dict[str, float] | None = None) -> Any | None:
     """The builder ``key`` at budget ``budget`` (None where it has no tree of that size, or
     lacks its LM). ``neural``: a ``NeuralPathScorer``; ``neural_dir``: its RescorerLM folder
-    (the neural p-best trie's rescorer); ``alphas``: a rescored builder's own alpha (the
-    neural trie takes the neural tree's; else ``alpha``)."""
+    (the neural p-best trie's rescorer); ``alphas``: the alpha fitted for each rescored tree,
+    which the p-best trie over the same LM uses too (else ``alpha``)."""
     from blockdraft.drafts import (
         MC_SIM_7B_63,
         ConfidenceTreeDrafter,
@@ -116,12 +116,13 @@ def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
     )
     from blockdraft.rescorers.ngram import NgramRescorer
 
+    fitted = alphas or {}
     if key == "chain":
         return TrieDrafter(HeadDrafter(k=1, p=1), budget=budget, name="chain (vanilla)")
     if key == "trie-0gram":
         return TrieDrafter(HeadDrafter(k=k, p=budget), budget=budget, name="p-best trie 0-gram")
     if key == "trie-4gram":
-        rescorer = NgramRescorer(lm, alpha=alpha)
+        rescorer = NgramRescorer(lm, alpha=fitted.get("rescored-4gram", alpha))
         return TrieDrafter(HeadDrafter(k=k, p=budget, rescorer=rescorer), budget=budget,
                            name="p-best trie 4-gram")
     if key == "trie-neural":
@@ -129,7 +130,7 @@ def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
             return None
         from blockdraft.rescorers.neural import NeuralRescorer
 
-        rescorer = NeuralRescorer(neural_dir, alpha=(alphas or {}).get("rescored-neural", alpha),
+        rescorer = NeuralRescorer(neural_dir, alpha=fitted.get("rescored-neural", alpha),
                                   backend="onnx")
         return TrieDrafter(HeadDrafter(k=k, p=budget, rescorer=rescorer), budget=budget,
                            name="p-best trie neural")
@@ -141,7 +142,7 @@ def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
         return MedusaTreeDrafter(drafter.choices, k=k, name="Medusa calibrated")
     if key == "eagle2":
         return ConfidenceTreeDrafter(k=k, budget=budget, name="EAGLE-2-style confidence")
-    alpha = (alphas or {}).get(key, alpha)
+    alpha = fitted.get(key, alpha)
     if key == "rescored-4gram":
         return RescoredTreeDrafter(lm, k=k, budget=budget, alpha=alpha,
                                    name="lattice-rescored 4-gram")
