@@ -246,6 +246,8 @@ def choose_alpha(trace: Any, key: str, budget: int, alphas: Sequence[float], **m
     from blockdraft.oracle import simulate
 
     scores: dict[str, float] = {}
+    if len(alphas) == 1:  # nothing to choose from: no simulation
+        return float(alphas[0]), {}
     for alpha in alphas:
         builder = make_builder(key, budget, **{**make, "alpha": alpha})
         if builder is None:
@@ -378,6 +380,7 @@ class Args:
     budgets: tuple[int, ...]
     lm: str
     neural: str | None
+    alphas: tuple[float, ...]
     builders: tuple[str, ...]
     online_budgets: tuple[int, ...]
     online_builders: tuple[str, ...]
@@ -417,6 +420,9 @@ def parse_args(argv: list[str] | None = None) -> Args:
                     help="--model smollm2: a RescorerLM folder over SmolLM2 ids for the neural "
                          "builders (default: none, they are left out); --model blockwise uses "
                          "the demo's")
+    ap.add_argument("--alphas", type=float, nargs="+", default=list(ALPHAS),
+                    help="the rescored trees' alpha grid, fitted on the calibration trace (one "
+                         "value: taken as it is)")
     ap.add_argument("--repeats", type=int, default=15, help="timed repeats per cost")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
@@ -427,7 +433,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     out = a.out or (PRESETS[preset][3] / "blockwise" if a.model == "blockwise"
                     else PRESETS[preset][3])
     return Args(preset, a.model, a.blockwise_prompts, a.threads, a.dtype, a.k, tuple(a.budgets),
-                a.lm, a.neural, tuple(a.builders),
+                a.lm, a.neural, tuple(a.alphas), tuple(a.builders),
                 tuple(a.online_budgets), tuple(a.online_builders), a.online_max_new_tokens,
                 a.repeats, a.seed, out, tuple(raw))
 
@@ -549,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = 32 if 32 in args.budgets else max(args.budgets)
     alphas, alpha_b = {}, {}
     for key in RESCORED:
-        alphas[key], alpha_b[key] = choose_alpha(cal, key, budget, ALPHAS, **make)
+        alphas[key], alpha_b[key] = choose_alpha(cal, key, budget, args.alphas, **make)
     make["alphas"] = alphas
     tasks = list(dict.fromkeys(c.task for c in cases))
     rows = simulate_builders(trace, cases, args.budgets, args.builders, **make)
