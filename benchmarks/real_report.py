@@ -209,8 +209,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from blockdraft.core.files import atomic_path
-
     names = [n for n in report["strategies"] if report["kinds"][n] != "reference"]
     tasks = list(report["tasks"]) + ["mean"]
     per_task, overall = report["summary"]["per_task"], report["summary"]["overall"]
@@ -235,10 +233,21 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.set_title(f"{report['fields'].get('model', 'model')} end to end: speedup per strategy and "
                  "task (median over prompts; black: mean over tasks)", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
-    caption = "\n".join([report["command"], *textwrap.wrap(report["signature"], 200,
+    save_figure(fig, path, report, width=200)
+
+
+def save_figure(fig: Any, path: Path, report: dict[str, Any], width: int = 200,
+                top: float = 1.0) -> None:
+    """Caption ``fig`` with the report's command and signature (wrapped at ``width``
+    characters), lay it out below ``top`` (a title above) and write it as PNG atomically."""
+    import matplotlib.pyplot as plt
+
+    from blockdraft.core.files import atomic_path
+
+    caption = "\n".join([report["command"], *textwrap.wrap(report["signature"], width,
                                                             break_on_hyphens=False)])
     fig.text(0.01, 0.005, caption, fontsize=5, family="monospace", va="bottom")
-    fig.tight_layout(rect=(0, 0.02 * (caption.count("\n") + 2), 1, 1))
+    fig.tight_layout(rect=(0, 0.02 * (caption.count("\n") + 2), 1, top))
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=130)
     plt.close(fig)
@@ -296,11 +305,19 @@ def make_report(result: dict[str, Any], cases: Sequence[Any],
 
 def write_report(report: dict[str, Any], out: Path, stem: str = "real") -> list[Path]:
     """``<stem>.json``, ``<stem>.md`` and ``<stem>.png`` in ``out`` (each written atomically)."""
+    return write_files(report, out, stem, markdown, plot)
+
+
+def write_files(report: dict[str, Any], out: Path, stem: str,
+                to_markdown: Callable[[dict[str, Any]], str],
+                to_plot: Callable[[dict[str, Any], Path], None]) -> list[Path]:
+    """A report as ``<stem>.json`` (strict), ``<stem>.md`` and ``<stem>.png`` in ``out``,
+    each written atomically."""
     from blockdraft.core.files import write_text_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.json", out / f"{stem}.md", out / f"{stem}.png"]
     write_text_atomic(paths[0], json.dumps(report, indent=1, allow_nan=False) + "\n")
-    write_text_atomic(paths[1], markdown(report))
-    plot(report, paths[2])
+    write_text_atomic(paths[1], to_markdown(report))
+    to_plot(report, paths[2])
     return paths

@@ -6,14 +6,12 @@
 
 from __future__ import annotations
 
-import json
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from real_report import _finite, _median
+from real_report import _finite, _median, save_figure, write_files
 
 DEFINITIONS = [
     "N: the budget, nodes of the tree (the root, the certain token, included), i.e. the tokens "
@@ -68,10 +66,10 @@ def make_report(*, rows: list[dict[str, Any]], costs: dict[str, Any],
     from blockdraft.core.signature import format_signature
 
     for r in rows:
-        step = _verify_ms(costs, r["nodes"]) + costs["lattice_ms"] + r["build_ms"]
-        r["step_ms"] = step
-        r["est_speedup"] = r["B_mean"] * costs["greedy_ms"] / step
-        r["build_share"] = r["build_ms"] / _verify_ms(costs, r["nodes"])
+        verify = _verify_ms(costs, r["nodes"])
+        r["step_ms"] = verify + costs["lattice_ms"] + r["build_ms"]
+        r["est_speedup"] = r["B_mean"] * costs["greedy_ms"] / r["step_ms"]
+        r["build_share"] = r["build_ms"] / verify
     summary = _online_summary(online)
     report = {
         "signature": format_signature(fields), "fields": fields, "command": command,
@@ -204,8 +202,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from blockdraft.core.files import atomic_path
-
     rows = report["rows"]
     names = list(dict.fromkeys(r["builder"] for r in rows))
     fig, (ax_b, ax_s) = plt.subplots(1, 2, figsize=(11.0, 4.6))
@@ -232,22 +228,9 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax_b.legend(fontsize=7)
     fig.suptitle(f"{report['fields'].get('model')}: token trees at equal budget N",
                  fontsize=10)
-    caption = "\n".join([report["command"], *textwrap.wrap(report["signature"], 190,
-                                                            break_on_hyphens=False)])
-    fig.text(0.01, 0.005, caption, fontsize=5, family="monospace", va="bottom")
-    fig.tight_layout(rect=(0, 0.02 * (caption.count("\n") + 2), 1, 0.95))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=130)
-    plt.close(fig)
+    save_figure(fig, path, report, width=190, top=0.95)
 
 
 def write_report(report: dict[str, Any], out: Path, stem: str = "trees") -> list[Path]:
     """``<stem>.json``, ``<stem>.md`` and ``<stem>.png`` in ``out`` (each written atomically)."""
-    from blockdraft.core.files import write_text_atomic
-
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{stem}.json", out / f"{stem}.md", out / f"{stem}.png"]
-    write_text_atomic(paths[0], json.dumps(report, indent=1, allow_nan=False) + "\n")
-    write_text_atomic(paths[1], markdown(report))
-    plot(report, paths[2])
-    return paths
+    return write_files(report, out, stem, markdown, plot)
