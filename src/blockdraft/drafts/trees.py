@@ -385,6 +385,9 @@ class RescoredTreeDrafter:
     budget: int = 16
     alpha: float = 1.0
     name: str = ""
+    # An NgramLM's NgramPathScorer, made once: its word and LM-state caches then live across
+    # the steps instead of being rebuilt by every rescored_tree call.
+    _scorer: PathScorer = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _budget(self.budget, "rescored tree")
@@ -392,12 +395,14 @@ class RescoredTreeDrafter:
         if not self.name:
             object.__setattr__(self, "name", f"rescored tree (k={self.k}, N={self.budget}, "
                                              f"alpha={self.alpha:g})")
+        object.__setattr__(self, "_scorer", NgramPathScorer(self.lm)
+                           if isinstance(self.lm, NgramLM) else self.lm)
 
     def propose_tree(
         self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
     ) -> DraftTree:
         """The ``budget`` best nodes under head + LM scores."""
-        return rescored_tree(_narrow(lattice, self.k), self.budget, self.lm, self.alpha,
+        return rescored_tree(_narrow(lattice, self.k), self.budget, self._scorer, self.alpha,
                              context)
 
 
