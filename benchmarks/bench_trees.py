@@ -84,8 +84,8 @@ RESCORED = ("rescored-4gram", "rescored-neural")
 class TimedTree:
     """A tree builder that adds up its seconds and nodes per call (``propose_tree``)."""
 
-    def __init__(self, inner: Any, key: str, budget: int) -> None:
-        self.inner, self.key, self.budget = inner, key, budget
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
         self.k = int(inner.k)
         self.name = str(inner.name)
         self.seconds, self.calls, self.nodes = 0.0, 0, 0
@@ -216,7 +216,7 @@ def simulate_builders(trace: Any, cases: Sequence[Any], budgets: Sequence[int],
             inner = make_builder(key, budget, **make)
             if inner is None:
                 continue
-            timed = TimedTree(inner, key, budget)
+            timed = TimedTree(inner)
             start = time.perf_counter()
             per_task = {}
             for task, idx in _task_examples(cases).items():
@@ -432,10 +432,13 @@ def parse_args(argv: list[str] | None = None) -> Args:
         ap.error("mc_sim_7b_63 reads ranks 0-9: use --k 10 or more, or leave it out")
     out = a.out or (PRESETS[preset][3] / "blockwise" if a.model == "blockwise"
                     else PRESETS[preset][3])
-    return Args(preset, a.model, a.blockwise_prompts, a.threads, a.dtype, a.k, tuple(a.budgets),
-                a.lm, a.neural, tuple(a.alphas), tuple(a.builders),
-                tuple(a.online_budgets), tuple(a.online_builders), a.online_max_new_tokens,
-                a.repeats, a.seed, out, tuple(raw))
+    return Args(preset=preset, model=a.model, blockwise_prompts=a.blockwise_prompts,
+                threads=a.threads, dtype=a.dtype, k=a.k, budgets=tuple(a.budgets), lm=a.lm,
+                neural=a.neural, alphas=tuple(a.alphas), builders=tuple(a.builders),
+                online_budgets=tuple(a.online_budgets),
+                online_builders=tuple(a.online_builders),
+                online_max_new=a.online_max_new_tokens, repeats=a.repeats, seed=a.seed,
+                out=out, argv=tuple(raw))
 
 
 @dataclass
