@@ -338,9 +338,10 @@ def test_the_data_curve_scores_every_heldout_position_of_each_run(
         assert row["top5"] == pytest.approx(direct["top5"], abs=1e-6)
         assert row["positions"][0] == held.usable().numel()  # every usable position, not a sample
     rows = score_runs([written, trained], dataset, lm_head, log=None)
-    out = write_data_curve(rows, tmp_path / "curve")
-    assert [r["path"] for r in json.loads((out / "data_curve.json").read_text())] == [
-        r["path"] for r in rows]
+    out = write_data_curve(rows, tmp_path / "curve", command="make-it")
+    written_rows = json.loads((out / "data_curve.json").read_text())["runs"]
+    assert [r["path"] for r in written_rows] == [r["path"] for r in rows]
+    assert "Command: `make-it`" in (out / "data_curve.md").read_text()
     assert (out / "data_curve.png").stat().st_size > 0
     assert f"{rows[0]['mean_top1']:.3f}" in (out / "data_curve.md").read_text()
 
@@ -375,7 +376,12 @@ def test_the_chain_block_efficiency_equals_decoding_the_heldout_prompts(
 
 def test_the_data_curve_reads_rounded_counts_and_refuses_other_folders(tmp_path: Path) -> None:
     from blockdraft.core.signature import human_count
-    from blockdraft.models.hf.data_curve import _count, read_run, signature_fields
+    from blockdraft.models.hf.data_curve import (
+        _count,
+        read_run,
+        signature_fields,
+        write_data_curve,
+    )
 
     for n in (950, 53_412, 186_020, 1_234_567):
         assert abs(_count(human_count(n), tmp_path) - n) <= max(0.5, 0.051 * n)
@@ -383,6 +389,9 @@ def test_the_data_curve_reads_rounded_counts_and_refuses_other_folders(tmp_path:
         "a": "1", "heldout": "200p/21k", "b": "x:y"}
     with pytest.raises(ModelError, match="neither trained heads"):
         read_run(tmp_path)
+    with pytest.raises(ModelError, match="no runs"):
+        write_data_curve([], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------------------ real model

@@ -223,11 +223,12 @@ def score_runs(
     return out
 
 
-def _markdown(rows: Sequence[dict[str, Any]], title: str) -> str:
+def _markdown(rows: Sequence[dict[str, Any]], title: str, command: str) -> str:
     n = max(len(r["top1"]) for r in rows)
     head = " | ".join(f"head {i + 2}" for i in range(n))
     scored = rows[0]["positions"][0]
-    lines = [f"# {title}", "", f"Scored on every usable held-out position ({scored:,} for head 2);"
+    lines = [f"# {title}", ""] + ([f"Command: `{command}`", ""] if command else []) + [
+             f"Scored on every usable held-out position ({scored:,} for head 2);"
              " top-1 (top-5) against the base's greedy token at that offset. B: "
              "block efficiency along the held-out greedy answers (prefill counted, pooled), "
              "vanilla heads and the top-5 oracle.", "",
@@ -242,15 +243,17 @@ def _markdown(rows: Sequence[dict[str, Any]], title: str) -> str:
 
 
 def write_data_curve(rows: Sequence[dict[str, Any]], out: str | os.PathLike[str],
-                     title: str = "Medusa heads: held-out accuracy against training data"
-                     ) -> Path:
-    """``data_curve.json``, ``data_curve.md`` and ``data_curve.png`` in ``out`` (atomic)."""
+                     title: str = "Medusa heads: held-out accuracy against training data",
+                     command: str = "") -> Path:
+    """``data_curve.json``, ``data_curve.md`` and ``data_curve.png`` in ``out`` (atomic);
+    ``command``, when given, is the command line the Markdown names."""
     if not rows:
         raise ModelError("no runs to write a data curve of")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(root / "data_curve.json", json.dumps(list(rows), indent=1) + "\n")
-    write_text_atomic(root / "data_curve.md", _markdown(rows, title))
+    write_text_atomic(root / "data_curve.json", json.dumps(
+        {"command": command, "runs": list(rows)}, indent=1) + "\n")
+    write_text_atomic(root / "data_curve.md", _markdown(rows, title, command))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -280,6 +283,8 @@ def write_data_curve(rows: Sequence[dict[str, Any]], out: str | os.PathLike[str]
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m blockdraft.models.hf.data_curve``: score heads on a held-out split."""
     import argparse
+    import shlex
+    import sys
 
     from blockdraft.models.hf.head_trainer import lm_head_weight
     from blockdraft.models.hf.loading import load_causal_lm
@@ -302,7 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     lm_head = lm_head_weight(model)
     del model
     rows = score_runs(runs, open_distill_set(args.data), lm_head)
-    print(write_data_curve(rows, args.out))
+    command = "python -m blockdraft.models.hf.data_curve " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    print(write_data_curve(rows, args.out, command=command))
     return 0
 
 
