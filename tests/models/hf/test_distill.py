@@ -324,8 +324,7 @@ def test_the_data_curve_scores_every_heldout_position_of_each_run(
 
     lm_head = lm_head_weight(tiny_llama(init=0.1))
     result = train_heads(dataset, lm_head, tmp_path / "w", TRAIN, log=None, progress=False)
-    folder = write_trained_heads(result, tmp_path / "heads", "tiny",
-                                 f"evaluation at step {result.best_step}, whose heads")
+    folder = write_trained_heads(result, tmp_path / "heads", "tiny")
     trained, written = read_run(tmp_path / "w"), read_run(folder)
     held = load_positions(dataset, "heldout")
     train = load_positions(dataset, "train")

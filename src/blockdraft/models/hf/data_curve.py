@@ -42,7 +42,7 @@ import torch
 from blockdraft.core.files import atomic_path, write_text_atomic
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.medusa import MedusaHeads
-from blockdraft.models.hf.positions import PositionData, load_positions
+from blockdraft.models.hf.positions import IGNORE, PositionData, head_targets, load_positions
 from blockdraft.models.hf.progress import log_line
 from blockdraft.models.hf.shards import DistillSet
 
@@ -108,9 +108,10 @@ def read_run(path: str | os.PathLike[str]) -> HeadsRun:
         from blockdraft.models.hf.formats import read_heads
 
         heads = read_heads(root)
-        signature = json.loads((root / "curve.json").read_text(encoding="utf-8"))["signature"]
+        record = json.loads((root / "curve.json").read_text(encoding="utf-8"))
+        signature = record["signature"]
         fields = signature_fields(signature)
-        step = _best_step(root / "README.md")
+        step = _best_step(record["curve"])
     else:
         raise ModelError(f"{str(root)!r} holds neither trained heads with a curve.json nor a "
                          "training checkpoint.pt: pass a folder written by the head training")
@@ -120,12 +121,11 @@ def read_run(path: str | os.PathLike[str]) -> HeadsRun:
                     _count(fields["tokens"], root), step)
 
 
-def _best_step(readme: Path) -> int:
-    """The step a training README says its heads come from (0 when it does not say)."""
-    if not readme.is_file():
-        return 0
-    match = re.search(r"evaluation at step (\d+)", readme.read_text(encoding="utf-8"))
-    return int(match.group(1)) if match else 0
+def _best_step(curve: Sequence[dict[str, Any]]) -> int:
+    """The step whose heads the training kept: its first evaluation with the best mean top-1
+    (the rule of :func:`~blockdraft.models.hf.head_trainer.train_heads`); 0 for no curve."""
+    means = [float(np.mean(c["top1"])) for c in curve]
+    return int(curve[means.index(max(means))]["step"]) if curve else 0
 
 
 @torch.no_grad()
@@ -157,11 +157,9 @@ def chain_block_efficiency(topk: torch.Tensor, data: PositionData, k: int = 1) -
     """
     if not 1 <= k <= topk.shape[2]:
         raise ModelError(f"k = {k} is outside 1..{topk.shape[2]} (the top-K computed)")
-    n = topk.shape[1]
-    index = (torch.arange(data.tokens)[:, None] + torch.arange(1, n + 1)).clamp(
-        max=data.tokens - 1)  # (N, n): the row of each head's target
-    hit = (topk[:, :, :k] == data.targets[index][..., None]).any(-1)  # (N, n)
-    hit &= torch.arange(1, n + 1) <= data.remaining[:, None]  # the answer lasts
+    targets = head_targets(data, torch.arange(data.tokens), topk.shape[1])  # (N, n)
+    # IGNORE (past the answer's end) equals no token id: such a head never hits
+    hit = (topk[:, :, :k] == targets[..., None]).any(-1)  # (N, n)
     run = torch.cumprod(hit.to(torch.int64), dim=1).sum(1).numpy()  # (N,) accepted a
     remaining = data.remaining.numpy()
     tokens = calls = 0
@@ -202,11 +200,9 @@ def score_runs(
     for run in sorted(runs, key=lambda r: r.tokens):
         heads = run.heads.float()
         topk = head_topk(heads, lm_head, held, 5)  # (N, n, 5)
-        n = topk.shape[1]
-        valid = torch.arange(1, n + 1) <= held.remaining[:, None]  # (N, n)
-        index = (torch.arange(held.tokens)[:, None] + torch.arange(1, n + 1)).clamp(
-            max=held.tokens - 1)
-        match = topk == held.targets[index][..., None]  # (N, n, 5)
+        targets = head_targets(held, torch.arange(held.tokens), topk.shape[1])  # (N, n)
+        valid = targets != IGNORE
+        match = topk == targets[..., None]  # (N, n, 5)
         count = valid.sum(0).clamp(min=1).double()
         top1 = ((match[..., 0] & valid).sum(0) / count).tolist()
         top5 = ((match.any(-1) & valid).sum(0) / count).tolist()
@@ -307,8 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lm_head = lm_head_weight(model)
     del model
     rows = score_runs(runs, open_distill_set(args.data), lm_head)
-    command = "python -m blockdraft.models.hf.data_curve " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    command = "python -m blockdraft.models.hf.data_curve " + shlex.join(
+        sys.argv[1:] if argv is None else argv)
     print(write_data_curve(rows, args.out, command=command))
     return 0
 

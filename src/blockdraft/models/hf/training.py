@@ -253,8 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              schedule=args.schedule, loss=args.loss, eval_every=args.eval_every,
                              eval_positions=args.eval_positions, patience=args.patience,
                              vocab=args.vocab)
-    command = "python -m blockdraft.models.hf.training " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    command = "python -m blockdraft.models.hf.training " + shlex.join(
+        sys.argv[1:] if argv is None else argv)
     result = train_medusa_heads(
         args.base, args.prompts, args.out, heads=args.heads, layers=args.layers,
         max_prompts=args.max_prompts, minutes=args.minutes, distill_minutes=args.distill_minutes,
