@@ -1,15 +1,17 @@
 # blockdraft: set-up, tests and the demo on a fresh machine of this kind.
 #   make test   -> system deps, .venv, KenLM tools + native search, then the fast test suite
 #   make demo   -> the same set-up, then the main job on the embedded default corpus
+# Both install the tested set, requirements.lock (`make lock` refreshes it from pyproject.toml's
+# ranges; `make test-latest` runs the suite on the newest releases those ranges allow).
 PY      := .venv/bin/python
 STAMP   := .venv/.blockdraft-installed
 
-.PHONY: setup test test-all demo lint bench bench-quick bench-rescore bench-steps clean \
+.PHONY: setup test test-all test-latest lock demo lint bench bench-quick bench-rescore bench-steps clean \
 	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup bench-trees
 
 setup: $(STAMP) build/kenlm/.stamp
 
-$(STAMP): pyproject.toml scripts/setup_venv.sh
+$(STAMP): pyproject.toml requirements.lock scripts/setup_venv.sh
 	bash scripts/install_system_deps.sh
 	bash scripts/setup_venv.sh
 	touch $@
@@ -23,6 +25,14 @@ test: setup
 
 test-all: setup
 	$(PY) -m pytest -q -m "slow or not slow"
+
+# The newest releases pyproject.toml allows, in a second venv (.venv-latest); not part of CI.
+test-latest: build/kenlm/.stamp
+	bash scripts/test_latest.sh
+
+# Re-resolve requirements.lock (pip's resolver over pyproject.toml's ranges, every extra).
+lock:
+	bash scripts/lock.sh
 
 demo: setup
 	$(PY) -m blockdraft demo
@@ -63,4 +73,4 @@ bench-real-peers-setup: setup
 	bash scripts/install_llama_cpp.sh
 
 clean:
-	rm -rf build .venv .pytest_cache
+	rm -rf build .venv .venv-latest .pytest_cache

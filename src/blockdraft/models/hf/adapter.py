@@ -38,6 +38,7 @@ from torch import nn
 
 from blockdraft.models.errors import ModelError
 from blockdraft.models.factored import FactoredHeadsLM
+from blockdraft.models.hf.body import cache_argument, call_with_cache
 from blockdraft.models.hf.cache import HFCache
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.tokenizer import HFTokenizer
@@ -114,9 +115,11 @@ def _unsupported(base: Any) -> str | None:
     body = getattr(base, "base_model", None)
     if not isinstance(body, nn.Module) or body is base:
         return "it has no separate body (base_model) under its lm_head"
-    params = inspect.signature(body.forward).parameters
-    if "past_key_values" not in params or "position_ids" not in params:
-        return "its body's forward takes no past_key_values and position_ids"
+    if cache_argument(body) is None:
+        return ("its body's forward takes no key/value cache (no argument annotated as a "
+                "transformers Cache)")
+    if "position_ids" not in inspect.signature(body.forward).parameters:
+        return "its body's forward takes no position_ids"
     for attr in _LOGIT_TRANSFORMS:
         value = getattr(config, attr, None)
         neutral = value is None or (attr != "final_logit_softcapping" and value == 1)
@@ -208,6 +211,7 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         heads.to(device=weight.device, dtype=weight.dtype)
         self.base = base
         self.heads = heads
+        self._cache_argument: str = cache_argument(base.base_model) or ""  # checked above
         self.tokenizer: HFTokenizer | None = (
             None if tokenizer is None else HFTokenizer(tokenizer, vocab_size=vocab)
         )
@@ -361,11 +365,11 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         if tree:
             extra["attention_mask"] = self._tree_attention_mask(
                 tree_mask, positions, 0 if past is None else past.length)
-        out = self.base.base_model(
-            input_ids=ids, past_key_values=cache, position_ids=positions, use_cache=True,
-            **extra,
+        out, returned = call_with_cache(
+            self.base.base_model, self._cache_argument, cache,
+            input_ids=ids, position_ids=positions, **extra,
         )
-        new = HFCache.from_dynamic(out.past_key_values)
+        new = HFCache.from_dynamic(returned)
         expected = ids.shape[1] + (0 if past is None else past.length)
         if new.length != expected:
             raise ModelError(

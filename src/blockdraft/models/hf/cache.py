@@ -89,8 +89,8 @@ class HFCache(KVCache):
         cache = DynamicCache()
         for k, v in zip(self.keys, self.values, strict=True):
             layer = DynamicLayer()
-            layer.dtype, layer.device = k.dtype, k.device
-            layer.keys, layer.values = k, v
-            layer.is_initialized = True
+            # the attributes a filled layer has (``dtype`` only up to transformers 5.23)
+            vars(layer).update(dtype=k.dtype, device=k.device, keys=k, values=v,
+                               is_initialized=True)
             cache.layers.append(layer)
         return cache

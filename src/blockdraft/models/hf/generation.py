@@ -20,6 +20,7 @@ import torch
 
 from blockdraft.core.checks import check_positive_int
 from blockdraft.models.errors import ModelError
+from blockdraft.models.hf.body import cache_argument, call_with_cache
 
 
 def final_norm(model: Any) -> torch.nn.Module:
@@ -84,6 +85,9 @@ def greedy_batch(
 
     from transformers import DynamicCache
 
+    argument = cache_argument(model)
+    if argument is None:
+        raise ModelError(f"{type(model).__name__}.forward takes no key/value cache")
     handle = final_norm(model).register_forward_hook(hook)
     answers: list[list[int]] = [[] for _ in range(b)]
     hidden: list[list[torch.Tensor]] = [[] for _ in range(b)]
@@ -93,13 +97,13 @@ def greedy_batch(
         inputs, attention, pos = ids, mask, positions
         while True:
             captured.clear()
-            out = model(input_ids=inputs, attention_mask=attention, position_ids=pos,
-                        past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out, cache = call_with_cache(model, argument, cache, input_ids=inputs,
+                                         attention_mask=attention, position_ids=pos,
+                                         logits_to_keep=1)
             if len(captured) != 1:
                 raise ModelError(f"the final-norm hook fired {len(captured)} times in a forward")
             state = captured[0].cpu()  # (b_active, d)
             nxt = out.logits[:, -1, :].argmax(-1).cpu()  # (b_active,)
-            cache = out.past_key_values
             keep: list[int] = []
             for k, row in enumerate(active.tolist()):
                 token = int(nxt[k])

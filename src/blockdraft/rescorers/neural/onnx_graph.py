@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from blockdraft.core.extras import install_hint
 from blockdraft.models.blockwise import RescorerLM
 from blockdraft.rescorers.base import RescorerError
 
@@ -65,7 +66,7 @@ FINGERPRINT_KEY = "blockdraft_fingerprint"
 CONFIG_KEYS = ("n_layer", "n_head", "head_dim", "d_model", "vocab_size", "max_seq_len")
 """Model config fields stamped into the step graph's metadata (the runner's shapes)."""
 
-INSTALL_HINT = "pip install onnxruntime onnx (or: pip install blockdraft, which requires them)"
+INSTALL_HINT = install_hint("onnx")
 
 
 def rope_rows(model: RescorerLM) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from blockdraft.core.extras import import_optional
 from blockdraft.lattice.fst import LABEL_OFFSET
 from blockdraft.rescorers.base import RescorerError
 
@@ -21,10 +22,4 @@ MAX_TOKEN_ID = UNK_LABEL - LABEL_OFFSET - 1
 
 def load_pywrapfst() -> Any:
     """The ``pywrapfst`` module (imported on first use), or a RescorerError with the fix."""
-    try:
-        import pywrapfst
-    except ImportError as e:  # pragma: no cover - pynini is a dependency
-        raise RescorerError(
-            "the wfst backend needs pywrapfst (shipped with pynini): pip install pynini"
-        ) from e
-    return pywrapfst
+    return import_optional("pywrapfst", "wfst", "the wfst backend", RescorerError)
