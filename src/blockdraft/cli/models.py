@@ -31,23 +31,16 @@ from blockdraft.cli.common import (
     read_texts,
     utf8_argument,
 )
+from blockdraft.core.outputs import output_mode
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     _check_train_arguments(args)
     check_device(args.device)
     out = Path(args.out)
-    if args.overwrite and args.resume:
-        raise CliError("--overwrite starts afresh and --resume continues the checkpoint in "
-                       "--out; pass one of them")
-    if out.exists() and not out.is_dir():
-        raise CliError(f"-o {out} exists and is not a folder; choose another path")
-    if not (out.is_dir() and any(out.iterdir())):
-        return _train(args)
-    if not (args.overwrite or args.resume):
-        raise CliError(f"-o {out} already holds a model or checkpoint; pass --resume to "
-                       "continue it, --overwrite to replace it, or choose a new folder")
-    if args.resume:
+    mode = output_mode(out, what="a trained model", error=CliError,
+                       overwrite=args.overwrite, resume=args.resume)
+    if mode != "overwrite":
         return _train(args)
     # --overwrite: train in a folder beside it, swapped in only when training succeeded; the
     # old model stays as it was if this run fails or is interrupted.
@@ -294,12 +287,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise CliError("--chat wraps text prompts in the chat template; --ids prompts are ids")
     check_device(args.device)
     out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise CliError(f"-o {out} exists and is not a folder; choose another path")
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise CliError(f"-o {out} already holds files; pass --overwrite to replace the trace "
-                       "there (the old one stays until the new one is complete), or choose a "
-                       "new folder")
+    output_mode(out, what="a trace", error=CliError, overwrite=args.overwrite)
     model = _load(args)
     if args.ids:
         prompts = [p.tolist() for p in read_id_lines(Path(args.prompts))]
