@@ -22,7 +22,7 @@ What it does, in order (each stage logs its progress on stderr):
    head log-prob) and the lattice-rescored tree (best-first by head + alpha x 4-gram score of the
    path, so children depend on their parents). The time each builder takes per step is measured
    in the same pass.
-3. **Costs**: the median wall time of one tree verification (``TreeVerifier.verify_tree``:
+3. **Costs**: the median wall time of one tree verification (``Verifier.verify_tree``:
    forward over N nodes with the tree mask on the prompt's cache, acceptance, cache gather) for
    every N, of the lattice (top-k of every head over V), and of one step of the reference
    greedy loop (``greedy_generate``'s per-token cost).
@@ -274,9 +274,9 @@ def measure_costs(model: Any, prompt: Sequence[int], budgets: Sequence[int], k: 
     from blockdraft.drafts import confidence_tree
     from blockdraft.lattice import SausageLattice
     from blockdraft.models import greedy_generate
-    from blockdraft.verify.tree import TreeVerifier
+    from blockdraft.verify import Verifier
 
-    verifier = TreeVerifier(model)
+    verifier = Verifier(model)
     with torch.no_grad():
         logits, past = verifier.prefill(list(prompt))
     length = past.length

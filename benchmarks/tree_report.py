@@ -21,7 +21,7 @@ DEFINITIONS = [
     "per task generated tokens / calls pooled over the task's prompts, from the trace "
     "(blockdraft.oracle.simulate, equal to the online decode step by step); 'mean' is the mean "
     "over tasks.",
-    "verify ms: median wall time of one TreeVerifier.verify_tree call over a tree of that many "
+    "verify ms: median wall time of one Verifier.verify_tree call over a tree of that many "
     "nodes on the first prompt's cache (forward with the tree mask, acceptance, cache gather, "
     "next head logits). greedy ms: the reference loop's per-token cost (greedy_generate).",
     "build ms: the builder's mean time per step (propose_tree), measured while simulating. "

@@ -190,7 +190,7 @@ def test_tree_acceptance_checks_k_against_the_logits():
     import torch
 
     from blockdraft.drafts import DraftTree
-    from blockdraft.verify.tree import tree_accepted
+    from blockdraft.verify.acceptance import tree_accepted
 
     tree = DraftTree(tokens=np.array([1, 2]), parents=np.array([-1, 0]), scores=np.zeros(2))
     with pytest.raises(VerifyError, match=r"\[1, 8\]"):

@@ -26,7 +26,7 @@ from blockdraft.drafts import (
 )
 from blockdraft.models import greedy_generate
 from blockdraft.oracle import Trace, simulate, tree_accept_length
-from blockdraft.verify import TreeVerifier, Verifier, VerifyError, decode
+from blockdraft.verify import Verifier, VerifyError, decode
 
 
 class BigramLM:
@@ -114,12 +114,19 @@ def test_trie_verdict_equals_batch_verdict(random_model, criterion: str, seed: i
     past = prefix_cache(model, prompt)
     rng = np.random.default_rng(seed)
     eos = truth[2] if with_eos else None
-    verifier = TreeVerifier(model, criterion)
+    verifier = Verifier(model, criterion)
     for _ in range(3):
         drafts = random_drafts(rng, truth, int(rng.integers(1, 7)), h, vocab)
         tree = DraftTree.from_drafts(drafts)
         batch = verifier.verify(past, drafts, eos)
         out = verifier.verify_tree(past, tree, eos)
+        # the batch verdict, independently: every draft alone (a chain: a causal forward)
+        alone = [verifier.verify(past, DraftBatch(
+            tokens=drafts.tokens[j:j + 1], scores=drafts.scores[j:j + 1],
+            head_scores=drafts.head_scores[j:j + 1], lm_scores=drafts.lm_scores[j:j + 1]),
+            eos).n for j in range(drafts.p)]
+        assert batch.accept_lengths == tuple(alone)
+        assert batch.winner == alone.index(max(alone))
         assert out.n == batch.n
         assert out.tokens == batch.tokens
         assert out.accept_lengths == batch.accept_lengths
@@ -138,7 +145,7 @@ def test_chain_equals_chain_verification(random_model, seed: int) -> None:  # ty
     truth = greedy_generate(model, prompt, 6)
     past = prefix_cache(model, prompt)
     rng = np.random.default_rng(seed)
-    verifier = TreeVerifier(model)
+    verifier = Verifier(model)
     draft = random_drafts(rng, truth, 1, 4, 64)
     chain = DraftTree.chain(draft.tokens[0])
     one = Verifier(model).verify(past, draft)
@@ -151,7 +158,7 @@ def test_chain_equals_chain_verification(random_model, seed: int) -> None:  # ty
 def test_verify_tree_refuses(random_model) -> None:  # type: ignore[no-untyped-def]
     model = random_model(seed=0, vocab=64, h=4, max_seq_len=8)
     past = prefix_cache(model, [1, 2, 3, 4, 5])
-    verifier = TreeVerifier(model)
+    verifier = Verifier(model)
     with pytest.raises(VerifyError, match="DraftTree"):
         verifier.verify_tree(past, np.array([1, 2]))  # type: ignore[arg-type]
     with pytest.raises(VerifyError, match="vocabulary"):

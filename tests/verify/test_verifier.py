@@ -175,7 +175,7 @@ class HeadsLogitsOnly:
 
 
 def test_factored_path_equals_the_heads_logits_path(random_model) -> None:  # type: ignore[no-untyped-def]
-    from blockdraft.verify.verifier import factored
+    from blockdraft.models.protocol import factored
 
     model = random_model(seed=9, vocab=64, h=6)
     plain = HeadsLogitsOnly(model)

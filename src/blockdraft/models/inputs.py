@@ -15,6 +15,7 @@ import torch
 
 from blockdraft.models.cache import KVCache
 from blockdraft.models.errors import ModelError
+from blockdraft.models.protocol import DecoderCache
 
 
 def check_input_ids(input_ids: Any, vocab_size: int, device: torch.device) -> torch.Tensor:
@@ -56,7 +57,7 @@ def check_input_ids(input_ids: Any, vocab_size: int, device: torch.device) -> to
 
 
 def check_past_fits(
-    past: KVCache | None,
+    past: KVCache | DecoderCache | None,
     batch_size: int,
     new: int,
     device: torch.device,

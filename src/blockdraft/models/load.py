@@ -1,8 +1,9 @@
 """`load_model`: every model blockdraft runs, from one name or path.
 
 Public surface:
-    load_model(name_or_path, *, dtype=None, device="cpu", heads=None)
-        -> BlockwiseLM | RescorerLM | HFBlockwiseModel
+    load_model(name_or_path, *, dtype=None, device="cpu", heads=None, runtime="torch",
+               precision=None, threads=None, log=None)
+        -> BlockwiseLM | RescorerLM | HFBlockwiseModel | OrtBlockwiseModel
     load_tokenizer(name_or_path) -> Tokenizer | HFTokenizer     the same names and paths
 
 What ``name_or_path`` may be:
@@ -29,6 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from blockdraft.core.checks import check_positive_int
 from blockdraft.models.blockwise import BlockwiseLM
 from blockdraft.models.checkpoint import CONFIG_FILE
 from blockdraft.models.checkpoint import load_model as load_checkpoint
@@ -119,6 +121,10 @@ def load_model(
     dtype: Any = None,
     device: Any = "cpu",
     heads: Any = None,
+    runtime: str = "torch",
+    precision: str | None = None,
+    threads: int | None = None,
+    log: Any = None,
 ) -> Any:
     """Load a blockwise parallel LM (see the module docstring for what is accepted).
 
@@ -133,20 +139,52 @@ def load_model(
         heads: Medusa heads for a Hugging Face base: a folder in any layout, or a
             :class:`~blockdraft.models.hf.MedusaHeads`. Overrides the heads a known name or a
             Medusa-2 checkpoint brings.
+        runtime: where the forward runs (:mod:`blockdraft.models.runtimes`): ``"torch"``
+            (PyTorch eager, the default) or ``"onnxruntime"`` (a Hugging Face model exported
+            once, cached, on ONNX Runtime's CPU provider).
+        precision: what the runtime computes in: torch ``"float32"``, ``"bfloat16"``,
+            ``"float16"`` (the same as ``dtype``); onnxruntime ``"float32"`` (default) or
+            ``"int8"``.
+        threads: intra-op threads: ONNX Runtime's sessions; for torch, the process-wide
+            ``torch.set_num_threads`` (default: leave torch's setting).
+        log: called with one line per stage of a first ONNX export (None: silent).
 
     Returns:
         A :class:`~blockdraft.models.BlockwiseLM` (or ``RescorerLM``) for a blockdraft
         checkpoint, else a :class:`~blockdraft.models.hf.HFBlockwiseModel` (in eval mode,
-        with its tokenizer as ``.tokenizer``).
+        with its tokenizer as ``.tokenizer``), or with ``runtime="onnxruntime"`` an
+        :class:`~blockdraft.models.runtimes.OrtBlockwiseModel`.
 
     Raises:
         ModelError: an unknown name (the known ones are listed), a missing package (with the
             install command), missing packaged heads (with how to train them), a Hugging Face
             model without heads, heads that do not fit the base, an unsupported architecture.
     """
+    from blockdraft.models.runtimes import check_runtime, on_runtime
+
+    if precision is not None and dtype is not None and str(dtype).removeprefix("torch.") \
+            != precision:
+        raise ModelError(f"dtype={dtype!r} and precision={precision!r} disagree; pass one")
+    precision = precision or (None if dtype is None else str(dtype).removeprefix("torch."))
+    check_runtime(runtime, precision or "float32")
+    if runtime != "torch":
+        if str(device) != "cpu":
+            raise ModelError(f"runtime {runtime!r} runs on the CPU; got device={device!r}")
+        dtype = None  # exported from the float32 model
+    elif precision is not None:
+        dtype = precision
+    if threads is not None:
+        threads = check_positive_int(threads, "threads", ModelError)
+        if runtime == "torch":
+            import torch
+
+            torch.set_num_threads(threads)
     key = str(name_or_path)
     path = Path(key)
     if _is_checkpoint(path, key):
+        if runtime != "torch":
+            raise ModelError(f"{key!r} is a blockdraft checkpoint, which runs on runtime "
+                             f"'torch'; runtime {runtime!r} runs Hugging Face models")
         if heads is not None:
             raise ModelError(
                 f"{key!r} is a blockdraft checkpoint with its own heads; heads= applies to "
@@ -209,7 +247,8 @@ def load_model(
         )
     base, tokenizer = load_causal_lm(base_source, dtype="float32" if dtype is None else dtype,
                                      device=device)
-    return HFBlockwiseModel(base, medusa, tokenizer)
+    hf_model = HFBlockwiseModel(base, medusa, tokenizer)
+    return on_runtime(hf_model, runtime, precision or "float32", threads=threads, log=log)
 
 
 def _hf_vocab_size(folder: Path) -> int | None:

@@ -1,15 +1,17 @@
-"""The verify room: acceptance criteria, the batched verifier and the BPD decode loop.
+"""The verify room: acceptance criteria, the verifier and the BPD decode loop.
 
     decode(model, prompt_ids, ...) -> DecodeResult      predict -> verify -> accept
-    Verifier(model, criterion).verify(past, drafts)     p drafts in one batched forward
-    TreeVerifier(model, criterion).verify_tree(past, tree)   a token tree in one forward
+    Verifier(model, criterion)                          one forward per step:
+        .verify_tree(past, tree)                        a token tree
+        .verify(past, drafts)                           p drafts, as their trie
+    tree_accepted, tree_winner                          the verdict on a tree (acceptance)
     Criterion                                           exact (lossless), topk, distance,
                                                         min_block, gadpp, typical
 """
 
+from blockdraft.verify.acceptance import tree_accepted, tree_winner
 from blockdraft.verify.criteria import CRITERIA, Criterion, VerifyError
 from blockdraft.verify.decode import DecodeResult, DecodeStep, Drafter, accept, decode, predict
-from blockdraft.verify.tree import TreeOutcome, TreeVerifier, tree_accepted, tree_winner
 from blockdraft.verify.verifier import HeadsModel, Verifier, VerifyOutcome
 
 __all__ = [
@@ -19,8 +21,6 @@ __all__ = [
     "DecodeStep",
     "Drafter",
     "HeadsModel",
-    "TreeOutcome",
-    "TreeVerifier",
     "Verifier",
     "VerifyError",
     "VerifyOutcome",

@@ -15,13 +15,14 @@ The loop reads as the paper (Stern et al. 2018, sec. 3-4) and as Medusa's ``medu
     head_logits, past = verifier.prefill(prompt)          # call 1: d_1 is certain
     tokens = [argmax head_logits[head 1]]
     while not done:
-        drafts  = predict(drafter, head_logits, k, context)   # lattice -> drafter -> [p, h]
-        outcome = verifier.verify(past, drafts)               # one batched call
+        tree    = propose(drafter, lattice(head_logits, k))   # p drafts -> their trie, or a tree
+        outcome = verifier.run(past, tree)                    # one call with tree attention
         tokens += accept(outcome, remaining, eos_id)          # d_2..d_{1+n}, next certain token
         past, head_logits = outcome.past, outcome.next_logits
 
-With ``tree`` (docs/definitions.md sec. 11) steps 1-2 build a token tree and verify it in one
-forward with tree attention (:class:`~blockdraft.verify.tree.TreeVerifier`); step 3 is the same.
+Every step verifies a token tree (docs/definitions.md sec. 11): a drafter's ``p`` drafts as their
+trie (one draft: a chain, a plain causal forward), a tree builder's tree as it is; the records
+keep what was proposed (a batch and its winning row, or the tree and its accepted node).
 
 Counting (docs/definitions.md sec. 2): the prefill yields 1 token (``d_1``), every verification call
 ``1 + n`` (``d_2 .. d_{1+n}`` and the next certain token), cut after EOS and at
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast, overload
 
 import numpy as np
@@ -56,8 +58,7 @@ from blockdraft.models.protocol import HeadsModel
 from blockdraft.verify.criteria import Criterion, VerifyError
 from blockdraft.verify.inputs import check_decode_inputs
 from blockdraft.verify.records import DecodeResult, DecodeStep
-from blockdraft.verify.tree import TreeVerifier
-from blockdraft.verify.verifier import VerifyOutcome, synchronize
+from blockdraft.verify.verifier import Verifier, VerifyOutcome, synchronize
 
 Prompt = Sequence[int] | np.ndarray | torch.Tensor
 """One prompt: a 1-D sequence of token ids."""
@@ -130,34 +131,47 @@ def _block_width(h: int, remaining: int, cached: int, max_seq_len: int | None) -
     return width
 
 
-def _tree_step(
-    verifier: TreeVerifier,
-    tree_drafter: TreeDrafter,
-    k: int,
-    context: np.ndarray,
-    head_logits: torch.Tensor,
-    past: Any,
-    remaining: int,
-    eos_id: int | None,
-) -> tuple[DraftTree, VerifyOutcome, float]:
-    """Steps 1-2 with a token tree (docs/definitions.md sec. 11): ``(tree, outcome, draft_s)``.
+@dataclass(frozen=True, eq=False)
+class _Proposal:
+    """One step's drafts as the tree the verifier runs: ``drafts`` (a drafter's batch, None
+    for a tree builder) and ``tree`` (their trie, or the builder's tree), cut to ``width``."""
 
-    The tree is cut to the depths that can count (``remaining`` tokens, the model's context),
-    as a batch is cut to its first columns.
-    """
-    start = time.perf_counter()
-    lattice = SausageLattice.from_logits(head_logits, k, certain_first=True)
-    tree = tree_drafter.propose_tree(lattice, context)
-    draft_s = time.perf_counter() - start
-    name = str(getattr(tree_drafter, "name", "") or type(tree_drafter).__name__)
-    if not isinstance(tree, DraftTree):
-        raise VerifyError(f"{name}.propose_tree returned {type(tree).__name__}, not a DraftTree")
+    tree: DraftTree
+    drafts: DraftBatch | None
+
+
+def _propose(
+    source: Drafter | TreeDrafter, trees: bool, name: str, lattice: SausageLattice,
+    context: np.ndarray, vocab_size: int | None,
+) -> _Proposal:
+    """Step 1 (no model call): the drafts of one step, checked where they enter the loop
+    (every draft starts with the certain token; every token is in the vocabulary)."""
     certain = int(lattice.tokens[0, 0])
-    if int(tree.tokens[0]) != certain:
-        raise VerifyError(f"{name} proposed a tree rooted at {int(tree.tokens[0])}; the root "
-                          f"must be the certain token d_1 = {certain}")
-    width = _block_width(tree.max_depth + 1, remaining, past.length, verifier.max_seq_len)
-    return tree, verifier.verify_tree(past, tree.truncate(width - 1), eos_id), draft_s
+    if trees:
+        tree = cast(TreeDrafter, source).propose_tree(lattice, context)
+        if not isinstance(tree, DraftTree):
+            raise VerifyError(f"{name}.propose_tree returned {type(tree).__name__}, not a "
+                              "DraftTree")
+        if int(tree.tokens[0]) != certain:
+            raise VerifyError(f"{name} proposed a tree rooted at {int(tree.tokens[0])}; the "
+                              f"root must be the certain token d_1 = {certain}")
+        proposal = _Proposal(tree=tree, drafts=None)
+    else:
+        drafts = cast(Drafter, source).propose(lattice, context)
+        if not isinstance(drafts, DraftBatch):
+            raise VerifyError(f"{name}.propose returned {type(drafts).__name__}, not a "
+                              "DraftBatch")
+        if (drafts.tokens[:, 0] != certain).any():
+            raise VerifyError(
+                f"{name} proposed drafts starting with {drafts.tokens[:, 0].tolist()}; every "
+                f"draft must start with the certain token d_1 = {certain} (the lattice's slot 1)"
+            )
+        proposal = _Proposal(tree=DraftTree.from_drafts(drafts), drafts=drafts)
+    hi = int(proposal.tree.tokens.max())
+    if vocab_size is not None and hi >= vocab_size:
+        raise VerifyError(f"{name} proposed token id {hi}, outside the model's vocabulary "
+                          f"[0, {vocab_size})")
+    return proposal
 
 
 def _done(tokens: list[int], max_new_tokens: int, eos_id: int | None) -> bool:
@@ -165,14 +179,15 @@ def _done(tokens: list[int], max_new_tokens: int, eos_id: int | None) -> bool:
 
 
 def _decode_prompt(
-    verifier: TreeVerifier,
+    verifier: Verifier,
     drafter: Drafter | TreeDrafter,
     k: int,
     prompt: list[int],
     max_new_tokens: int,
     eos_id: int | None,
 ) -> DecodeResult:
-    """BPD on one validated prompt (with token trees when ``drafter`` is a TreeDrafter)."""
+    """BPD on one validated prompt: every step predicts drafts (a batch, or a token tree when
+    ``drafter`` is a TreeDrafter), verifies them as one tree, accepts the best path."""
     wall_start = time.perf_counter()
     name = str(getattr(drafter, "name", "") or type(drafter).__name__)
     if max_new_tokens == 0:
@@ -189,51 +204,36 @@ def _decode_prompt(
     trees = not callable(getattr(drafter, "propose", None))  # a TreeDrafter
     while not _done(tokens, max_new_tokens, eos_id):
         step_start = time.perf_counter()
-        certain = tokens[-1]
-        if trees:
-            tree, outcome, draft_s = _tree_step(
-                verifier, cast(TreeDrafter, drafter), k, np.asarray(prompt + tokens[:-1]),
-                head_logits, past, max_new_tokens - len(tokens), eos_id)
-            new = accept(outcome, max_new_tokens - len(tokens), eos_id)
-            steps.append(DecodeStep(
-                position=len(tokens) - 1, drafts=tree.to_drafts(), n=outcome.n,
-                winner=outcome.winner, source=tree.source,
-                accept_lengths=outcome.accept_lengths, tokens=new,
-                forward_s=outcome.forward_s, draft_s=draft_s,
-                other_s=max(0.0, time.perf_counter() - step_start - draft_s - outcome.forward_s),
-                tree=tree,
-            ))
-            tokens.extend(new)
-            past, head_logits = outcome.past, outcome.next_logits
-            continue
-        # 1. predict: lattice of the head logits -> drafter (rescorer) -> [p, h] drafts
-        drafts = predict(cast(Drafter, drafter), head_logits, k,
-                         np.asarray(prompt + tokens[:-1]))
+        remaining = max_new_tokens - len(tokens)
+        # 1. predict: lattice of the head logits -> drafter (rescorer) -> drafts or a tree
+        lattice = SausageLattice.from_logits(head_logits, k, certain_first=True)
+        proposal = _propose(drafter, trees, name, lattice, np.asarray(prompt + tokens[:-1]),
+                            verifier.vocab_size)
         draft_s = time.perf_counter() - step_start
-        if not isinstance(drafts, DraftBatch):
-            raise VerifyError(f"{name}.propose returned {type(drafts).__name__}, not a DraftBatch")
-        if (drafts.tokens[:, 0] != certain).any():
-            raise VerifyError(
-                f"{name} proposed drafts starting with {drafts.tokens[:, 0].tolist()}; every "
-                f"draft must start with the certain token d_1 = {certain} (the lattice's slot 1)"
-            )
-        # 2. verify: all p drafts in one serial call (no more columns than can count)
-        width = _block_width(drafts.h, max_new_tokens - len(tokens), past.length,
+        # 2. verify: every draft in one serial call, no deeper than can count
+        width = _block_width(proposal.tree.max_depth + 1, remaining, past.length,
                              verifier.max_seq_len)
-        outcome = verifier.verify(past, first_columns(drafts, width), eos_id)
+        tree = proposal.tree.truncate(width - 1)
+        if proposal.drafts is None:
+            outcome = verifier.run(past, tree, eos_id)
+        else:
+            rows = proposal.drafts.tokens[:, :width]
+            outcome = verifier.run_rows(past, tree, rows, eos_id)
         # 3. accept: commit d_1 .. d_{1+n}; the next certain token comes with the same call
-        new = accept(outcome, max_new_tokens - len(tokens), eos_id)
+        new = accept(outcome, remaining, eos_id)
         steps.append(DecodeStep(
             position=len(tokens) - 1,
-            drafts=drafts,
+            drafts=proposal.drafts if proposal.drafts is not None else proposal.tree.to_drafts(),
             n=outcome.n,
             winner=outcome.winner,
-            source=row_source(drafts, outcome.winner),
+            source=(proposal.tree.source if proposal.drafts is None
+                    else row_source(proposal.drafts, outcome.winner)),
             accept_lengths=outcome.accept_lengths,
             tokens=new,
             forward_s=outcome.forward_s,
             draft_s=draft_s,
             other_s=max(0.0, time.perf_counter() - step_start - draft_s - outcome.forward_s),
+            tree=proposal.tree if proposal.drafts is None else None,
         ))
         tokens.extend(new)
         past, head_logits = outcome.past, outcome.next_logits
@@ -350,7 +350,7 @@ def decode(
             another device, a drafter whose drafts do not start with the certain token, or a
             ``tree`` that is neither a bool nor a tree builder (or one given with a drafter).
     """
-    verifier = TreeVerifier(model, criterion)
+    verifier = Verifier(model, criterion)
     builder = _tree_builder(tree, drafter, rescorer, iad)
     args = check_decode_inputs(
         verifier, prompt_ids, rescorer=rescorer, k=k, p=p, max_new_tokens=max_new_tokens,

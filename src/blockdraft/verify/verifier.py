@@ -1,33 +1,32 @@
-"""The verifier: ``p`` drafts checked in one batched forward pass.
+"""The verifier: one forward pass checks every draft of a step, as a token tree.
 
-See docs/definitions.md sec. 2, steps 2-3.
+See docs/definitions.md sec. 2 (steps 2-3) and 11. Drafts go in as one row after the shared
+prefix cache: a token tree's ``N`` nodes, node ``u`` at position ``prefix + depth(u)``,
+attending to the prefix and to its ancestors only, so the base head at node ``u`` gives the
+greedy token after ``u``'s root path, exactly what a batch of those paths would give. A batch of
+``p`` drafts is the trie case (:meth:`DraftTree.from_drafts`: the drafts merged on their common
+prefixes, fewer tokens than ``p x w``); one draft is a chain, run as a plain causal forward.
+The verdict (:mod:`blockdraft.verify.acceptance`) is the criterion's; only the accepted path's
+keys and values are kept (a crop when they already sit in order, else moved into place), and
+the next block's head logits are those at the accepted node, from the same call. A factored
+model (:class:`~blockdraft.models.FactoredHeadsModel`) projects the base head at every node and
+all ``h`` heads only at the accepted one; any other model is seen through
+:func:`~blockdraft.models.protocol.as_factored`.
 
 Public surface:
     Verifier(model, criterion="exact")
-        .prefill(prompt_ids) -> (next_logits [h, V], past)   the prompt's one serial call
-        .verify(past, drafts) -> VerifyOutcome               one serial call for p drafts
-    VerifyOutcome    frozen: n, winner, tokens, next_logits, past, accept_lengths, timings
-
-One verification call feeds the ``p`` drafts ``d_1 .. d_h`` (``d_1`` is the certain token,
-the same in every draft) as a ``[p, h]`` batch on top of the shared prefix cache, expanded
-from batch 1 to ``p`` rows without copying: the prefix is never recomputed. The criterion gives
-each draft's accepted length ``n``; the winner is the draft with the largest ``n`` (ties: the
-lowest index, i.e. the best-scored draft, since a :class:`DraftBatch` is ordered best first).
-Only the winner's cache row survives, cropped to the prefix and ``d_1 .. d_{1+n}``; the next
-block's head logits come from the same call, at the input position of ``d_{1+n}`` (their
-``argmax z^1`` is the next certain token, docs/definitions.md sec. 2).
-
-The model is anything with ``heads_logits(input_ids [B, T], past) -> (logits [B, T, h, V],
-cache)`` whose cache offers the operations of :class:`blockdraft.models.KVCache` (``length``,
-``batch_size``, ``expand``, ``select_row``, ``crop``). When it also splits into ``hidden``,
-``head_states`` and ``project`` (:class:`blockdraft.models.FactoredHeadsModel`, e.g.
-:class:`~blockdraft.models.BlockwiseLM`), a call evaluates the base head at the ``p * w`` draft
-positions and the ``h`` heads only at the one position the next block starts from: ``p w + h``
-head projections instead of ``p w h``, with the same logits.
+        .prefill(prompt_ids) -> (next_logits [h, V], past)       the prompt's serial call
+        .verify_tree(past, tree, eos_id=None) -> VerifyOutcome    one call for a token tree
+        .verify(past, drafts, eos_id=None) -> VerifyOutcome       one call for p drafts (their
+                                                                  trie; winner = a row)
+    VerifyOutcome   frozen: n, winner, tokens, next_logits, past, accept_lengths, path,
+                    accepted, forward_s, accept_s
+    model_limit(model, name), model_device(model), synchronize(device)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,8 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from blockdraft.core.batch import DraftBatch
-from blockdraft.models.protocol import HeadsModel, takes_last_only
+from blockdraft.core.batch import DraftBatch, DraftError
+from blockdraft.core.tree import DraftTree
+from blockdraft.models.protocol import HeadsModel, as_factored, takes_last_only
+from blockdraft.verify.acceptance import (
+    accepted_nodes,
+    leaf_lengths,
+    row_lengths,
+    row_nodes,
+    tree_winner,
+)
 from blockdraft.verify.criteria import Criterion, VerifyError
 
 
@@ -72,17 +79,22 @@ class VerifyOutcome:
     """What one verification call decided.
 
     Attributes:
-        n: accepted draft tokens of the winner, ``0 <= n <= w - 1`` (none after its EOS when
-            ``verify`` was given ``eos_id``).
-        winner: row of the winning draft in the :class:`DraftBatch`.
-        tokens: the committed tokens ``d_1 .. d_{1+n}`` of the winner (``1 + n`` ids).
+        n: accepted draft tokens, ``0 <= n <= depth`` (none after an EOS when the call was
+            given ``eos_id``).
+        winner: :meth:`Verifier.verify`: the row of the winning draft in the
+            :class:`DraftBatch` (the first with the largest ``n``: the best-scored);
+            :meth:`Verifier.verify_tree`: the accepted node.
+        tokens: the committed tokens ``d_1 .. d_{1+n}`` (``1 + n`` ids).
         next_logits: float ``[h, V]``, raw logits of every head at the input position of
             ``d_{1+n}``: the next step's lattice; ``argmax`` of row 0 is the next certain token.
         past: the cache of the prefix and ``tokens`` (batch 1, ``length = old + 1 + n``).
-        accept_lengths: ``n`` of every draft, in batch order.
-        forward_s: wall seconds in the model (device synchronised): the drafts' forward pass
-            and, for a factored model, the heads at the winner's last accepted position.
-        accept_s: wall seconds applying the criterion and selecting the winner's cache.
+        accept_lengths: ``n`` of every draft (batch order) or of every root-to-leaf path
+            (leaves in node order).
+        path: the accepted path's node indices in the tree that was run (root first).
+        accepted: bool per node of that tree, which nodes the criterion accepted.
+        forward_s: wall seconds in the model (device synchronised): the forward over the
+            nodes and the heads at the accepted node.
+        accept_s: wall seconds applying the criterion and keeping the accepted path's cache.
     """
 
     n: int
@@ -91,6 +103,8 @@ class VerifyOutcome:
     next_logits: torch.Tensor
     past: Any
     accept_lengths: tuple[int, ...]
+    path: tuple[int, ...]
+    accepted: tuple[bool, ...]
     forward_s: float
     accept_s: float
 
@@ -100,11 +114,17 @@ class VerifyOutcome:
         return int(torch.argmax(self.next_logits[0]))
 
 
+def is_chain(tree: DraftTree) -> bool:
+    """Whether every node's parent is the node before it (one draft: a causal forward)."""
+    return bool(np.array_equal(tree.parents, np.arange(-1, tree.num_nodes - 1)))
+
+
 class Verifier:
-    """Verify ``p`` drafts in one batched forward pass and keep the best (definitions sec. 2).
+    """Verify the drafts of a step in one forward pass and keep the best (definitions sec. 2).
 
     Args:
-        model: a blockwise LM (see :class:`HeadsModel`); put it in eval mode (dropout off).
+        model: a blockwise LM (see :class:`HeadsModel`; trees need ``position_ids`` and
+            ``tree_mask`` in its ``hidden`` or ``heads_logits``); in eval mode.
         criterion: a :class:`Criterion` or its string form (``"exact"``, ``"topk:k=4"``, ...).
             Only ``exact`` guarantees the greedy output.
 
@@ -125,7 +145,7 @@ class Verifier:
         self.max_seq_len: int | None = model_limit(model, "max_seq_len")
         self.h: int | None = model_limit(model, "h")
         self.criterion.check_model(self.vocab_size, self.h)
-        self._factored = factored(model)
+        self._heads = as_factored(model)
 
     @property
     def device(self) -> torch.device:
@@ -154,58 +174,55 @@ class Verifier:
     # ---- one verification call ---------------------------------------------------------------
 
     @torch.no_grad()
-    def verify(self, past: Any, drafts: DraftBatch, eos_id: int | None = None) -> VerifyOutcome:
-        """Feed the ``p`` drafts in one batched call on ``past``; accept the best one.
+    def verify_tree(self, past: Any, tree: DraftTree, eos_id: int | None = None
+                    ) -> VerifyOutcome:
+        """Feed the tree's ``N`` nodes in one call on ``past``; accept the best path.
+
+        Args:
+            past: the batch-1 cache of the committed prefix (every token before the root).
+            tree: the tree; its root is the certain token ``d_1``.
+            eos_id: when given, nothing after an EOS (among ``d_2 ..``) is accepted: decoding
+                ends there, so it cannot count (docs/definitions.md sec. 6). The EOS itself is
+                accepted like any token.
+
+        Returns:
+            A :class:`VerifyOutcome` whose ``winner`` is the accepted node.
+
+        Raises:
+            VerifyError: on a tree that is not a :class:`DraftTree`, a token outside the
+                vocabulary, a tree deeper than the model's context allows, a missing or
+                multi-row ``past``.
+        """
+        if not isinstance(tree, DraftTree):
+            raise VerifyError(f"tree must be a DraftTree, got {type(tree).__name__}")
+        # the deepest node sits at position past.length + max_depth: max_depth + 1 positions
+        self._check_past(
+            past, call="verify_tree", tokens=tree.tokens, what="tree",
+            positions=tree.max_depth + 1,
+            shorten=lambda room: f"truncate it (tree.truncate({room - 1}))",
+        )
+        return self.run(past, tree, eos_id)
+
+    @torch.no_grad()
+    def verify(self, past: Any, drafts: DraftBatch, eos_id: int | None = None
+               ) -> VerifyOutcome:
+        """Feed ``p`` drafts in one call on ``past`` (as their trie); accept the best one.
 
         Args:
             past: the batch-1 cache of the committed prefix (every token before ``d_1``).
             drafts: ``p`` drafts ``[p, w]`` (``w`` is usually ``h``; fewer columns verify a
                 shorter block) sharing the certain token ``d_1`` in column 0.
-            eos_id: when given, a draft's tokens after its first EOS (among ``d_2 ..``) are
-                never accepted: decoding ends there, so they cannot count (as in the offline
-                simulator, docs/definitions.md sec. 6). The EOS itself is accepted like any token.
+            eos_id: as in :meth:`verify_tree`.
 
         Returns:
-            A :class:`VerifyOutcome`: the winner's ``n``, committed ``d_1 .. d_{1+n}``, the
-            next block's head logits and the cache of prefix + committed tokens.
+            A :class:`VerifyOutcome` whose ``winner`` is the row of the winning draft and
+            ``accept_lengths`` the ``n`` of every row.
 
         Raises:
             VerifyError: when ``drafts`` is not a :class:`DraftBatch`, the drafts disagree on
                 ``d_1``, a token is outside the vocabulary, the block would run past the
                 model's ``max_seq_len``, or ``past`` is missing or has more than one row.
         """
-        self._check(past, drafts)
-        tokens = torch.tensor(drafts.tokens, dtype=torch.long, device=self.device)  # (p, w)
-        start = time.perf_counter()
-        base, states, cache = self._forward(past, tokens)
-        forward_s = time.perf_counter() - start
-
-        start = time.perf_counter()
-        lengths = self._accept_lengths(tokens, base, eos_id)
-        winner = lengths.index(max(lengths))  # the first maximum: the best-scored draft
-        n = lengths[winner]
-        new_past = cache.select_row(winner).crop(past.length + 1 + n)
-        synchronize(self.device)
-        accept_s = time.perf_counter() - start
-
-        start = time.perf_counter()
-        next_logits = self._next_logits(states, winner, n)
-        forward_s += time.perf_counter() - start
-        return VerifyOutcome(
-            n=n,
-            winner=winner,
-            tokens=tuple(int(t) for t in drafts.tokens[winner, : 1 + n]),
-            next_logits=next_logits,
-            past=new_past,
-            accept_lengths=tuple(lengths),
-            forward_s=forward_s,
-            accept_s=accept_s,
-        )
-
-    # ---- the named steps of a verification call -----------------------------------------------
-
-    def _check(self, past: Any, drafts: DraftBatch) -> None:
-        """Refuse drafts and caches one call cannot verify (see :meth:`verify`'s Raises)."""
         if not isinstance(drafts, DraftBatch):
             raise VerifyError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
         first = drafts.tokens[:, 0]
@@ -214,28 +231,92 @@ class Verifier:
                 f"all drafts must start with the same certain token d_1, got {first.tolist()}"
             )
         self._check_past(
-            past, call="verify", needs="expand", tokens=drafts.tokens, what="draft",
+            past, call="verify", tokens=drafts.tokens, what="draft",
             positions=drafts.tokens.shape[1],
             shorten=lambda room: f"verify at most {room} columns (drafts.tokens[:, :w])",
         )
+        try:
+            tree = DraftTree.from_drafts(drafts)
+        except DraftError as e:  # pragma: no cover - the checks above cover from_drafts'
+            raise VerifyError(str(e)) from e
+        return self.run_rows(past, tree, drafts.tokens, eos_id)
+
+    # ---- the trusted path (the decode loop checked its values where they entered) ------------
+
+    def run(self, past: Any, tree: DraftTree, eos_id: int | None) -> VerifyOutcome:
+        """:meth:`verify_tree` without its checks: ``past`` is a batch-1 cache the tree fits
+        after, and every token is in the vocabulary."""
+        heads = self._heads
+        dev = self.device
+        tokens = torch.tensor(tree.tokens, device=dev)[None]  # (1, N)
+        start = time.perf_counter()
+        if is_chain(tree):  # one draft: a causal forward at the next positions
+            x, cache = heads.hidden(tokens, past)
+        else:
+            positions = torch.tensor(past.length + tree.depths, device=dev)  # (N,)
+            mask = torch.tensor(tree.ancestor_mask(), device=dev)  # (N, N)
+            x, cache = heads.hidden(tokens, past, position_ids=positions, tree_mask=mask)
+        states = x[0]  # (N, d): the factored state at every node
+        base = heads.project(heads.head_states(states, heads=1))[:, 0]  # (N, V)
+        synchronize(dev)
+        forward_s = time.perf_counter() - start
+
+        start = time.perf_counter()
+        accepted = accepted_nodes(tree, base, self.criterion, eos_id)
+        node = tree_winner(tree, accepted)
+        path = tree.path(node)
+        kept = past.length + 1 + int(path.size - 1)
+        if np.array_equal(path, np.arange(path.size)):  # already in order: a view
+            new_past = cache.crop(kept)
+        else:
+            keep = np.concatenate([np.arange(past.length), past.length + path])
+            new_past = cache.gather(torch.tensor(keep, device=dev))
+        synchronize(dev)
+        accept_s = time.perf_counter() - start
+
+        start = time.perf_counter()
+        next_logits = heads.project(heads.head_states(states[node]))  # (h, V)
+        synchronize(dev)
+        forward_s += time.perf_counter() - start
+        return VerifyOutcome(
+            n=int(path.size - 1),
+            winner=node,
+            tokens=tuple(int(t) for t in tree.tokens[path]),
+            next_logits=next_logits,
+            past=new_past,
+            accept_lengths=leaf_lengths(tree, accepted),
+            path=tuple(int(u) for u in path),
+            accepted=tuple(bool(a) for a in accepted),
+            forward_s=forward_s,
+            accept_s=accept_s,
+        )
+
+    def run_rows(self, past: Any, tree: DraftTree, rows: np.ndarray, eos_id: int | None
+                 ) -> VerifyOutcome:
+        """:meth:`run` on the trie ``tree`` of the drafts ``rows [p, w]``; the verdict
+        reported per row (winner: the first row with the largest ``n``)."""
+        out = self.run(past, tree, eos_id)
+        lengths = row_lengths(tree, np.asarray(out.accepted), row_nodes(tree, rows))
+        return dataclasses.replace(out, winner=lengths.index(max(lengths)),
+                                   accept_lengths=lengths)
+
+    # ---- checks ------------------------------------------------------------------------------
 
     def _check_past(
         self,
         past: Any,
         *,
         call: str,
-        needs: str,
         tokens: np.ndarray,
         what: str,
         positions: int,
         shorten: Callable[[int], str],
     ) -> None:
-        """The checks every verification call makes of its cache and its new tokens.
+        """The checks a public verification call makes of its cache and its new tokens.
 
         Args:
-            past: the prefix cache; must be present (with a method ``needs``) and hold one row.
+            past: the prefix cache; must be present and hold one row.
             call: the method's name, for the messages (``"verify"``, ``"verify_tree"``).
-            needs: the cache method the call uses (``"expand"``, ``"gather"``).
             tokens: int array of the new token ids (any shape); each in ``[0, V)``.
             what: what the tokens are, for the messages (``"draft"``, ``"tree"``).
             positions: positions the call adds after the cache; ``past.length + positions``
@@ -246,7 +327,7 @@ class Verifier:
         Raises:
             VerifyError: naming the first check that fails.
         """
-        if past is None or not hasattr(past, needs):
+        if past is None or not hasattr(past, "gather") or not hasattr(past, "length"):
             raise VerifyError(
                 f"{call} needs the prefix cache as past (a KVCache, from prefill or the previous "
                 f"call), got {type(past).__name__}"
@@ -269,54 +350,3 @@ class Verifier:
                 f"{call}: {positions} new positions after {past.length} cached ones need "
                 f"{past.length + positions} > max_seq_len = {self.max_seq_len}; {advice}"
             )
-
-    def _forward(self, past: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, Any, Any]:
-        """The one serial call: ``p`` drafts on ``p`` views of the prefix cache.
-
-        Returns ``(base [p, w, V], states, cache)``: the base head's raw logits at every draft
-        position; ``states`` is what :meth:`_next_logits` needs (the hidden states ``[p, w, d]``
-        of a factored model, else every head's logits ``[p, w, h, V]``); the cache holds the
-        prefix and all ``p`` rows of drafts.
-        """
-        p = tokens.shape[0]
-        model: Any = self.model
-        if self._factored:
-            x, cache = model.hidden(tokens, past.expand(p))  # (p, w, d)
-            base = model.project(model.head_states(x, heads=1))[:, :, 0]  # (p, w, V)
-            states = x
-        else:
-            logits, cache = model.heads_logits(tokens, past.expand(p))  # (p, w, h, V)
-            base, states = logits[:, :, 0], logits  # (p, w, V)
-        synchronize(self.device)
-        return base, states, cache
-
-    def _accept_lengths(
-        self, tokens: torch.Tensor, base: torch.Tensor, eos_id: int | None
-    ) -> list[int]:
-        """``n`` of every draft under the criterion; nothing after a draft's first EOS."""
-        width = tokens.shape[1]
-        n_all = self.criterion.accept_lengths(tokens, base)  # (p,)
-        if eos_id is not None and width > 1:
-            slot = torch.arange(1, width, device=tokens.device)  # (w-1,): i of d_{1+i}
-            first_eos = torch.where(tokens[:, 1:] == eos_id, slot, width).min(-1).values  # (p,)
-            n_all = torch.minimum(n_all, first_eos)
-        return [int(x) for x in n_all.tolist()]
-
-    def _next_logits(self, states: torch.Tensor, winner: int, n: int) -> torch.Tensor:
-        """Every head's raw logits ``[h, V]`` at ``d_{1+n}`` of the winner: the next lattice."""
-        model: Any = self.model
-        if self._factored:  # every head at the one position the next step starts from
-            out = model.project(model.head_states(states[winner, n]))  # (h, V)
-        else:
-            out = states[winner, n].clone()  # (h, V)
-        synchronize(self.device)
-        return out
-
-
-def factored(model: Any) -> bool:
-    """Whether the model splits into ``hidden``, ``head_states`` and ``project`` (see
-    :class:`blockdraft.models.FactoredHeadsModel`); then a verification call projects the base
-    head at every draft position but all ``h`` heads only at the winner's last accepted one."""
-    return all(callable(getattr(model, name, None)) for name in ("hidden", "head_states",
-                                                                  "project"))
-

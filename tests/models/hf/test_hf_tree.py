@@ -26,7 +26,7 @@ from blockdraft.drafts import (
 from blockdraft.models import greedy_generate
 from blockdraft.oracle import simulate
 from blockdraft.oracle.record import record_trace
-from blockdraft.verify import TreeVerifier, decode
+from blockdraft.verify import Verifier, decode
 
 TREE = DraftTree(tokens=np.array([7, 8, 9, 10, 11, 12]), parents=np.array([-1, 0, 0, 1, 1, 3]),
                  scores=np.zeros(6))
@@ -69,7 +69,7 @@ def test_trie_verdict_equals_batch_verdict(models: Any, kind: str, criterion: st
     with torch.no_grad():
         _, past = model.heads_logits(torch.tensor([prompt]))
     rng = np.random.default_rng(0)
-    verifier = TreeVerifier(model, criterion)
+    verifier = Verifier(model, criterion)
     for _ in range(4):
         rows: list[list[int]] = []
         while len(rows) < 4:

@@ -1,0 +1,87 @@
+"""Where a model's forward runs: a plug-in behind the model protocol.
+
+The verifier, the decode loop, traces and the CLI see a model only through the protocol of
+:mod:`blockdraft.models.protocol`; a runtime decides how its forward is computed. Adding one
+(llama.cpp, a GPU server) is a new module here and an entry in :data:`RUNTIMES`, never a branch
+in the verifier.
+
+    torch          PyTorch eager: the model as loaded (float32, bfloat16 or float16)
+    onnxruntime    ONNX Runtime on the CPU (:class:`OrtBlockwiseModel`): the model exported
+                   once, weights pre-packed, the cache in buffers bound in place; float32 or
+                   int8 (per-row activations, chunk-invariant)
+
+Public surface:
+    RUNTIMES, PRECISIONS                      the names, and the precisions each runtime takes
+    on_runtime(model, runtime, precision, threads=None, log=None) -> model
+    OrtBlockwiseModel, KVBuffer, BufferCache
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from blockdraft.models.errors import ModelError
+
+RUNTIMES = ("torch", "onnxruntime")
+PRECISIONS: dict[str, tuple[str, ...]] = {
+    "torch": ("float32", "bfloat16", "float16"),
+    "onnxruntime": ("float32", "int8"),
+}
+"""The precisions each runtime computes in (torch's are the parameters' dtype)."""
+
+
+def check_runtime(runtime: str, precision: str) -> None:
+    """Refuse an unknown runtime or a precision it does not compute in.
+
+    Raises:
+        ModelError: naming the runtime or precision and what exists.
+    """
+    if runtime not in RUNTIMES:
+        raise ModelError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+    if precision not in PRECISIONS[runtime]:
+        others = [r for r in RUNTIMES if precision in PRECISIONS[r]]
+        hint = f" (precision {precision!r} needs runtime {others[0]!r})" if others else ""
+        raise ModelError(
+            f"runtime {runtime!r} computes in {', '.join(PRECISIONS[runtime])}, not "
+            f"{precision!r}{hint}")
+
+
+def on_runtime(model: Any, runtime: str, precision: str, threads: int | None = None,
+               log: Callable[[str], None] | None = None) -> Any:
+    """``model`` (a loaded :class:`~blockdraft.models.hf.HFBlockwiseModel`) on ``runtime``.
+
+    ``torch`` returns the model itself (its dtype is set when it is loaded); ``onnxruntime``
+    exports it once (cached) and returns an :class:`OrtBlockwiseModel`.
+
+    Raises:
+        ModelError: an unknown runtime, a precision it does not take, or a model it cannot
+            run (the message says which ones it can).
+    """
+    check_runtime(runtime, precision)
+    if runtime == "torch":
+        return model
+    from blockdraft.core.extras import import_optional
+    from blockdraft.models.hf.adapter import HFBlockwiseModel
+
+    import_optional("onnxruntime", "onnx", "the ONNX Runtime model", ModelError)
+    import_optional("onnx", "onnx", "the ONNX Runtime model", ModelError)
+    if not isinstance(model, HFBlockwiseModel):
+        raise ModelError(
+            f"runtime 'onnxruntime' runs Hugging Face models with Medusa heads; "
+            f"{type(model).__name__} runs on runtime 'torch'")
+    from blockdraft.models.runtimes.onnx_model import OrtBlockwiseModel
+
+    return OrtBlockwiseModel(model, precision=precision, threads=threads, log=log)
+
+
+def __getattr__(name: str) -> Any:  # the ONNX classes import onnxruntime only when used
+    if name == "OrtBlockwiseModel":
+        from blockdraft.models.runtimes.onnx_model import OrtBlockwiseModel
+
+        return OrtBlockwiseModel
+    if name in ("KVBuffer", "BufferCache"):
+        from blockdraft.models.runtimes import kv_buffer
+
+        return getattr(kv_buffer, name)
+    raise AttributeError(name)

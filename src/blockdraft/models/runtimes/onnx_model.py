@@ -1,0 +1,306 @@
+"""`OrtBlockwiseModel`: a Hugging Face model with Medusa heads, run by ONNX Runtime.
+
+The same model protocol as :class:`~blockdraft.models.hf.HFBlockwiseModel`
+(:class:`~blockdraft.models.FactoredHeadsModel`: ``hidden``, ``head_states``, ``project``, and
+``heads_logits`` composed from them), so the verifier, the decode loop, tree verification,
+``greedy_generate``, traces and every criterion run on it unchanged. Behind it:
+
+- the graphs of :mod:`.onnx_graph`, exported once (:mod:`.onnx_export`) and run by three ONNX
+  Runtime sessions (the decoder, the Medusa ResBlocks, the vocabulary projection), whose
+  constant weights ORT pre-packs when the session starts;
+- the key/value cache in pre-allocated buffers (:mod:`.kv_buffer`) that the decoder session
+  reads and writes in place through IO binding: a forward copies no cache, and a verification
+  keeps its accepted path by moving ``1 + n`` rows.
+
+**Chunk invariance.** ONNX Runtime's ``GroupQueryAttention`` takes a separate code path for a
+single new token; every other kernel here gives a row the same bits whatever the other rows of
+its call. A one-token forward is therefore run as two rows (the token and a copy of it one
+position later, whose cache row lies past the cache's length and is overwritten by the next
+forward). With that, a token's logits are bit-identical whether it is decoded alone (the greedy
+reference) or inside a chunk of draft tokens, in float32 and int8 alike
+(``chunk_invariant = True``; tested). A token tree whose nodes are not one chain reads its
+ancestors' keys at other rows than a chain would, which can change the last bits of a sum
+(like any runtime's batched or tree forward: lossless up to float rounding; measured, see the
+README).
+
+Public surface:
+    OrtBlockwiseModel(model, precision="float32", threads=None, log=None)
+        the same attributes and methods as HFBlockwiseModel (h, device, max_seq_len, config,
+        tokenizer, hidden, head_states, project, heads_logits), plus runtime, precision,
+        threads, chunk_invariant, export_folder
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from blockdraft.models.errors import ModelError
+from blockdraft.models.factored import FactoredHeadsLM
+from blockdraft.models.inputs import check_input_ids, check_past_fits
+from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer
+from blockdraft.models.runtimes.onnx_export import ensure_export
+from blockdraft.models.runtimes.onnx_graph import EXTRA_ROWS, MASKED, GraphSpec
+
+
+def _session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # warnings about unused initializers are not the user's
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own exception types
+        raise ModelError(f"ONNX Runtime cannot load {path} ({e}); delete {path.parent} to "
+                         "export the model again") from e
+
+
+class OrtBlockwiseModel(FactoredHeadsLM):
+    """A Hugging Face causal LM with Medusa heads on ONNX Runtime (see the module docstring).
+
+    Args:
+        model: an :class:`~blockdraft.models.hf.HFBlockwiseModel` (its weights are exported
+            once; it is not kept).
+        precision: ``"float32"`` or ``"int8"`` (per-row int8 activations, per-channel int8
+            weights, float32 vocabulary projections: :mod:`.onnx_graph`).
+        threads: ONNX Runtime's intra-op threads (default: torch's current thread count).
+        log: called with a line per stage of a first export (None: silent).
+
+    Raises:
+        ModelError: an architecture or precision the runtime does not build, or an export
+            ONNX Runtime cannot load.
+    """
+
+    kind: ClassVar[str] = "hf-medusa-onnxruntime"
+    runtime: ClassVar[str] = "onnxruntime"
+    chunk_invariant: ClassVar[bool] = True
+
+    def __init__(self, model: Any, precision: str = "float32", threads: int | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.precision = precision
+        self.threads = int(threads) if threads else max(torch.get_num_threads(), 1)
+        self.export_folder, self.spec = ensure_export(model, precision, log)
+        try:
+            self._open_sessions()
+        except ModelError:  # a cached export ONNX Runtime cannot read: export it again, once
+            self.export_folder, self.spec = ensure_export(model, precision, log, rebuild=True)
+            self._open_sessions()
+        self.config = dataclasses.replace(model.config, dtype=precision)
+        self.tokenizer = model.tokenizer
+        self._buffer = KVBuffer(self.spec.n_layer, self.spec.n_kv_head, self.spec.head_dim,
+                                capacity=256)
+        self._binding = self._body.io_binding()
+        self._bound_storage: Any = None
+
+    def _open_sessions(self) -> None:
+        folder = self.export_folder
+        self._body = _session(folder / "body.onnx", self.threads)
+        self._resblocks = _session(folder / "resblocks.onnx", self.threads)
+        self._projection = _session(folder / "projection.onnx", self.threads)
+        self._own = (_session(folder / "own.onnx", self.threads)
+                     if self.spec.own_projection else None)
+
+    # ---- what the rest of blockdraft reads --------------------------------------------------
+
+    @property
+    def h(self) -> int:
+        """Prediction heads, the base LM (head 1) included."""
+        return self.config.h
+
+    @property
+    def device(self) -> torch.device:
+        """Where inputs and outputs live (ONNX Runtime's CPU provider)."""
+        return torch.device("cpu")
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """The longest sequence the model reads (positions)."""
+        return self.config.max_seq_len
+
+    @property
+    def training(self) -> bool:
+        """Never: an exported model has no training mode."""
+        return False
+
+    def eval(self) -> OrtBlockwiseModel:
+        """No-op (an exported model is always in inference mode)."""
+        return self
+
+    def __repr__(self) -> str:
+        return (f"OrtBlockwiseModel({self.config.name!r}, precision={self.precision!r}, "
+                f"h={self.h}, threads={self.threads})")
+
+    # ---- the decoder ------------------------------------------------------------------------
+
+    def _bind_buffers(self) -> None:
+        """Bind every layer's key and value buffer as both past and present (by address)."""
+        buf, io = self._buffer, self._binding
+        if self._bound_storage is None:
+            io.bind_output("hidden", "cpu")  # first: get_outputs()[0] is the hidden state
+        shape = [1, self.spec.n_kv_head, buf.capacity, self.spec.head_dim]
+        for i in range(self.spec.n_layer):
+            for kind, tensor in (("key", buf.keys(i)), ("value", buf.values(i))):
+                for direction in ("past", "present"):
+                    bind = io.bind_input if direction == "past" else io.bind_output
+                    bind(f"{direction}_{kind}.{i}", "cpu", 0, np.float32, shape,
+                         tensor.data_ptr())
+        self._bound_storage = buf.storage
+
+    def _attention_bias(self, positions: np.ndarray, t_past: int,
+                        tree_mask: np.ndarray | None) -> np.ndarray:
+        """float32 ``[1, 1, T, t_past + T]``: 0 where a new token attends, MASKED elsewhere."""
+        t = positions.size
+        bias = np.zeros((1, 1, t, t_past + t), dtype=np.float32)
+        if tree_mask is not None:
+            bias[0, 0, :, t_past:][~tree_mask] = MASKED
+        window = self.spec.sliding_window
+        if window is not None and int(positions.max()) + 1 > window:
+            keys = np.concatenate([np.arange(t_past), positions])  # (t_past + T,)
+            bias[0, 0][(positions[:, None] - keys[None, :]) >= window] = MASKED
+        return bias
+
+    def hidden(
+        self,
+        input_ids: torch.Tensor,
+        past: BufferCache | None = None,
+        position_ids: Any = None,
+        tree_mask: Any = None,
+    ) -> tuple[torch.Tensor, BufferCache]:
+        """The final hidden states of ``T`` new tokens (after the final norm).
+
+        Args:
+            input_ids: int ``[1, T]`` token ids after the ``past`` positions.
+            past: the cache of the preceding positions (from this model), or None.
+            position_ids: ``[T]`` or ``[1, T]`` positions (default ``past.length + arange(T)``;
+                a token tree passes ``past.length + depths``).
+            tree_mask: bool ``[T, T]``, which new tokens each new token attends to (a token
+                tree's ancestor mask, parents before children); default causal.
+
+        Returns:
+            ``x`` float32 ``[1, T, d]`` and the cache of ``past.length + T`` positions.
+
+        Raises:
+            ModelError: bad ids, more than one row, a cache from elsewhere or overwritten
+                since it was made, a sequence longer than the model's context.
+        """
+        ids = check_input_ids(input_ids, self.config.vocab_size, self.device)
+        if ids.shape[0] != 1:
+            raise ModelError(
+                f"the ONNX Runtime model runs one row at a time, got input_ids of shape "
+                f"{tuple(ids.shape)}; a batch of drafts is verified as their token tree")
+        t = int(ids.shape[1])
+        if past is not None and not isinstance(past, BufferCache):
+            raise ModelError(f"past must be this model's BufferCache or None, got "
+                             f"{type(past).__name__}")
+        tree = tree_mask is not None
+        t_past = check_past_fits(past, 1, 1 if tree else t, self.device, self.max_seq_len)
+        if position_ids is None:
+            positions = np.arange(t_past, t_past + t, dtype=np.int64)
+        else:
+            positions = np.asarray(torch.as_tensor(position_ids).cpu(), dtype=np.int64)
+            positions = positions.reshape(-1)
+            if positions.size != t:
+                raise ModelError(f"position_ids must hold T = {t} positions, got "
+                                 f"{positions.size}")
+        if tree:
+            check_past_fits(None, 1, int(positions.max()) + 1, self.device, self.max_seq_len)
+        mask = None
+        if tree:
+            mask = np.asarray(torch.as_tensor(tree_mask).cpu(), dtype=bool)
+            if mask.shape != (t, t):
+                raise ModelError(f"tree_mask must be bool [T, T] = [{t}, {t}], got "
+                                 f"{mask.shape}")
+        tokens = ids[0].numpy()
+        if t == 1:  # run two rows: the single-token kernel path is not chunk-invariant
+            tokens = np.repeat(tokens, 2)
+            last = self.spec.max_positions - 1
+            positions = np.array([positions[0], min(int(positions[0]) + 1, last)])
+            mask = None
+        x = self._run_body(tokens, positions, t_past, mask, past)[:t]  # (T, d)
+        return torch.from_numpy(x)[None], BufferCache(self._buffer, t_past + t,
+                                                       self._buffer.epoch)
+
+    def _run_body(self, tokens: np.ndarray, positions: np.ndarray, t_past: int,
+                  mask: np.ndarray | None, past: BufferCache | None) -> np.ndarray:
+        """One decoder forward of ``tokens`` at rows ``t_past ..`` of the buffers -> [T, d]."""
+        buf, io = self._buffer, self._binding
+        if past is not None:
+            buf.check(past)
+        t = tokens.size
+        if t_past + t > self.spec.max_positions + EXTRA_ROWS:
+            raise ModelError(f"a forward of {t} tokens after {t_past} cached ones needs "
+                             f"{t_past + t} rows; this model holds at most "
+                             f"{self.spec.max_positions + EXTRA_ROWS}")
+        buf.reserve(t_past + t, keep=t_past)
+        if buf.storage is not self._bound_storage:
+            self._bind_buffers()
+        buf.begin_write(t_past)
+        total = t_past + t
+        io.bind_cpu_input("input_ids", np.ascontiguousarray(tokens, dtype=np.int64))
+        io.bind_cpu_input("position_ids", np.ascontiguousarray(positions[None], dtype=np.int64))
+        io.bind_cpu_input("attention_bias", self._attention_bias(positions, t_past, mask))
+        io.bind_cpu_input("seqlens_k", np.array([total - 1], dtype=np.int32))
+        io.bind_cpu_input("total_sequence_length", np.array(total, dtype=np.int32))
+        io.bind_output("hidden", "cpu")
+        self._body.run_with_iobinding(io)
+        out: np.ndarray = io.get_outputs()[0].numpy()
+        return out
+
+    # ---- the heads --------------------------------------------------------------------------
+
+    def head_states(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """Each head's pre-projection state: ``[..., d] -> [..., n, d]`` (head 1's is ``x``).
+
+        Raises:
+            ModelError: when ``heads`` is outside ``[1, h]``.
+        """
+        n = self.h if heads is None else heads
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.h:
+            raise ModelError(f"heads must be an integer in [1, {self.h}], got {heads!r}")
+        if n == 1:
+            return x.unsqueeze(-2)  # (..., 1, d)
+        flat = np.ascontiguousarray(x.detach().reshape(-1, x.shape[-1]).numpy(),
+                                    dtype=np.float32)
+        states = self._resblocks.run(["states"], {"x": flat})[0][:, : n - 1]  # (M, n-1, d)
+        medusa = torch.from_numpy(states).reshape(*x.shape[:-1], n - 1, x.shape[-1])
+        return torch.cat((x.unsqueeze(-2), medusa), dim=-2)  # (..., n, d)
+
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """The vocabulary projection of head states: ``[..., n, d] -> [..., n, V]`` (raw).
+
+        ``states[..., i - 1, :]`` is head ``i``'s state (as :meth:`head_states` gives them);
+        with heads that share the base ``lm_head``, any ``[..., d]`` is accepted.
+        """
+        d = states.shape[-1]
+        if self._own is None:
+            flat = np.ascontiguousarray(states.detach().reshape(-1, d).numpy(), np.float32)
+            logits = self._projection.run(["logits"], {"states": flat})[0]
+            return torch.from_numpy(logits).reshape(*states.shape[:-1], -1)
+        if states.dim() < 2 or not 1 <= states.shape[-2] <= self.h:
+            raise ModelError(
+                f"project needs states [..., n, d] with 1 <= n <= h = {self.h} heads on the "
+                f"second-to-last axis (from head_states), got shape {tuple(states.shape)}")
+        lead, n = states.shape[:-2], states.shape[-2]
+        flat = np.ascontiguousarray(states.detach().reshape(-1, n, d).numpy(), np.float32)
+        base = self._projection.run(["logits"], {"states": flat[:, 0]})[0][:, None]
+        parts = [base]
+        if n > 1:
+            padded = np.zeros((flat.shape[0], self.h - 1, d), dtype=np.float32)
+            padded[:, : n - 1] = flat[:, 1:]
+            parts.append(self._own.run(["logits"], {"states": padded})[0][:, : n - 1])
+        out = np.concatenate(parts, axis=1)  # (M, n, V)
+        return torch.from_numpy(out).reshape(*lead, n, -1)
+
+
+def spec_of(model: OrtBlockwiseModel) -> GraphSpec:
+    """The graph sizes of a loaded model (for signatures and the GPU check)."""
+    return model.spec

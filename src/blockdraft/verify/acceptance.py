@@ -1,0 +1,125 @@
+"""The verdict on a token tree, given the base head's logits at its nodes (pure functions).
+
+See docs/definitions.md sec. 2 and 11. Node ``u`` (not the root) is accepted when its parent
+is, and its token passes the criterion against the base head's raw logits at its parent
+(``exact``: equals their argmax). ``min_block:l=L`` accepts every node of depth ``<= L - 1``
+whose parent is accepted, and deeper only the leading run of matches (``n = max(n_exact,
+L - 1)``); with ``eos_id``, no node below an EOS (other than the root) is accepted. The
+accepted path ends at the deepest accepted node; ties (impossible with ``exact``, whose
+accepted nodes form one chain) go to the higher node score, then to the lower node index.
+
+A batch of ``p`` drafts is verified as its trie (:meth:`DraftTree.from_drafts`): a draft's
+``n`` is the depth of the deepest accepted node on its path, and the winner is the first draft
+with the largest ``n`` (:func:`row_lengths`), as a batched forward would decide.
+
+Public surface:
+    tree_accepted(tree, base_logits, criterion, eos_id=None) -> bool [N]
+    accepted_nodes(tree, base_logits, crit, eos_id) -> bool [N]     the same, criterion trusted
+    tree_winner(tree, accepted) -> node
+    leaf_lengths(tree, accepted) -> n of every root-to-leaf path
+    row_nodes(tree, tokens [p, w]) -> int64 [p, w]     each draft's nodes in its trie
+    row_lengths(tree, accepted, nodes) -> n of every draft
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from blockdraft.core.tree import DraftTree
+from blockdraft.verify.criteria import Criterion
+
+
+def tree_accepted(
+    tree: DraftTree, base_logits: torch.Tensor, criterion: Criterion | str = "exact",
+    eos_id: int | None = None,
+) -> np.ndarray:
+    """bool ``[N]``: which nodes are accepted (the root always is; see the module doc).
+
+    Args:
+        tree: the tree.
+        base_logits: float ``[N, V]``, the base head's raw logits at every node.
+        criterion: the acceptance criterion.
+        eos_id: when given, nothing below a non-root EOS node is accepted.
+
+    Raises:
+        VerifyError: a criterion the logits cannot satisfy (``topk`` k > V).
+    """
+    crit = Criterion.parse(criterion)
+    crit.check_model(int(base_logits.shape[-1]), None)
+    return accepted_nodes(tree, base_logits, crit, eos_id)
+
+
+def accepted_nodes(tree: DraftTree, base_logits: torch.Tensor, crit: Criterion,
+                   eos_id: int | None) -> np.ndarray:
+    """:func:`tree_accepted` for a criterion already checked against the model (the
+    verifier's per-step path)."""
+    n = tree.num_nodes
+    ok = np.zeros(n, dtype=bool)
+    ok[0] = True
+    if n == 1:
+        return ok
+    parents = tree.parents
+    device = base_logits.device
+    drafted = torch.tensor(tree.tokens[1:], device=device)[None]  # (1, N-1)
+    index = torch.tensor(parents[1:], device=device)  # (N-1,)
+    match = crit.matches(drafted, base_logits.index_select(0, index)[None])[0]  # (N-1,)
+    match_np = match.cpu().numpy()
+    floor = int(crit.kwargs["l"]) - 1 if crit.name == "min_block" else 0
+    depths = np.asarray(tree.depths)
+    tokens = tree.tokens
+    run = ok.copy()  # the criterion's leading run alone (min_block's floor aside)
+    for u in range(1, n):
+        par = int(parents[u])
+        if not ok[par] or (eos_id is not None and par != 0 and tokens[par] == eos_id):
+            continue
+        run[u] = bool(run[par] and match_np[u - 1])
+        ok[u] = run[u] or depths[u] <= floor
+    return ok
+
+
+def tree_winner(tree: DraftTree, accepted: np.ndarray) -> int:
+    """The accepted node: the deepest accepted one; ties to the higher score, then the lower
+    index (docs/definitions.md sec. 11)."""
+    depths = np.asarray(tree.depths)
+    cand = np.flatnonzero(accepted)
+    deepest = cand[depths[cand] == depths[cand].max()]
+    best = deepest[tree.scores[deepest] == tree.scores[deepest].max()]
+    return int(best[0])
+
+
+def _deepest_on_path(tree: DraftTree, accepted: np.ndarray) -> np.ndarray:
+    """int64 ``[N]``: the depth of the deepest accepted node on each node's root path."""
+    depths = np.asarray(tree.depths)
+    best = np.zeros(tree.num_nodes, dtype=np.int64)
+    for u in range(1, tree.num_nodes):
+        best[u] = depths[u] if accepted[u] else best[tree.parents[u]]
+    return best
+
+
+def leaf_lengths(tree: DraftTree, accepted: np.ndarray) -> tuple[int, ...]:
+    """``n`` of every root-to-leaf path (leaves in node order)."""
+    best = _deepest_on_path(tree, accepted)
+    return tuple(int(best[leaf]) for leaf in tree.leaves())
+
+
+def row_nodes(tree: DraftTree, tokens: np.ndarray) -> np.ndarray:
+    """int64 ``[p, w]``: the node of each draft token in the trie ``tree`` of those drafts
+    (``DraftTree.from_drafts`` of the same rows)."""
+    child: dict[tuple[int, int], int] = {
+        (int(par), int(tok)): u
+        for u, (par, tok) in enumerate(zip(tree.parents.tolist(), tree.tokens.tolist(),
+                                           strict=True)) if u}
+    out = np.zeros(tokens.shape, dtype=np.int64)
+    for r, row in enumerate(tokens.tolist()):
+        node = 0
+        for j, tok in enumerate(row[1:], start=1):
+            node = child[(node, int(tok))]
+            out[r, j] = node
+    return out
+
+
+def row_lengths(tree: DraftTree, accepted: np.ndarray, nodes: np.ndarray) -> tuple[int, ...]:
+    """``n`` of every draft: the deepest accepted depth on its path (``nodes``: row_nodes)."""
+    best = _deepest_on_path(tree, accepted)
+    return tuple(int(best[row[-1]]) for row in nodes)
