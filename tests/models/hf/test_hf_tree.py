@@ -129,3 +129,24 @@ def test_tree_online_equals_offline(models: Any, tmp_path: Path, kind: str) -> N
     assert online.accept_lengths == offline.steps.n.tolist()
     assert [s.winner for s in online.steps] == offline.steps.winner.tolist()
     assert online.block_efficiency == pytest.approx(offline.block_efficiency)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_trees_on_a_cuda_device(hf_model: Any) -> None:
+    """Token trees and tries on the GPU: the same tokens and accepted lengths as on the CPU."""
+    from blockdraft.drafts import ConfidenceTreeDrafter
+
+    model = hf_model("llama", seed=3)
+    prompt = [1, 5, 9, 33, 2]
+    y = greedy_generate(model, prompt, 24)
+    tree = ConfidenceTreeDrafter(k=3, budget=12)
+    cpu = [decode(model, prompt, k=3, p=3, max_new_tokens=24),
+           decode(model, prompt, tree=tree, max_new_tokens=24)]
+    model.base.to("cuda")
+    model.heads.to("cuda")
+    gpu = [decode(model, prompt, k=3, p=3, max_new_tokens=24, device="cuda"),
+           decode(model, prompt, tree=tree, max_new_tokens=24, device="cuda")]
+    for a, b in zip(cpu, gpu, strict=True):
+        assert a.tokens == b.tokens == y
+        assert a.accept_lengths == b.accept_lengths
