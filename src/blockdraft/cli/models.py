@@ -241,10 +241,19 @@ def _stderr(message: str) -> None:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    """The model of ``--model`` (``--heads``, ``--dtype``, ``--device``)."""
+    """The model of ``--model`` (``--heads``, ``--dtype``, ``--device``, ``--runtime``,
+    ``--precision``, ``--threads``); a first ONNX export reports its stages on stderr."""
     from blockdraft.models import load_model
 
-    return load_model(args.model, dtype=args.dtype, device=args.device, heads=args.heads)
+    if args.precision is not None and args.runtime == "torch":
+        raise CliError(f"--precision {args.precision} is for --runtime onnxruntime; PyTorch's "
+                       "precision is --dtype")
+    if args.dtype not in (None, "float32") and args.runtime != "torch":
+        raise CliError(f"--dtype {args.dtype} is PyTorch's; --runtime {args.runtime} takes "
+                       "--precision float32|int8")
+    return load_model(args.model, dtype=args.dtype, device=args.device, heads=args.heads,
+                      runtime=args.runtime, precision=args.precision, threads=args.threads,
+                      log=_stderr)
 
 
 def _tokenizer(model: Any, args: argparse.Namespace) -> Any:
@@ -302,6 +311,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         sig["heads"] = Path(args.heads).name
     if args.dtype is not None:
         sig["dtype"] = args.dtype
+    if args.runtime != "torch":
+        sig.update(runtime=args.runtime, precision=args.precision or "float32")
     if args.chat:
         sig["chat"] = True
     sig.update({"max_new_tokens": args.max_new_tokens, **environment(args.device)})
@@ -410,6 +421,14 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
                    help="parameter dtype (default: a checkpoint as saved, a Hugging Face model "
                         "in float32; bfloat16 may break exact equality with greedy, see "
                         "docs/real-models.md)")
+    p.add_argument("--runtime", choices=["torch", "onnxruntime"], default="torch",
+                   help="where the forward runs: PyTorch eager (default) or ONNX Runtime (a "
+                        "Hugging Face model exported once and cached; the fastest on a CPU)")
+    p.add_argument("--precision", choices=["float32", "int8"], default=None,
+                   help="--runtime onnxruntime: float32 (default) or int8 (per-row int8 "
+                        "activations, chunk-invariant: still lossless against its own greedy)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="intra-op threads of the runtime (default: torch's setting)")
     p.add_argument("--chat", action="store_true",
                    help="wrap each prompt in the model's chat template as one user turn "
                         "(an error if the model has none)")

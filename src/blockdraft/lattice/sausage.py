@@ -10,6 +10,7 @@ Public surface:
     SausageLattice(tokens, scores)      validated, immutable; ``[h, k]`` each
     SausageLattice.from_logits(logits, k, certain_first=True)    from one step's ``[h, V]``
     SausageLattice.from_logits_batch(logits, k, certain_first=True)  ``[B, h, V]`` -> list
+    SausageLattice.from_topk(ids, scores, certain_first=True)   from ``[h, k]`` taken elsewhere
     .num_paths, .path_score(tokens), .best_paths(p)   (p-best 0-gram: head scores alone)
 
 Ragged slots: a slot may hold fewer than ``k`` arcs (slot 1 with ``certain_first``, or a head
@@ -223,12 +224,27 @@ class SausageLattice:
         # smallest ids by re-selecting when the k-th logit has ties outside the selection.
         top_ids = _fix_boundary_ties(z, top_ids, k)
         top_scores = np.take_along_axis(z, top_ids, axis=-1).astype(np.float64) - log_z
-        masked = np.isneginf(top_scores)
-        top_ids[masked] = PAD_TOKEN
+        return [cls.from_topk(top_ids[i], top_scores[i], certain_first) for i in range(b)]
+
+    @classmethod
+    def from_topk(cls, ids: np.ndarray, scores: np.ndarray,
+                  certain_first: bool = True) -> SausageLattice:
+        """The lattice of each head's top ``k`` taken elsewhere (on the model's device).
+
+        Args:
+            ids: int ``[h, k]``, each head's ``k`` best tokens, ordered by (logit desc, id
+                asc) as :meth:`from_logits` orders them.
+            scores: float ``[h, k]``, their ``log_softmax`` (nats); ``-inf`` marks a masked
+                token (it becomes padding).
+            certain_first: keep slot 1 as its argmax alone.
+        """
+        top_ids = np.array(ids, dtype=np.int64)
+        top_scores = np.array(scores, dtype=np.float64)
+        top_ids[np.isneginf(top_scores)] = PAD_TOKEN
         if certain_first:
-            top_ids[:, 0, 1:] = PAD_TOKEN
-            top_scores[:, 0, 1:] = -np.inf
-        return [cls(tokens=top_ids[i], scores=top_scores[i]) for i in range(b)]
+            top_ids[0, 1:] = PAD_TOKEN
+            top_scores[0, 1:] = -np.inf
+        return cls(tokens=top_ids, scores=top_scores)
 
     # ------------------------------------------------------------------ properties
     @property

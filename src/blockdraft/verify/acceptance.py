@@ -14,7 +14,9 @@ with the largest ``n`` (:func:`row_lengths`), as a batched forward would decide.
 
 Public surface:
     tree_accepted(tree, base_logits, criterion, eos_id=None) -> bool [N]
-    accepted_nodes(tree, base_logits, crit, eos_id) -> bool [N]     the same, criterion trusted
+    accepted_nodes(tree, base, parent_rows, crit, eos_id) -> bool [N]   the same from the
+                                   logits at some rows and each node's parent row, trusted
+    internal_nodes(tree) -> (nodes with children, each node's parent row among them)
     tree_winner(tree, accepted) -> node
     leaf_lengths(tree, accepted) -> n of every root-to-leaf path
     row_nodes(tree, tokens [p, w]) -> int64 [p, w]     each draft's nodes in its trie
@@ -47,23 +49,29 @@ def tree_accepted(
     """
     crit = Criterion.parse(criterion)
     crit.check_model(int(base_logits.shape[-1]), None)
-    return accepted_nodes(tree, base_logits, crit, eos_id)
+    return accepted_nodes(tree, base_logits, tree.parents[1:], crit, eos_id)
 
 
-def accepted_nodes(tree: DraftTree, base_logits: torch.Tensor, crit: Criterion,
-                   eos_id: int | None) -> np.ndarray:
-    """:func:`tree_accepted` for a criterion already checked against the model (the
-    verifier's per-step path)."""
+def accepted_nodes(tree: DraftTree, base: torch.Tensor, parent_rows: np.ndarray,
+                   crit: Criterion, eos_id: int | None) -> np.ndarray:
+    """:func:`tree_accepted` from the base head's raw logits ``base [I, V]`` at some nodes and,
+    for each non-root node (node order), the row of its parent in ``base``
+    (``parent_rows [N - 1]``), for a criterion already checked against the model: the
+    verifier's per-step path, which projects the base head at internal nodes only.
+    """
     n = tree.num_nodes
     ok = np.zeros(n, dtype=bool)
     ok[0] = True
     if n == 1:
         return ok
     parents = tree.parents
-    device = base_logits.device
-    drafted = torch.tensor(tree.tokens[1:], device=device)[None]  # (1, N-1)
-    index = torch.tensor(parents[1:], device=device)  # (N-1,)
-    match = crit.matches(drafted, base_logits.index_select(0, index)[None])[0]  # (N-1,)
+    dev = base.device
+    drafted = torch.tensor(tree.tokens[1:], device=dev)  # (N-1,)
+    rows = torch.tensor(parent_rows, device=dev)  # (N-1,)
+    if crit.name == "exact":  # one argmax per row, not one per node
+        match = drafted == base.argmax(-1)[rows]
+    else:
+        match = crit.matches(drafted[None], base[rows][None])[0]  # (N-1,)
     match_np = match.cpu().numpy()
     floor = int(crit.kwargs["l"]) - 1 if crit.name == "min_block" else 0
     depths = np.asarray(tree.depths)
@@ -76,6 +84,16 @@ def accepted_nodes(tree: DraftTree, base_logits: torch.Tensor, crit: Criterion,
         run[u] = bool(run[par] and match_np[u - 1])
         ok[u] = run[u] or depths[u] <= floor
     return ok
+
+
+def internal_nodes(tree: DraftTree) -> tuple[np.ndarray, np.ndarray]:
+    """``(nodes, rows)``: the nodes with children (the only ones whose base logits a verdict
+    reads), and for each non-root node the index of its parent in ``nodes``."""
+    has_child = np.zeros(tree.num_nodes, dtype=bool)
+    has_child[tree.parents[1:]] = True
+    nodes = np.flatnonzero(has_child)
+    slot = np.cumsum(has_child) - 1
+    return nodes, slot[tree.parents[1:]]
 
 
 def tree_winner(tree: DraftTree, accepted: np.ndarray) -> int:

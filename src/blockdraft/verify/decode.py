@@ -67,6 +67,30 @@ Prompt = Sequence[int] | np.ndarray | torch.Tensor
 # ---- the three steps -----------------------------------------------------------------------------
 
 
+def head_lattice(head_logits: torch.Tensor, k: int) -> SausageLattice:
+    """The step's sausage lattice, its top-``k`` taken where the logits are (one ``[h, k]``
+    copy off the device instead of ``[h, V]``), ordered and tied exactly as
+    :meth:`SausageLattice.from_logits` orders them (scores: ``log_softmax`` in float64).
+
+    Args:
+        head_logits: float ``[h, V]`` raw logits (a torch tensor on any device, or numpy).
+        k: arcs per slot (slot 1 keeps the certain token alone).
+    """
+    if not isinstance(head_logits, torch.Tensor) or k >= head_logits.shape[-1] or (
+            not torch.isfinite(head_logits).all()):
+        return SausageLattice.from_logits(head_logits, k, certain_first=True)  # checks, rare
+    z = head_logits.float()  # (h, V)
+    vals, ids = torch.topk(z, k + 1, dim=-1)  # (h, k + 1): one extra, to see boundary ties
+    log_z = torch.logsumexp(z.double(), dim=-1, keepdim=True)  # (h, 1)
+    v, i, lz = vals.cpu().numpy(), ids.cpu().numpy(), log_z.cpu().numpy()
+    if (v[:, k - 1] == v[:, k]).any():  # a tie across the k-th arc: the exact rule on the CPU
+        return SausageLattice.from_logits(head_logits, k, certain_first=True)
+    order = np.lexsort((i[:, :k], -v[:, :k]), axis=-1)  # (logit desc, id asc)
+    ids_k = np.take_along_axis(i[:, :k], order, axis=-1)
+    scores = np.take_along_axis(v[:, :k], order, axis=-1).astype(np.float64) - lz
+    return SausageLattice.from_topk(ids_k, scores, certain_first=True)
+
+
 def predict(
     drafter: Drafter, head_logits: torch.Tensor, k: int, context: Sequence[int] | np.ndarray
 ) -> DraftBatch:
@@ -81,8 +105,7 @@ def predict(
     Returns:
         The drafter's ``[p, h]`` drafts; column 0 is the certain token ``argmax z^1``.
     """
-    lattice = SausageLattice.from_logits(head_logits, k, certain_first=True)
-    return drafter.propose(lattice, context)
+    return drafter.propose(head_lattice(head_logits, k), context)
 
 
 def accept(outcome: VerifyOutcome, remaining: int, eos_id: int | None) -> tuple[int, ...]:
@@ -206,7 +229,7 @@ def _decode_prompt(
         step_start = time.perf_counter()
         remaining = max_new_tokens - len(tokens)
         # 1. predict: lattice of the head logits -> drafter (rescorer) -> drafts or a tree
-        lattice = SausageLattice.from_logits(head_logits, k, certain_first=True)
+        lattice = head_lattice(head_logits, k)
         proposal = _propose(drafter, trees, name, lattice, np.asarray(prompt + tokens[:-1]),
                             verifier.vocab_size)
         draft_s = time.perf_counter() - step_start

@@ -40,6 +40,7 @@ from blockdraft.core.tree import DraftTree
 from blockdraft.models.protocol import HeadsModel, as_factored, takes_last_only
 from blockdraft.verify.acceptance import (
     accepted_nodes,
+    internal_nodes,
     leaf_lengths,
     row_lengths,
     row_nodes,
@@ -257,12 +258,19 @@ class Verifier:
             mask = torch.tensor(tree.ancestor_mask(), device=dev)  # (N, N)
             x, cache = heads.hidden(tokens, past, position_ids=positions, tree_mask=mask)
         states = x[0]  # (N, d): the factored state at every node
-        base = heads.project(heads.head_states(states, heads=1))[:, 0]  # (N, V)
+        # the base head only where a verdict reads it: at nodes with children
+        internal, parent_rows = internal_nodes(tree)
+        if internal.size:
+            base = heads.project(heads.head_states(
+                states[torch.tensor(internal, device=dev)], heads=1))[:, 0]  # (I, V)
         synchronize(dev)
         forward_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        accepted = accepted_nodes(tree, base, self.criterion, eos_id)
+        if internal.size:
+            accepted = accepted_nodes(tree, base, parent_rows, self.criterion, eos_id)
+        else:
+            accepted = np.ones(1, dtype=bool)  # a lone root: nothing to check
         node = tree_winner(tree, accepted)
         path = tree.path(node)
         kept = past.length + 1 + int(path.size - 1)
