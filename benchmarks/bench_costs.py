@@ -133,6 +133,28 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _calls(verifier: Verifier, past: Any, trees: dict[int, DraftTree],
+           chains: dict[int, torch.Tensor], dev: torch.device, sizes: list[int]
+           ) -> list[tuple[str, Any]]:
+    """One round's timed calls of a variant: ``(key, zero-argument function)``."""
+    heads = verifier._heads
+
+    def forward(ids: torch.Tensor, tree: DraftTree | None = None) -> None:
+        kw = {} if tree is None else {
+            "position_ids": torch.tensor(past.length + tree.depths, device=dev),
+            "tree_mask": torch.tensor(tree.ancestor_mask(), device=dev)}
+        x, _ = heads.hidden(ids, past, **kw)
+        heads.project(heads.head_states(x[0], heads=1))
+
+    calls: list[tuple[str, Any]] = [("greedy", lambda: forward(chains[1][:, :1]))]
+    for n in sizes:
+        ids = torch.tensor(trees[n].tokens, device=dev)[None]
+        calls += [(f"chain[{n}]", lambda n=n: forward(chains[n])),
+                  (f"tree[{n}]", lambda n=n, ids=ids: forward(ids, trees[n])),
+                  (f"verify[{n}]", lambda n=n: verifier.run(past, trees[n], None))]
+    return calls
+
+
 @torch.no_grad()
 def measure(models: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """Medians (ms) of every variant's greedy step, chain, tree and verification costs."""
@@ -159,22 +181,9 @@ def measure(models: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         times[name].setdefault(key, []).append((time.perf_counter() - start) * 1e3)
 
     for rnd in range(args.repeats + 1):  # round 0 warms up every shape
-        for name, (model, verifier, past, trees, chains, dev) in prepared.items():
-            heads = verifier._heads
-
-            def forward(ids: torch.Tensor, tree: DraftTree | None = None) -> None:
-                kw = {} if tree is None else {
-                    "position_ids": torch.tensor(past.length + tree.depths, device=dev),
-                    "tree_mask": torch.tensor(tree.ancestor_mask(), device=dev)}
-                x, _ = heads.hidden(ids, past, **kw)
-                heads.project(heads.head_states(x[0], heads=1))
-
-            timed(name, "greedy", lambda: forward(chains[1][:, :1]), dev)
-            for n in sizes:
-                timed(name, f"chain[{n}]", lambda n=n: forward(chains[n]), dev)
-                ids = torch.tensor(trees[n].tokens, device=dev)[None]
-                timed(name, f"tree[{n}]", lambda n=n, ids=ids: forward(ids, trees[n]), dev)
-                timed(name, f"verify[{n}]", lambda n=n: verifier.run(past, trees[n], None), dev)
+        for name, (_model, verifier, past, trees, chains, dev) in prepared.items():
+            for key, fn in _calls(verifier, past, trees, chains, dev, sizes):
+                timed(name, key, fn, dev)
         if rnd == 0:
             for name in times:
                 times[name].clear()

@@ -364,9 +364,9 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
 def latency(cfg: EvalConfig, trace_paths: list[str]) -> dict[str, Any]:
     """p-best latency vs p (9x16) and 1-best latency vs lattice size, both backends, on real
     lattices drawn from the eval split of every task's trace (Kim Tables 12, 13)."""
-    from blockdraft.bench.rescore import bench_rescore
     from blockdraft.lattice import SausageLattice
     from blockdraft.oracle import Trace
+    from blockdraft.rescorers.latency import bench_rescore
     from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 
     traces = [Trace.open(p) for p in trace_paths]

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from data import CACHE, _key, bench_lm, heldout_file, heldout_ids, pretrain_files, pretrain_ids  # noqa: E402
 
-from blockdraft.bench.rescore import LatencyRow, bench_rescore, hits_source, random_source  # noqa: E402
 from blockdraft.core.signature import environment, format_signature, human_count  # noqa: E402
 from blockdraft.lattice import SausageLattice  # noqa: E402
+from blockdraft.rescorers.latency import LatencyRow, bench_rescore, hits_source, random_source  # noqa: E402
 from blockdraft.rescorers.ngram import NgramLM, NgramRescorer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -536,7 +536,7 @@ def write_results(out: Path, head: list[HeadRow], real: list[HeadRow],
         lines += [
             "## p-best latency vs p (Kim et al. Table 12), hits-heavy lattices",
             "",
-            "Each backend alone over the lattices (`blockdraft.bench.rescore`), as before.",
+            "Each backend alone over the lattices (`blockdraft.rescorers.latency`), as before.",
             "",
             "| h x k | p | exact ms | WFST ms | WFST / exact | agreement | exact LM lookups |",
             "|---|---|---|---|---|---|---|",

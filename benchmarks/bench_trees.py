@@ -175,8 +175,8 @@ def heldout_distill_prompts(tokenizer: Any, n: int, data_root: Path = SHARED) ->
     holds out (``split_prompts`` with the distillation defaults), so no head saw them."""
     import inspect
 
-    from blockdraft.models.hf.distill import distill
-    from blockdraft.models.hf.prompts import read_prompts, split_prompts
+    from blockdraft.training.heads.distill import distill
+    from blockdraft.training.heads.prompts import read_prompts, split_prompts
 
     files = sorted((data_root / "prompts").glob("distill_prompts.part*.jsonl"))
     if not files:
@@ -478,7 +478,7 @@ def smollm2_setup(args: Args) -> Setup:
     online = [next((i, c) for i, c in enumerate(cases) if c.task == t) for t in REAL_TASKS]
     neural = neural_dir = None
     if args.neural:
-        from blockdraft.drafts import NeuralPathScorer
+        from blockdraft.rescorers.neural import NeuralPathScorer
 
         neural_dir = Path(args.neural)
         rescorer = load_model(neural_dir).eval()
@@ -499,8 +499,8 @@ def blockwise_setup(args: Args) -> Setup:
     from blockdraft.demo.config import DemoConfig
     from blockdraft.demo.corpus import cache_key, cache_root, load_corpus
     from blockdraft.demo.prepare import prepare
-    from blockdraft.drafts import NeuralPathScorer
     from blockdraft.models import load_model
+    from blockdraft.rescorers.neural import NeuralPathScorer
     from blockdraft.rescorers.ngram.train import arpa_counts
 
     config = DemoConfig()

@@ -12,11 +12,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "blockdraft"
 
 # The rooms in data-flow order: a module may import from its own room and from rooms before it,
 # never from a later one. core is the leaf every room trades in; models come first in the flow
-# (model forward -> head logits -> lattice -> rescorers -> drafts -> verify -> oracle); the
-# applications (benchmark helpers, recipes, the demo, the CLI) sit on top.
+# (model forward -> head logits -> lattice -> rescorers -> drafts -> verify -> oracle);
+# training (everything that makes weights) and the applications (the demo, the CLI) sit on top.
 ROOMS = [
     "core", "models", "lattice", "rescorers", "drafts", "verify", "oracle",
-    "bench", "recipes", "demo", "cli",
+    "training", "demo", "cli",
 ]
 RANK = {room: i for i, room in enumerate(ROOMS)}
 

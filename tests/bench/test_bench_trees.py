@@ -23,10 +23,10 @@ MAX_NEW = 12
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     import torch
 
-    from blockdraft.drafts import NeuralPathScorer
     from blockdraft.models import BlockwiseConfig, RescorerLM
     from blockdraft.oracle import rank_accuracies
     from blockdraft.oracle.record import record_trace
+    from blockdraft.rescorers.neural import NeuralPathScorer
 
     bench = _module("bench_trees")
     tmp = tmp_path_factory.mktemp("bench-trees")

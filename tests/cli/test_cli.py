@@ -15,7 +15,7 @@ from blockdraft.lattice import SausageLattice
 def lattice_file(tmp_path, word_corpus):
     held = word_corpus.held_out
     rng = np.random.default_rng(0)
-    from blockdraft.bench.lattices import hits_heavy
+    from blockdraft.lattice.synthetic import hits_heavy
 
     lat = hits_heavy(rng, held[20:24], 3, word_corpus.unigram, certain_first=True)
     path = tmp_path / "lat.json"
@@ -78,7 +78,7 @@ def _distill_folder(tmp_path, train, held):
     given answers in its training and held-out splits (hidden states are dummies)."""
     import torch
 
-    from blockdraft.models.hf.shards import Shard, write_shard
+    from blockdraft.training.heads.shards import Shard, write_shard
 
     folder = tmp_path / "distill"
     folder.mkdir()

@@ -2,7 +2,7 @@
 template, saved to a folder, plus Medusa heads): ``decode`` (plain and ``--chat``, lossless
 against greedy), ``trace``, ``ngram train --tokenizer`` over the model's token ids (and the
 refusal of an LM from another tokenizer), ``train --rescorer --tokenizer`` over them, and
-``train --mode medusa`` (its call into ``blockdraft.models.hf.training``)."""
+``train --mode medusa`` (its call into ``blockdraft.training.heads.recipe``)."""
 
 from __future__ import annotations
 
@@ -204,12 +204,12 @@ def test_train_a_rescorer_over_the_models_tokens(hf_folders: dict[str, Path], tm
 
 def test_train_mode_medusa_calls_the_training_entry(monkeypatch: Any, tmp_path: Path,
                                                     capsys: Any) -> None:
-    from blockdraft.models.hf import training
+    import blockdraft.training.heads as training
 
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
     class Result:
-        step, finished, curve = 7, True, [{"step": 7, "top1_mean": 0.5}]
+        step, finished, curve, best_step = 7, True, [{"step": 7, "top1_mean": 0.5}], 7
 
     def fake(*args: Any, **kwargs: Any) -> Result:
         calls.append((args, kwargs))

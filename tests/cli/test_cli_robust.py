@@ -185,7 +185,7 @@ def test_train_refuses_to_replace_a_model_without_overwrite(tmp_path, capsys, mo
     assert res["final_loss_reason"].startswith("NaN")
     before = _tree(out)
     # --overwrite that fails mid-training (a test double): the old model stays, byte for byte.
-    import blockdraft.recipes as recipes
+    import blockdraft.training as recipes
 
     def boom(*a, **k):
         raise KeyboardInterrupt

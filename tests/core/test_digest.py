@@ -132,6 +132,23 @@ def test_atomic_writes_keep_the_old_file_on_failure(tmp_path: Path, kind: str) -
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
 
 
+def test_atomic_path_gives_the_mode_of_any_new_file(tmp_path: Path) -> None:
+    """A writer that creates its file 0600 (safetensors does) still leaves a file with the
+    mode of ``atomic_writer``'s, 0666 less the umask (0644 under the usual 022)."""
+    import os
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        with files.atomic_path(tmp_path / "w.bin") as tmp:
+            os.close(os.open(tmp, os.O_CREAT | os.O_WRONLY, 0o600))
+        files.write_text_atomic(tmp_path / "t.txt", "x")
+    finally:
+        os.umask(umask)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes == {"w.bin": 0o644, "t.txt": 0o644}
+
+
 def test_atomic_path_that_writes_nothing(tmp_path: Path) -> None:
     dest = tmp_path / "out.bin"
     with pytest.raises(FileNotFoundError, match="nothing was written for .*out.bin"), \

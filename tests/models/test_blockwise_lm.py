@@ -9,7 +9,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from models_testlib import VOCAB, tiny_config, tiny_model
 
 from blockdraft.models import (
     BlockwiseConfig,
@@ -21,6 +20,7 @@ from blockdraft.models import (
     RescorerLM,
 )
 from blockdraft.models.blockwise import ResidualFFN
+from models_testlib import VOCAB, tiny_config, tiny_model
 
 ATOL = 1e-5
 

@@ -11,12 +11,11 @@ import torch
 from blockdraft.models import (
     BlockwiseConfig,
     BlockwiseLM,
-    TrainConfig,
     greedy_generate,
     load_model,
     save_model,
-    train,
 )
+from blockdraft.training import TrainConfig, train
 
 pytestmark = [
     pytest.mark.cuda,

@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from models_testlib import tiny_config, tiny_model
 
 from blockdraft.models import BlockwiseLM, ModelError, RescorerLM, greedy_generate
+from models_testlib import tiny_config, tiny_model
 
 
 @pytest.fixture(name="model")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from models_testlib import VOCAB, tiny_model
 
 from blockdraft.models import KVCache, ModelError
+from models_testlib import VOCAB, tiny_model
 
 ATOL = 1e-5
 

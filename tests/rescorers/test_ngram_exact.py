@@ -9,8 +9,8 @@ import kenlm
 import numpy as np
 import pytest
 
-from blockdraft.bench.lattices import hits_heavy as hits_lattice
 from blockdraft.lattice import SausageLattice
+from blockdraft.lattice.synthetic import hits_heavy as hits_lattice
 from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 from blockdraft.rescorers.ngram import native as native_mod
 

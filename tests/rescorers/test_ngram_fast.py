@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from test_ngram_exact import assert_matches_brute, brute_force
 
-from blockdraft.bench.lattices import hits_heavy as hits_lattice
-from blockdraft.bench.lattices import random_tokens
+from blockdraft.lattice.synthetic import hits_heavy as hits_lattice
+from blockdraft.lattice.synthetic import random_tokens
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 from blockdraft.rescorers.ngram import native as native_mod

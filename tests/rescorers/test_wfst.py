@@ -17,8 +17,8 @@ import pywrapfst
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blockdraft.bench.lattices import hits_heavy as hits_lattice
 from blockdraft.lattice import SausageLattice
+from blockdraft.lattice.synthetic import hits_heavy as hits_lattice
 from blockdraft.rescorers.base import Rescorer, RescorerError
 from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 from blockdraft.rescorers.ngram.arpa import read_arpa

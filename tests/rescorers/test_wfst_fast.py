@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import pywrapfst
 
-from blockdraft.bench.lattices import hits_heavy as hits_lattice
 from blockdraft.lattice import SausageLattice
 from blockdraft.lattice.fst import LABEL_OFFSET
+from blockdraft.lattice.synthetic import hits_heavy as hits_lattice
 from blockdraft.rescorers.ngram.wfst import UNK_LABEL, WfstRescorer
 from blockdraft.rescorers.ngram.wfst import rescorer as wfst_rescorer
 from ngram_testlib import WordCorpus

@@ -20,12 +20,12 @@ from blockdraft.drafts import (
     DraftTree,
     HeadDrafter,
     MedusaTreeDrafter,
-    NeuralPathScorer,
     RescoredTreeDrafter,
     TrieDrafter,
 )
 from blockdraft.models import greedy_generate
 from blockdraft.oracle import Trace, simulate, tree_accept_length
+from blockdraft.rescorers.neural import NeuralPathScorer
 from blockdraft.verify import Verifier, VerifyError, decode
 
 

@@ -6,6 +6,9 @@ Subcommands (``blockdraft COMMAND --help`` for each):
     repetition TRACE        consecutive repetition in drafts, vanilla vs n-gram rescored
     entropy TRACE           head entropies, their means and h_max
     train                   train a BlockwiseLM (or RescorerLM) and its tokenizer
+    heads distill           Medusa heads' data: the base's greedy answers and hidden states
+    heads train             Medusa heads on a Hugging Face model, by self-distillation
+    heads curve             trained heads' held-out accuracy against their training data
     trace                   greedy-decode prompts with a model and record a trace
     decode                  decode a prompt with BPD (any drafter, rescorer, criterion)
     rescore LATTICE         the p best drafts of a lattice file under an n-gram LM
@@ -23,7 +26,8 @@ unexpected error.
 
 Modules: ``parser`` (the argument parser, assembled from each group's ``add_parsers``),
 ``common`` (output helpers, argument types, readers), one per command group: ``analyses``
-(oracle, repetition, entropy), ``models`` (train, trace, decode), ``demo``, ``lattice``
+(oracle, repetition, entropy), ``models`` (train, trace, decode), ``heads`` (heads distill,
+train, curve), ``demo``, ``lattice``
 (rescore, lattice draw), ``ngram``, ``bench``.
 """
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -68,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # the command as typed, for the records a command writes (a README, a curve's Markdown)
+    args.command_line = "blockdraft " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
         with _sigterm_as_interrupt():
             return int(args.func(args))

@@ -24,8 +24,8 @@ from blockdraft.cli.common import (
 
 
 def cmd_bench_rescore(args: argparse.Namespace) -> int:
-    from blockdraft.bench.rescore import bench_rescore, hits_source, random_source
     from blockdraft.core.signature import environment, format_signature
+    from blockdraft.rescorers.latency import bench_rescore, hits_source, random_source
     from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
     from blockdraft.rescorers.ngram.lm import check_arpa_pair, file_sha256
 

@@ -1,7 +1,8 @@
 """The model commands: ``train`` (a BlockwiseLM or RescorerLM and its tokenizer, by the
-shared training recipe; or, with ``--mode medusa``, Medusa heads on a Hugging Face model by
-self-distillation), ``trace`` (greedy-decode prompts and record a trace) and ``decode`` (one
-prompt with blockwise parallel decoding).
+blockwise training recipe; or, with ``--mode medusa``, Medusa heads on a Hugging Face model by
+self-distillation: ``blockdraft heads train``, :mod:`blockdraft.cli.heads`), ``trace``
+(greedy-decode prompts and record a trace) and ``decode`` (one prompt with blockwise parallel
+decoding).
 
 ``trace`` and ``decode`` take any model :func:`blockdraft.models.load_model` loads: a
 blockdraft checkpoint folder, a known name (``smollm2``), a Hugging Face folder or ``.gguf``
@@ -37,6 +38,8 @@ from blockdraft.core.outputs import output_mode
 def cmd_train(args: argparse.Namespace) -> int:
     _check_train_arguments(args)
     check_device(args.device)
+    if args.mode == "medusa":  # heads train, its output rule included
+        return _train_medusa(args)
     out = Path(args.out)
     mode = output_mode(out, what="a trained model", error=CliError,
                        overwrite=args.overwrite, resume=args.resume)
@@ -100,8 +103,9 @@ def _check_train_arguments(args: argparse.Namespace) -> None:
 def _train(args: argparse.Namespace, shown_out: Path | None = None) -> int:
     import torch
 
-    from blockdraft.models import TrainConfig, load_model, load_tokenizer
-    from blockdraft.recipes import (
+    from blockdraft.models import load_model, load_tokenizer
+    from blockdraft.training import (
+        TrainConfig,
         eos_stream,
         model_config,
         new_model,
@@ -110,8 +114,6 @@ def _train(args: argparse.Namespace, shown_out: Path | None = None) -> int:
         train_tokenizer,
     )
 
-    if args.mode == "medusa":
-        return _train_medusa(args, shown_out)
     if args.threads:
         torch.set_num_threads(args.threads)
     args.steps = 2000 if args.steps is None else args.steps
@@ -175,38 +177,25 @@ def _train(args: argparse.Namespace, shown_out: Path | None = None) -> int:
     return 0
 
 
-def _train_medusa(args: argparse.Namespace, shown_out: Path | None = None) -> int:
-    """``--mode medusa``: :func:`blockdraft.models.hf.training.train_medusa_heads`."""
-    import shlex
+def _train_medusa(args: argparse.Namespace) -> int:
+    """``--mode medusa``: ``blockdraft heads train`` (:func:`blockdraft.cli.heads.cmd_heads_train`)
+    with this command's names for its options."""
+    from blockdraft.cli import heads
 
-    from blockdraft.models.hf import training
-    from blockdraft.models.hf.head_trainer import TrainSettings
-
-    h = 6 if args.h is None else args.h
-    defaults = TrainSettings()
-    settings = TrainSettings(
-        heads=h - 1, layers=args.medusa_layers, seed=args.seed, lr=args.lr,
-        steps=defaults.steps if args.steps is None else args.steps,
-        batch=defaults.batch if args.batch_size is None else args.batch_size)
-    result = training.train_medusa_heads(
-        args.base or "smollm2", [str(f) for f in args.prompts], args.out,
-        heads=h - 1, layers=args.medusa_layers, max_prompts=args.max_prompts,
-        minutes=args.minutes, distill_minutes=args.distill_minutes, seed=args.seed,
-        threads=args.threads, dtype=args.dtype or "float32", settings=settings,
-        command="blockdraft " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        progress=not args.json)
-    last = result.curve[-1] if result.curve else None
-    if args.json:
-        print_json({"out": shown_out or args.out, "step": result.step, "finished": result.finished,
-                    "last": last})
-        return 0
-    rows: list[tuple[str, object]] = [("steps", result.step), ("finished", result.finished)]
-    if last:
-        rows += [(str(key), value) for key, value in last.items()
-                 if isinstance(value, (int, float, str))]
-    print_table(f"trained {h - 1} Medusa heads on {args.base or 'smollm2'}", ["", "value"], rows,
-                caption=f"heads: {shown_out or args.out}")
-    return 0
+    given: dict[str, Any] = {
+        "base": args.base or "smollm2", "prompts": args.prompts, "out": args.out,
+        "heads": (6 if args.h is None else args.h) - 1, "layers": args.medusa_layers,
+        "max_prompts": args.max_prompts, "minutes": args.minutes,
+        "distill_minutes": args.distill_minutes, "seed": args.seed, "threads": args.threads,
+        "lr": args.lr, "overwrite": args.overwrite, "resume": args.resume, "json": args.json,
+        "command_line": getattr(args, "command_line", "")}
+    if args.dtype is not None:
+        given["dtype"] = args.dtype
+    if args.steps is not None:
+        given["steps"] = args.steps
+    if args.batch_size is not None:
+        given["batch"] = args.batch_size
+    return heads.cmd_heads_train(heads.train_namespace(**given))
 
 
 def _distillation_stream(model: Any, tok: Any, lines: list[str], args: argparse.Namespace
@@ -214,7 +203,7 @@ def _distillation_stream(model: Any, tok: Any, lines: list[str], args: argparse.
     """Sequence-level distillation data: ``args.distill`` corpus lines drawn with the seed,
     each cut to its first ``--distill-prompt-len`` tokens and continued greedily by the base
     model for ``--distill-len`` tokens (the lines of the held-out tail are never drawn)."""
-    from blockdraft.models.train import distill_targets
+    from blockdraft.training.blockwise import distill_targets
 
     n_train_lines = len(lines) - max(1, int(len(lines) * args.eval_fraction))
     rng = np.random.default_rng(args.seed)

@@ -47,12 +47,12 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
                       if ln.strip()]
         seqs = [np.asarray(ids, dtype=np.int64) for ids in tok.encode_batch(lines)]
     if args.distilled:
-        from blockdraft.models.hf.shards import open_distill_set
+        from blockdraft.training.heads import open_distill_set
 
         answers = open_distill_set(args.distilled).answers("train")
         if not answers:
             raise CliError(f"the distillation set {args.distilled} has no finished training "
-                           "shard; run blockdraft.models.hf.distill first")
+                           "shard; run blockdraft heads distill first")
         seqs += [a.astype(np.int64) for a in answers]
     r = train_ngram(seqs, args.output, order=args.order, prune=args.prune, memory=args.memory,
                     binary=not args.no_binary, tokenizer=info)
@@ -82,9 +82,9 @@ def add_parsers(sub: Any) -> None:
     src.add_argument("--text", nargs="+", help="text files, one document per line")
     src.add_argument("--ids", nargs="+", help="files of whitespace-separated token ids")
     p.add_argument("--distilled", type=Path, default=None,
-                   help="a distillation set (python -m blockdraft.models.hf.distill): add the "
-                        "base model's own answers of its training split (never the held-out "
-                        "one) as sequences, alone or beside --text/--ids")
+                   help="a distillation set (blockdraft heads distill): add the base model's "
+                        "own answers of its training split (never the held-out one) as "
+                        "sequences, alone or beside --text/--ids")
     p.add_argument("--tokenizer",
                    help="the token ids' tokenizer: a model name (smollm2), a Hugging Face "
                         "model folder or .gguf file, a blockdraft model folder, a tokenizer.json "

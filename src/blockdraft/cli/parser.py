@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from blockdraft.cli import analyses, bench, demo, lattice, models, ngram
+from blockdraft.cli import analyses, bench, demo, heads, lattice, models, ngram
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     analyses.add_parsers(sub)  # oracle, repetition, entropy
     models.add_parsers(sub)  # train, trace, decode
+    heads.add_parsers(sub)  # heads distill, heads train, heads curve
     demo.add_parser(sub)  # demo
     lattice.add_parsers(sub)  # rescore, lattice draw
     ngram.add_parsers(sub)  # ngram train

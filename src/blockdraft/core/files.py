@@ -27,6 +27,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -142,16 +143,33 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     the block exits normally, and removed on an exception (``path`` is then untouched).
 
     The writer inside the block must create the file (a block that writes nothing raises
-    ``FileNotFoundError`` naming ``path``).
+    ``FileNotFoundError`` naming ``path``). The file gets the permissions of any file created
+    here (``0o666`` less the umask, as :func:`atomic_writer`'s), whatever mode the writer gave
+    it: safetensors, for one, creates its files ``0o600``.
     """
     dest = Path(path)
     _check_parent(dest)
     sweep_stale_temporaries(dest)
     tmp = _temporary_sibling(dest, dest.suffix + ".tmp")
+    mode = _new_file_mode(tmp, dest)
     with _renamed_into_place(tmp, dest):
         yield tmp
         if not tmp.exists():
             raise FileNotFoundError(f"nothing was written for {str(dest)!r}")
+        with _naming(dest):
+            os.chmod(tmp, mode)
+
+
+def _new_file_mode(tmp: Path, dest: Path) -> int:
+    """The permission bits of a file created as ``tmp`` (``0o666`` less the umask), learnt by
+    creating it as :func:`atomic_writer` does and removing it again (reading the umask would
+    need setting it, which races with other threads)."""
+    with _naming(dest):
+        open(tmp, "xb").close()
+    try:
+        return stat.S_IMODE(os.stat(tmp).st_mode)
+    finally:
+        os.unlink(tmp)
 
 
 @contextlib.contextmanager

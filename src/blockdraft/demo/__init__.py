@@ -71,7 +71,8 @@ Public surface:
     DemoResult, DemoRow, DemoError
     default_corpus(), read_corpus(path), split_corpus(...), cache_root(), cache_key(...)
 
-Modules: ``config`` (settings and results), ``corpus`` (the text, the cache key), ``prepare``
+Modules: ``config`` (settings), ``results`` (what the demos report), ``errors``
+(:class:`DemoError`), ``corpus`` (the text, the cache key), ``prepare``
 (training and caching the models), ``decode`` (the measurements), ``run`` (:func:`run_demo`),
 ``ngram`` (the real demo's cached n-gram LM), ``real`` (:func:`run_real_demo`).
 The tables are printed by the CLI (``blockdraft.cli.demo``).
@@ -93,16 +94,18 @@ from blockdraft.demo.config import (
     REAL_P,
     REAL_PROMPTS,
     DemoConfig,
-    DemoError,
+)
+from blockdraft.demo.corpus import cache_key, cache_root, default_corpus, read_corpus, split_corpus
+from blockdraft.demo.errors import DemoError
+from blockdraft.demo.ngram import DemoNgram, prepare_ngram
+from blockdraft.demo.real import run_real_demo
+from blockdraft.demo.results import (
     DemoResult,
     DemoRow,
     LatticeView,
     RealDemoResult,
     RealDemoRow,
 )
-from blockdraft.demo.corpus import cache_key, cache_root, default_corpus, read_corpus, split_corpus
-from blockdraft.demo.ngram import DemoNgram, prepare_ngram
-from blockdraft.demo.real import run_real_demo
 from blockdraft.demo.run import pick_threads, run_demo
 
 __all__ = [

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from blockdraft.demo.config import DEMO_VERSION, MIN_TRAIN_PARAGRAPHS, DemoConfig, DemoError
+from blockdraft.demo.config import DEMO_VERSION, MIN_TRAIN_PARAGRAPHS, DemoConfig
+from blockdraft.demo.errors import DemoError
 
 
 def cache_root() -> Path:

@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from blockdraft.demo.config import DEMO_K, DEMO_P, NEURAL_ALPHA, NGRAM_ALPHA, DemoError, DemoRow
+from blockdraft.demo.config import DEMO_K, DEMO_P, NEURAL_ALPHA, NGRAM_ALPHA
+from blockdraft.demo.errors import DemoError
+from blockdraft.demo.results import DemoRow
 
 Strategy = tuple[str, int, int, Any, str]
 

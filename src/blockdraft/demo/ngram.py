@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.demo.config import DEMO_VERSION, DemoError
+from blockdraft.demo.config import DEMO_VERSION
 from blockdraft.demo.corpus import cache_root, default_corpus, read_corpus
+from blockdraft.demo.errors import DemoError
 from blockdraft.demo.prepare import read_json, write_json
 
 Progress = Callable[[str], Callable[[Iterable[Any]], Iterable[Any]]]

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from blockdraft.core.files import write_text_atomic
-from blockdraft.demo.config import DemoConfig, DemoError
+from blockdraft.demo.config import DemoConfig
+from blockdraft.demo.errors import DemoError
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,8 @@ def prepare(cache: Path, train_paras: list[str], held_paras: list[str], config: 
         DemoError: when the text gives too few tokens for one training window.
     """
     from blockdraft.models import Tokenizer, load_model
-    from blockdraft.recipes import eos_stream, new_model, train_and_save, train_tokenizer
     from blockdraft.rescorers.ngram import NgramLM, train_ngram
+    from blockdraft.training import eos_stream, new_model, train_and_save, train_tokenizer
 
     trained = False
     t_train = 0.0

@@ -24,14 +24,12 @@ from blockdraft.demo.config import (
     REAL_ORDER,
     REAL_P,
     REAL_PROMPTS,
-    DemoError,
-    LatticeView,
-    RealDemoResult,
-    RealDemoRow,
 )
 from blockdraft.demo.decode import fields
+from blockdraft.demo.errors import DemoError
 from blockdraft.demo.ngram import Progress, prepare_ngram
 from blockdraft.demo.prepare import write_json
+from blockdraft.demo.results import LatticeView, RealDemoResult, RealDemoRow
 from blockdraft.demo.run import pick_threads
 
 WARMUP_TOKENS = 2  # tokens of each untimed warm-up decode

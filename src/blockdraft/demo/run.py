@@ -19,12 +19,12 @@ from blockdraft.demo.config import (
     NEURAL_ALPHA,
     NGRAM_ALPHA,
     DemoConfig,
-    DemoError,
-    DemoResult,
 )
 from blockdraft.demo.corpus import cache_key, cache_root, load_corpus
 from blockdraft.demo.decode import greedy_references, measure, strategies
+from blockdraft.demo.errors import DemoError
 from blockdraft.demo.prepare import ngram_loss, prepare, unigram_loss, write_json
+from blockdraft.demo.results import DemoResult
 
 
 def pick_threads(requested: int | None = None) -> int:
@@ -88,9 +88,9 @@ def run_demo(
 
     from blockdraft.core.signature import environment, format_signature, human_count
     from blockdraft.oracle.record import record_trace
-    from blockdraft.recipes import eos_stream
     from blockdraft.rescorers.neural import NeuralRescorer
     from blockdraft.rescorers.ngram import NgramRescorer
+    from blockdraft.training import eos_stream
 
     t_start = time.perf_counter()
     config = config or DemoConfig()

@@ -16,7 +16,8 @@ Token trees (docs/definitions.md sec. 11; ``DraftTree`` lives in ``core/tree.py`
         MedusaTreeDrafter.calibrated(acc, budget): Medusa's calibrated tree
     ConfidenceTreeDrafter(k, budget)        EAGLE-2 style: the N most confident nodes
     RescoredTreeDrafter(lm, k, budget, alpha)   best-first by head + alpha x LM score (an
-        NgramLM, or NeuralPathScorer(rescorer_lm) for a small neural LM)
+        NgramLM, or a path scorer of the rescorers room: NeuralPathScorer(rescorer_lm) of
+        ``blockdraft.rescorers.neural`` for a small neural LM)
 """
 
 from blockdraft.core.batch import DraftBatch, DraftError
@@ -24,7 +25,6 @@ from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.heads import HeadDrafter, vanilla
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
 from blockdraft.drafts.protocol import Drafter, TreeDrafter
-from blockdraft.drafts.tree_scorers import NeuralPathScorer, NgramPathScorer
 from blockdraft.drafts.trees import (
     MC_SIM_7B_63,
     ConfidenceTreeDrafter,
@@ -42,8 +42,6 @@ from blockdraft.drafts.trees import (
 __all__ = [
     "MC_SIM_7B_63", "CombinedDrafter", "ConfidenceTreeDrafter", "DraftBatch", "DraftError",
     "DraftTree", "Drafter", "HeadDrafter", "InputCopyDrafter", "MedusaTreeDrafter",
-    "NeuralPathScorer",
-    "NgramPathScorer",
     "RescoredTreeDrafter", "TreeDrafter", "TrieDrafter", "calibrated_choices",
     "confidence_tree", "medusa_tree", "rescored_tree", "row_source", "sort_choices",
     "trie_tree", "vanilla",

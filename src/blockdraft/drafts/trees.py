@@ -21,7 +21,7 @@ strategies (``propose_tree(lattice, context) -> DraftTree``):
         EAGLE-2 style: the N nodes of highest cumulative head log-probability
     rescored_tree(lattice, budget, lm, alpha, context)   RescoredTreeDrafter(lm, k, budget, alpha)
         best-first by head score + alpha * LM score of the path so far (an n-gram LM scored
-        exactly per path, or a small neural LM: ``tree_scorers.NeuralPathScorer``), so a
+        exactly per path, or a small neural LM: ``rescorers.neural.NeuralPathScorer``), so a
         node's children depend on its ancestors
 
 Best-first over scores that never increase along a path (log-probabilities, products of
@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -42,9 +42,10 @@ from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.protocol import Drafter
-from blockdraft.drafts.tree_scorers import NgramPathScorer
 from blockdraft.lattice.sausage import SausageLattice
+from blockdraft.rescorers.base import PathScorer
 from blockdraft.rescorers.ngram.lm import NgramLM
+from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer
 
 Choices = Sequence[Sequence[int]]
 """Medusa's ``medusa_choices``: rank paths, e.g. ``[[0], [0, 0], [1], ...]``."""
@@ -61,18 +62,6 @@ MC_SIM_7B_63: tuple[tuple[int, ...], ...] = tuple(tuple(c) for c in [
 """Medusa's ``mc_sim_7b_63`` (FasterDecoding/Medusa, ``medusa/model/medusa_choices.py``): 63
 rank paths, i.e. 63 nodes below the root (N = 64), depth 4, top-10 per head; 10, 28, 23 and 2
 nodes at depths 1-4."""
-
-
-class PathScorer(Protocol):
-    """What :func:`rescored_tree` needs of an LM: ``score(tokens, context) -> float64 [n]``,
-    ``ln P(token_i | context, tokens_<i)`` (:class:`~blockdraft.rescorers.ngram.NgramLM`).
-    A scorer that also has ``next_scores(path, context, candidates) -> float64 [c]`` (all
-    children of a node in one call, :class:`~blockdraft.drafts.tree_scorers.NeuralPathScorer`)
-    is called through it instead."""
-
-    def score(
-        self, tokens: Sequence[int] | np.ndarray, context: Sequence[int] | np.ndarray = ...
-    ) -> np.ndarray: ...
 
 
 def _budget(budget: Any, name: str) -> int:
@@ -264,8 +253,8 @@ def rescored_tree(
         lattice: the step's lattice.
         budget: ``N``, the nodes with the root.
         lm: an LM with ``score(tokens, context)``, or with ``next_scores`` (a
-            :class:`~blockdraft.drafts.tree_scorers.NeuralPathScorer`). An :class:`NgramLM`
-            is scored through :class:`~blockdraft.drafts.tree_scorers.NgramPathScorer`: each
+            :class:`~blockdraft.rescorers.neural.NeuralPathScorer`). An :class:`NgramLM`
+            is scored through :class:`~blockdraft.rescorers.ngram.NgramPathScorer`: each
             child exactly on its whole path, the same numbers as KenLM's (its start-of-text
             convention for an empty context), one lookup from the parent's LM state.
         alpha: the LM weight, ``>= 0``.

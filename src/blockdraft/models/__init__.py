@@ -1,5 +1,6 @@
 """The models room: the reference blockwise parallel transformer, the small rescoring LM,
-the tokenizer, checkpoints, training and the greedy reference decoder.
+the tokenizers, checkpoints, loading and the greedy reference decoder (training them lives in
+:mod:`blockdraft.training`).
 
 Anything with ``heads_logits(input_ids, past) -> (logits [B, T, h, V], past)`` can stand in
 for :class:`BlockwiseLM` in the rooms downstream (drafts, verify, oracle).
@@ -14,14 +15,6 @@ from blockdraft.models.generate import greedy_generate
 from blockdraft.models.load import load_model, load_tokenizer
 from blockdraft.models.protocol import DecoderCache, FactoredHeadsModel, HeadsModel
 from blockdraft.models.tokenizer import BaseTokenizer, Tokenizer, TokenizerInfo
-from blockdraft.models.train import (
-    EvalResult,
-    TrainConfig,
-    TrainResult,
-    distill_targets,
-    evaluate,
-    train,
-)
 
 __all__ = [
     "PRESETS",
@@ -29,7 +22,6 @@ __all__ = [
     "BlockwiseConfig",
     "BlockwiseLM",
     "DecoderCache",
-    "EvalResult",
     "FactoredHeadsModel",
     "HeadsModel",
     "KVCache",
@@ -37,14 +29,9 @@ __all__ = [
     "RescorerLM",
     "Tokenizer",
     "TokenizerInfo",
-    "TrainConfig",
-    "TrainResult",
-    "distill_targets",
-    "evaluate",
     "greedy_generate",
     "load_model",
     "load_tokenizer",
     "read_model_config",
     "save_model",
-    "train",
 ]

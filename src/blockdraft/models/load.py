@@ -88,7 +88,7 @@ def packaged_heads(name: str) -> Path:
         raise ModelError(
             f"the trained Medusa heads of {name!r} are not in this installation "
             f"({folder} is missing): train them with the head self-distillation in "
-            "blockdraft.models.hf.training (it writes that folder), pass heads=PATH (Medusa "
+            "`blockdraft heads train` (it writes that folder), pass heads=PATH (Medusa "
             "heads in any layout), or heads=MedusaHeads(...) for untrained heads"
         )
     return folder

@@ -1,4 +1,5 @@
-"""The `Rescorer` protocol: anything that turns a lattice and a context into ranked drafts.
+"""The `Rescorer` protocol: anything that turns a lattice and a context into ranked drafts; and
+the `PathScorer` protocol: an LM scoring the paths of a token tree as it grows.
 
 Also what every rescorer shares: :class:`RescorerError`, the checks of a call's arguments
 (:func:`as_context`, :func:`check_p`) and :func:`agreement` (do two rescorers return the same
@@ -35,6 +36,19 @@ class Rescorer(Protocol):
     def rescore(
         self, lattice: SausageLattice, context: Sequence[int] | np.ndarray, p: int = 1
     ) -> DraftBatch: ...
+
+
+class PathScorer(Protocol):
+    """What a rescored token tree (:func:`~blockdraft.drafts.trees.rescored_tree`) needs of an
+    LM: ``score(tokens, context) -> float64 [n]``, ``ln P(token_i | context, tokens_<i)``
+    (:class:`~blockdraft.rescorers.ngram.NgramLM`). A scorer that also has
+    ``next_scores(path, context, candidates) -> float64 [c]`` (all children of a node in one
+    call: :class:`~blockdraft.rescorers.ngram.NgramPathScorer`,
+    :class:`~blockdraft.rescorers.neural.NeuralPathScorer`) is called through it instead."""
+
+    def score(
+        self, tokens: Sequence[int] | np.ndarray, context: Sequence[int] | np.ndarray = ...
+    ) -> np.ndarray: ...
 
 
 def as_context(context: Sequence[int] | np.ndarray | None) -> np.ndarray:

@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache  # noqa: E402
 from blockdraft.models import ModelError, greedy_generate  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel  # noqa: E402
 from blockdraft.models.hf.body import cache_argument, returned_cache  # noqa: E402
-from blockdraft.models.hf.generation import greedy_batch  # noqa: E402
+from blockdraft.training.heads.generation import greedy_batch  # noqa: E402
 from blockdraft.verify import decode  # noqa: E402
 
 INSTALLED = "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else (

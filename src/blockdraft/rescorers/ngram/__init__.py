@@ -1,5 +1,6 @@
 """Global n-gram rescoring: `NgramLM` (KenLM over token ids), `NgramRescorer` (exact p-best
-search or WFST composition), and `train_ngram` (lmplz + build_binary)."""
+search or WFST composition), `NgramPathScorer` (the LM scoring token-tree paths, one lookup per
+child) and `train_ngram` (lmplz + build_binary)."""
 
 from blockdraft.rescorers.ngram.lm import (
     NgramLM,
@@ -7,12 +8,14 @@ from blockdraft.rescorers.ngram.lm import (
     read_vocab_record,
     vocab_record_path,
 )
+from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer
 from blockdraft.rescorers.ngram.rescorer import BACKENDS, NgramRescorer, SearchStats
 from blockdraft.rescorers.ngram.train import NgramTrainResult, find_kenlm_tool, train_ngram
 
 __all__ = [
     "BACKENDS",
     "NgramLM",
+    "NgramPathScorer",
     "NgramRescorer",
     "NgramTrainResult",
     "SearchStats",

@@ -1,1 +1,0 @@
-"""Benchmark helpers shared by the CLI (`blockdraft bench`) and `benchmarks/`."""

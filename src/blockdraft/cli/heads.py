@@ -1,0 +1,341 @@
+"""``blockdraft heads``: Medusa heads for a Hugging Face base model, by self-distillation on a
+frozen base (docs/definitions.md sec. 10; docs/real-models.md, "Training heads").
+
+    heads distill   the base's greedy answers and final hidden states on training prompts: a
+                    distillation set, cached and resumable (a run stops between shards)
+    heads train     the data step (or the set it left), then the heads, written in Medusa
+                    version-2 layout with their learning curve and a README
+    heads curve     trained heads scored on every held-out position of a set, against their
+                    amount of training data (``data_curve.{json,md,png}``)
+
+``blockdraft train --mode medusa`` runs ``heads train`` (:func:`train_namespace`,
+:func:`cmd_heads_train`). Every output follows the one rule of
+:func:`blockdraft.core.outputs.output_mode`: an existing target is refused unless
+``--overwrite`` (or, where the work can go on, ``--resume``), and what is written appears
+complete or not at all. The working folders (``--folder``/``--data``, ``--work``) are only
+ever continued with the settings that made them, and a folder of other files is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from blockdraft.cli.common import (
+    JSON_HELP,
+    CliError,
+    add_command,
+    add_group,
+    positive_int,
+    print_json,
+    print_table,
+)
+from blockdraft.core.outputs import output_mode
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _default(function: Callable[..., Any], name: str) -> Any:
+    """The default of ``function``'s parameter ``name``: the library's defaults are the CLI's."""
+    return inspect.signature(function).parameters[name].default
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line as typed (:func:`blockdraft.cli.main` records it), for the records a
+    run writes."""
+    return str(getattr(args, "command_line", "") or "blockdraft " + shlex.join(sys.argv[1:]))
+
+
+def _threads(args: argparse.Namespace) -> None:
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+# ---------------------------------------------------------------------------------- distill
+
+
+def cmd_heads_distill(args: argparse.Namespace) -> int:
+    from blockdraft.core.files import atomic_directory
+    from blockdraft.training import heads
+
+    mode = "new"
+    if args.folder is not None:
+        mode = output_mode(args.folder, what="a distillation set", error=CliError,
+                           overwrite=args.overwrite, resume=args.resume)
+        if mode == "resume":
+            heads.check_distill_folder(args.folder)
+    elif args.overwrite or args.resume:
+        raise CliError("--overwrite and --resume apply to a --folder; the default folder in the "
+                       "cache is keyed by the settings and always continued")
+
+    def run(folder: Path | None) -> Any:
+        return heads.distill(
+            args.base, [str(p) for p in args.prompts], folder=folder, dtype=args.dtype,
+            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+            shard_size=args.shard_size, seed=args.seed, heldout_fraction=args.heldout_fraction,
+            heldout_min=args.heldout_min, max_prompts=args.max_prompts,
+            max_tokens=args.max_tokens, minutes=args.minutes, threads=args.threads,
+            reverse=args.reverse)
+
+    if mode == "overwrite":  # built beside it; the old set stays until this run ends
+        with atomic_directory(args.folder) as tmp:
+            dset = run(tmp)
+        folder = Path(args.folder)
+    else:
+        dset = run(args.folder)
+        folder = dset.folder
+    summary = dset.summary()
+    done, planned = len(dset.done), len(dset.plan["shards"])
+    if args.json:
+        print_json({"folder": str(folder), **summary, "shards_done": done,
+                    "shards_planned": planned})
+        return 0
+    print_table("distillation set", ["", "value"], [
+        ("shards done", f"{done} of {planned}"),
+        ("training prompts", summary["train_prompts"]),
+        ("training answer tokens", summary["train_tokens"]),
+        ("held-out prompts", summary["heldout_prompts"]),
+        ("held-out answer tokens", summary["heldout_tokens"]),
+    ], caption=f"folder: {folder}")
+    return 0
+
+
+def _data_arguments(p: argparse.ArgumentParser) -> None:
+    """The data step's options, shared by ``heads distill`` and ``heads train``."""
+    from blockdraft.training.heads.distill import distill
+
+    p.add_argument("--base", default="smollm2",
+                   help="the base model: a known name (smollm2), a Hugging Face folder or a "
+                        ".gguf file (default smollm2)")
+    p.add_argument("--prompts", nargs="+", required=True, type=Path,
+                   help='JSON-lines files of training prompts, {"source": ..., "prompt": ...} '
+                        "a line (training data only, never evaluation text)")
+    p.add_argument("--dtype", choices=DTYPES, default=_default(distill, "dtype"),
+                   help="the base's dtype while generating (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=positive_int,
+                   default=_default(distill, "max_new_tokens"),
+                   help="answer length cap, tokens (default %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=_default(distill, "batch_size"),
+                   help="prompts generated together (default %(default)s)")
+    p.add_argument("--shard-size", type=positive_int, default=_default(distill, "shard_size"),
+                   help="prompts per data shard (default %(default)s)")
+    p.add_argument("--heldout-fraction", type=float,
+                   default=_default(distill, "heldout_fraction"),
+                   help="share of the prompts held out for evaluation (default %(default)s)")
+    p.add_argument("--heldout-min", type=int, default=_default(distill, "heldout_min"),
+                   help="at least this many prompts held out (default %(default)s)")
+    p.add_argument("--max-prompts", type=positive_int, default=None,
+                   help="training prompts to distil (default: all)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seeds the held-out split (and, for heads train, the heads)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads (default: 1 when the machine is busy, else every core)")
+
+
+# ------------------------------------------------------------------------------------ train
+
+
+def heads_settings(args: argparse.Namespace) -> Any:
+    """The :class:`~blockdraft.training.heads.HeadsTrainSettings` of ``heads train``'s
+    arguments, checked."""
+    from blockdraft.training.heads import HeadsTrainSettings
+
+    settings = HeadsTrainSettings(
+        heads=args.heads, layers=args.layers, seed=args.seed, steps=args.steps,
+        batch=args.batch, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
+        loss=args.loss, eval_every=args.eval_every, eval_positions=args.eval_positions,
+        patience=args.patience, vocab=args.vocab)
+    settings.check()
+    return settings
+
+
+def cmd_heads_train(args: argparse.Namespace) -> int:
+    """``heads train`` (and ``train --mode medusa``, through :func:`train_namespace`)."""
+    from blockdraft.training import heads
+
+    settings = heads_settings(args)
+    out = Path(args.out)
+    mode = output_mode(out, what="Medusa heads", error=CliError, overwrite=args.overwrite,
+                       resume=args.resume)
+    if mode == "resume" and not (out / heads.CURVE_FILE).is_file():
+        raise CliError(f"-o {out} holds no heads written by blockdraft heads train (no "
+                       f"{heads.CURVE_FILE}), so there is no run to continue; pass --overwrite "
+                       "to replace it, or choose a new path")
+    if args.data is not None:
+        heads.check_distill_folder(args.data)
+    if args.work is not None:
+        heads.check_training_folder(args.work)
+    # the heads are written only at the end, built beside -o and swapped into place complete:
+    # an interrupted or failed run leaves -o as it was
+    result = heads.train_medusa_heads(
+        args.base, [str(p) for p in args.prompts], out, heads=settings.heads,
+        layers=settings.layers, max_prompts=args.max_prompts, minutes=args.minutes,
+        distill_minutes=args.distill_minutes, seed=settings.seed, threads=args.threads,
+        dtype=args.dtype, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+        shard_size=args.shard_size, heldout_fraction=args.heldout_fraction,
+        heldout_min=args.heldout_min, data=args.data, work=args.work, settings=settings,
+        command=_command(args), progress=not args.json)
+    last = result.curve[-1] if result.curve else None
+    if args.json:
+        print_json({"out": str(out), "step": result.step, "finished": result.finished,
+                    "best_step": result.best_step, "last": last})
+        return 0
+    rows: list[tuple[str, object]] = [("steps", result.step), ("finished", result.finished),
+                                      ("heads of the evaluation at step", result.best_step)]
+    if last:
+        rows += [(str(key), value) for key, value in last.items()
+                 if isinstance(value, (int, float, str))]
+        rows += [(f"held-out top-1, head {i + 2}", float(v))
+                 for i, v in enumerate(last.get("top1", ()))]
+    print_table(f"trained {settings.heads} Medusa heads on {args.base}", ["", "value"], rows,
+                caption=f"heads: {out}")
+    return 0
+
+
+def _train_arguments(p: argparse.ArgumentParser) -> None:
+    """``heads train``'s arguments (all of them: :func:`train_namespace` reads the defaults)."""
+    from blockdraft.training.heads import HeadsTrainSettings
+
+    defaults = HeadsTrainSettings()
+    _data_arguments(p)
+    p.add_argument("-o", "--out", required=True, type=Path,
+                   help="the heads folder to write (Medusa version-2 layout, bfloat16, "
+                        "curve.json, curve.png, README.md)")
+    p.add_argument("--heads", type=positive_int, default=defaults.heads,
+                   help="Medusa heads (blockdraft heads 2..n+1, so h = n + 1; default "
+                        "%(default)s)")
+    p.add_argument("--layers", type=positive_int, default=defaults.layers,
+                   help="ResBlocks per head (default %(default)s)")
+    p.add_argument("--distill-minutes", type=float, default=None,
+                   help="time box of the data step, minutes (0: only read the set as it is)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="time box of the training, minutes (a later run with --resume goes on)")
+    p.add_argument("--steps", type=positive_int, default=defaults.steps,
+                   help="optimizer steps, the cosine schedule's length (default %(default)s)")
+    p.add_argument("--batch", type=positive_int, default=defaults.batch,
+                   help="positions per step (default %(default)s)")
+    p.add_argument("--lr", type=float, default=defaults.lr,
+                   help="peak learning rate (default %(default)s)")
+    p.add_argument("--warmup", type=int, default=defaults.warmup,
+                   help="linear warm-up steps (default %(default)s)")
+    p.add_argument("--schedule", choices=("cosine", "constant"), default=defaults.schedule)
+    p.add_argument("--loss", choices=("ce", "kl"), default=defaults.loss,
+                   help="ce: the base's greedy tokens; kl: its distributions")
+    p.add_argument("--vocab", choices=("full", "seen"), default=defaults.vocab,
+                   help="softmax of the training loss over the full vocabulary or only the "
+                        "tokens seen in the training answers (several times faster)")
+    p.add_argument("--eval-every", type=positive_int, default=defaults.eval_every,
+                   help="steps between held-out evaluations and checkpoints "
+                        "(default %(default)s)")
+    p.add_argument("--eval-positions", type=positive_int, default=defaults.eval_positions,
+                   help="held-out positions scored per evaluation (default %(default)s)")
+    p.add_argument("--patience", type=int, default=defaults.patience,
+                   help="stop after this many evaluations without progress (0: never)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="the distillation folder (default: $BLOCKDRAFT_CACHE/distill/<key>)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="the training folder, its checkpoint (default: "
+                        "$BLOCKDRAFT_CACHE/medusa-train/<key>)")
+    p.add_argument("--resume", action="store_true",
+                   help="-o holds heads of an earlier run: continue its training (from the "
+                        "checkpoint in the training folder) and replace them")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what -o holds (only once the new heads are complete)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+
+
+def train_namespace(**given: Any) -> argparse.Namespace:
+    """``heads train``'s arguments with their defaults, ``given`` set over them (what
+    ``blockdraft train --mode medusa`` runs :func:`cmd_heads_train` with)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    _train_arguments(parser)
+    args = parser.parse_args(["--prompts", "-", "-o", "-"])
+    unknown = sorted(set(given) - set(vars(args)) - {"command_line"})
+    if unknown:
+        raise TypeError(f"heads train has no arguments {unknown}")
+    vars(args).update(given)
+    return args
+
+
+# ------------------------------------------------------------------------------------ curve
+
+
+def cmd_heads_curve(args: argparse.Namespace) -> int:
+    from blockdraft.training import heads
+
+    out = Path(args.out)
+    output_mode(out, what="a data curve", error=CliError, overwrite=args.overwrite)
+    runs = [heads.read_run(p) for p in args.runs]
+    dset = heads.open_distill_set(args.data)
+    _threads(args)
+    from blockdraft.models.hf.loading import load_causal_lm
+
+    model, _ = load_causal_lm(args.base, "float32")
+    lm_head = heads.lm_head_weight(model)
+    del model
+    rows = heads.score_runs(runs, dset, lm_head)
+    heads.write_data_curve(rows, out, command=_command(args))
+    if args.json:
+        print_json({"out": str(out), "runs": rows})
+        return 0
+    print_table("Medusa heads: held-out accuracy against training data",
+                ["training answer tokens", "prompts", "step", "mean top-1", "vanilla B",
+                 "oracle(5) B"],
+                [(r["tokens"], r["prompts"], r["step"], r["mean_top1"], r["B_vanilla"],
+                  r["B_oracle5"]) for r in rows],
+                caption=f"data_curve.{{json,md,png}}: {out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ parser
+
+
+def add_parsers(sub: Any) -> None:
+    """``heads distill``, ``heads train`` and ``heads curve``."""
+    group = add_group(sub, "heads", "Medusa heads for a Hugging Face model, by self-distillation")
+    p = add_command(group, "distill",
+                    "the base's greedy answers and final hidden states on training prompts "
+                    "(cached and resumable)", cmd_heads_distill)
+    _data_arguments(p)
+    p.add_argument("--folder", type=Path, default=None,
+                   help="the distillation folder (default: $BLOCKDRAFT_CACHE/distill/<key>, "
+                        "keyed by the settings and always continued)")
+    p.add_argument("--max-tokens", type=positive_int, default=None,
+                   help="answer tokens to reach (this run stops between shards)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="time box of this run, minutes (it stops between shards)")
+    p.add_argument("--reverse", action="store_true",
+                   help="missing shards last first (a second process on another core)")
+    p.add_argument("--resume", action="store_true",
+                   help="--folder holds a set made with these settings: add to it")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what --folder holds (only once this run ends)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+
+    p = add_command(group, "train",
+                    "distil (or reuse the distillation set), train Medusa heads and write them",
+                    cmd_heads_train)
+    _train_arguments(p)
+
+    p = add_command(group, "curve",
+                    "score trained heads on every held-out position of a distillation set "
+                    "(data_curve.json, .md, .png)", cmd_heads_curve)
+    p.add_argument("runs", nargs="+", type=Path,
+                   help="heads folders (-o of heads train) or training folders (its --work)")
+    p.add_argument("--data", required=True, type=Path,
+                   help="the distillation folder whose held-out split scores them")
+    p.add_argument("--base", default="smollm2",
+                   help="the base model whose lm_head the heads share (default smollm2)")
+    p.add_argument("-o", "--out", required=True, type=Path,
+                   help="the folder for data_curve.{json,md,png}")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what -o holds (only once the new curve is complete)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -1,0 +1,344 @@
+"""Self-distillation data for Medusa heads: the base model's own greedy answers and hidden states.
+
+docs/definitions.md sec. 10. Medusa heads are trained on what the base model itself says
+(Medusa-2 self-distillation; Stern et al. sec. 6.2): for every prompt ``x`` the base's greedy
+answer ``y_1 .. y_m`` (cut after the EOS, which is kept; at most ``max_new_tokens``) and the
+base's final hidden states ``h_0 .. h_{m-1}`` (:mod:`~blockdraft.training.heads.generation`).
+A head trained on ``h_j`` then needs no base model at all.
+
+This module plans and runs the data step: prompts (:mod:`~blockdraft.training.heads.prompts`)
+are split into held-out and training prompts and cut into fixed shards; each shard is
+generated in batches of prompts sorted by length and written as one file
+(:mod:`~blockdraft.training.heads.shards`) in a folder, by default
+``$BLOCKDRAFT_CACHE/distill/<key>``, ``key`` a hash of every setting that changes its content.
+A run stops between shards (a prompt, token or time budget), and a later run goes on from
+there; a run with other settings is refused, naming each changed setting.
+
+Public surface:
+    DistillSettings                            what the data depend on (hashed into the key)
+    build_distill_set(model, prompt_ids, folder, settings, ...) -> DistillSet
+    distill(base, prompt_files, ...) -> DistillSet         read, load, format, generate
+    default_threads() -> int                   torch threads for a busy or a quiet machine
+
+The command: ``blockdraft heads distill`` (:mod:`blockdraft.cli.heads`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockdraft.core.files import cache_dir, write_text_atomic
+from blockdraft.training.errors import TrainingError
+from blockdraft.training.heads.generation import greedy_batch
+from blockdraft.training.heads.progress import ProgressBar, log_line
+from blockdraft.training.heads.prompts import (
+    format_prompts,
+    hash_prompts,
+    read_prompts,
+    split_prompts,
+)
+from blockdraft.training.heads.shards import (
+    PLAN_FILE,
+    DistillSet,
+    Shard,
+    check_distill_folder,
+    open_distill_set,
+    write_shard,
+)
+from blockdraft.training.resume import changed_settings
+
+FORMAT_VERSION = "1"
+"""Bumped whenever the shard contents change meaning; part of the cache key."""
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    """Every setting the distillation data depend on (all are hashed into the cache key).
+
+    Attributes:
+        base: the base model's identity (a name such as ``"smollm2"`` and its resolved folder).
+        dtype: the dtype the base runs in (``"bfloat16"``).
+        max_new_tokens: answer length cap, tokens.
+        batch_size: prompts generated together (bfloat16 results depend slightly on it).
+        shard_size: prompts per shard file.
+        seed: seeds the shuffle and the held-out split.
+        heldout_fraction: share of the prompts held out (for evaluation only).
+        heldout_min: at least this many prompts held out (fewer only if there are fewer).
+        hidden_dtype: the dtype the hidden states are stored in.
+        prompts: a hash of the prompt token ids (the files, the template and the tokenizer).
+    """
+
+    base: str
+    dtype: str = "bfloat16"
+    max_new_tokens: int = 192
+    batch_size: int = 32
+    shard_size: int = 256
+    seed: int = 0
+    heldout_fraction: float = 0.02
+    heldout_min: int = 200
+    hidden_dtype: str = "bfloat16"
+    prompts: str = ""
+    version: str = field(default=FORMAT_VERSION)
+
+    def key(self) -> str:
+        """A 16-hex-digit hash of every field: the cache folder's name."""
+        raw = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def _plan(settings: DistillSettings, n: int) -> dict[str, Any]:
+    train, held = split_prompts(n, settings.seed, settings.heldout_fraction, settings.heldout_min)
+    shards = []
+    for split, idx in (("heldout", held), ("train", train)):
+        for k in range(math.ceil(idx.size / settings.shard_size)):
+            part = idx[k * settings.shard_size:(k + 1) * settings.shard_size]
+            shards.append({"name": f"{split}-{k:05d}", "split": split,
+                           "prompts": [int(i) for i in part]})
+    return {"settings": asdict(settings), "num_prompts": n, "train": [int(i) for i in train],
+            "heldout": [int(i) for i in held], "shards": shards}
+
+
+def build_distill_set(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    folder: str | os.PathLike[str],
+    settings: DistillSettings,
+    *,
+    eos_id: int | None,
+    pad_id: int = 0,
+    max_prompts: int | None = None,
+    max_tokens: int | None = None,
+    minutes: float | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = log_line,
+    generate: Callable[..., tuple[list[list[int]], list[torch.Tensor]]] = greedy_batch,
+    reverse: bool = False,
+) -> DistillSet:
+    """Generate the shards of a distillation set that are not there yet (held-out first).
+
+    The plan (a seeded split, fixed shards) covers every prompt; the limits only say where this
+    run stops, always between shards, so a later run with a larger limit goes on from there.
+
+    Args:
+        model: the base causal LM (eval mode, on its device, in ``settings.dtype``).
+        prompt_ids: every prompt's token ids (formatted already), in input order.
+        folder: the set's folder: a new or empty one (created; ``plan.json`` written first)
+            or one this function wrote before with the same settings (continued).
+        settings: see :class:`DistillSettings` (its ``prompts`` hash should be
+            :func:`hash_prompts` of ``prompt_ids``; checked against an existing plan).
+        eos_id, pad_id: see :func:`greedy_batch`.
+        max_prompts: stop once this many TRAIN prompts are done (held-out shards always run).
+        max_tokens: stop once this many answer tokens (both splits) are done.
+        minutes: this run's time box (wall minutes): a shard is started only if it should
+            end inside it (judged by the last shard's seconds per prompt).
+        progress: show a progress bar (rich) on a terminal.
+        log: one line per batch and per shard (tokens/s); None for silence.
+        generate: the batch generator (:func:`greedy_batch`; tests pass a double).
+        reverse: take the missing shards last first (held-out last): a second process on
+            another core then works from the other end of the plan (each process skips
+            the shards whose file exists when it comes to them).
+
+    Returns:
+        The set as it stands after this run.
+
+    Raises:
+        TrainingError: ``folder`` holds a plan with other settings (each changed setting is
+            named with its old and new value), or is neither a distillation folder nor empty.
+    """
+    root = Path(folder)
+    plan_file = root / PLAN_FILE
+    if plan_file.is_file():
+        dset = open_distill_set(root)
+        changed = changed_settings(
+            {**dset.plan.get("settings", {}), "num_prompts": dset.plan.get("num_prompts")},
+            {**asdict(settings), "num_prompts": len(prompt_ids)})
+        if changed:
+            raise TrainingError(
+                f"{str(root)!r} holds a distillation set with other settings: "
+                + ", ".join(changed) + "; pass the same settings to continue it, or another "
+                "folder (the default one in the cache is keyed by the settings)")
+    else:
+        check_distill_folder(root)
+        root.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(plan_file, json.dumps(_plan(settings, len(prompt_ids))) + "\n")
+        dset = open_distill_set(root)
+    start = time.monotonic()
+    summary = dset.summary()
+    train_prompts = summary["train_prompts"]
+    tokens_total = summary["train_tokens"] + summary["heldout_tokens"]
+    todo = [s for s in dset.plan["shards"] if s["name"] not in set(dset.done)]
+    if reverse:
+        todo.reverse()
+    run_tokens = 0
+    per_prompt = 0.0  # seconds per prompt of the last shard generated
+    bar = ProgressBar("distill", sum(len(s["prompts"]) for s in todo), enabled=progress)
+    try:
+        for spec in todo:
+            if spec["split"] == "train":
+                if max_prompts is not None and train_prompts >= max_prompts:
+                    break
+            if max_tokens is not None and tokens_total >= max_tokens:
+                break
+            if minutes is not None:
+                # the last shard's seconds per prompt predict this one's: start it only if
+                # it should end inside the box
+                guess = per_prompt * len(spec["prompts"])
+                if time.monotonic() - start + guess >= 60.0 * minutes:
+                    break
+            if dset.shard_path(spec["name"]).is_file():  # another process made it meanwhile
+                if spec["name"] not in dset.done:
+                    dset.done.append(spec["name"])
+                continue
+            t0 = time.monotonic()
+            shard = _generate_shard(model, prompt_ids, spec["prompts"], settings, eos_id,
+                                    pad_id, generate, bar, log, spec["name"])
+            seconds = time.monotonic() - t0
+            per_prompt = seconds / max(shard.num_prompts, 1)
+            write_shard(dset.shard_path(spec["name"]), shard, {
+                "prompts": str(shard.num_prompts), "tokens": str(shard.num_tokens),
+                "seconds": f"{seconds:.1f}", "key": settings.key()})
+            dset.done.append(spec["name"])
+            run_tokens += shard.num_tokens
+            tokens_total += shard.num_tokens
+            if spec["split"] == "train":
+                train_prompts += shard.num_prompts
+            if log is not None:
+                log(f"shard {spec['name']}: {shard.num_prompts} prompts, {shard.num_tokens} "
+                    f"tokens in {seconds:.0f} s ({shard.num_tokens / max(seconds, 1e-9):.0f} "
+                    f"tokens/s); this run {run_tokens} tokens in "
+                    f"{time.monotonic() - start:.0f} s")
+    finally:
+        bar.close()
+    order = {s["name"]: k for k, s in enumerate(dset.plan["shards"])}
+    dset.done.sort(key=order.__getitem__)
+    return dset
+
+
+def _generate_shard(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    indices: Sequence[int],
+    settings: DistillSettings,
+    eos_id: int | None,
+    pad_id: int,
+    generate: Callable[..., tuple[list[list[int]], list[torch.Tensor]]],
+    bar: ProgressBar,
+    log: Callable[[str], None] | None,
+    name: str,
+) -> Shard:
+    """Generate one shard: its prompts sorted by length, in batches of ``batch_size``."""
+    order = sorted(indices, key=lambda i: (len(prompt_ids[i]), i))
+    answers: dict[int, list[int]] = {}
+    states: dict[int, torch.Tensor] = {}
+    hidden_dtype = getattr(torch, settings.hidden_dtype)
+    for k in range(0, len(order), settings.batch_size):
+        batch = order[k:k + settings.batch_size]
+        t0 = time.monotonic()
+        ys, hs = generate(model, [prompt_ids[i] for i in batch], settings.max_new_tokens,
+                          eos_id, pad_id)
+        n = 0
+        for i, y, h in zip(batch, ys, hs, strict=True):
+            answers[i], states[i] = y, h.to(hidden_dtype)
+            n += len(y)
+        seconds = time.monotonic() - t0
+        bar.advance(len(batch), info=f"{n / max(seconds, 1e-9):.0f} tokens/s")
+        if log is not None and not sys.stderr.isatty():
+            log(f"  {name} batch {k // settings.batch_size}: {len(batch)} prompts "
+                f"(length {len(prompt_ids[batch[0]])}-{len(prompt_ids[batch[-1]])}), {n} tokens "
+                f"in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} tokens/s)")
+    keep = list(indices)  # the plan's order
+    return Shard.from_lists(keep, [prompt_ids[i] for i in keep], [answers[i] for i in keep],
+                            [states[i] for i in keep])
+
+
+# ------------------------------------------------------------------------------ top level
+
+
+def default_threads() -> int:
+    """1 torch thread when the machine is busy (load average > 1: spinning OpenMP threads
+    then slow torch down several-fold), else every core."""
+    try:
+        busy = os.getloadavg()[0] > 1.0
+    except OSError:
+        busy = True
+    return 1 if busy else (os.cpu_count() or 1)
+
+
+def distill(
+    base: str = "smollm2",
+    prompt_files: Sequence[str | os.PathLike[str]] = (),
+    *,
+    folder: str | os.PathLike[str] | None = None,
+    dtype: str = "float32",
+    max_new_tokens: int = 192,
+    batch_size: int = 32,
+    shard_size: int = 256,
+    seed: int = 0,
+    heldout_fraction: float = 0.005,
+    heldout_min: int = 200,
+    max_prompts: int | None = None,
+    max_tokens: int | None = None,
+    minutes: float | None = None,
+    threads: int | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = log_line,
+    reverse: bool = False,
+) -> DistillSet:
+    """Self-distillation data of a base model on prompt files: load, format, generate.
+
+    Args:
+        base: a known model name (``"smollm2"``), an HF folder or a GGUF file.
+        prompt_files: JSON-lines files of ``{"source", "prompt"}`` (training prompts only).
+        folder: where the set lives; default ``$BLOCKDRAFT_CACHE/distill/<key>``.
+        dtype: the base's dtype while generating (float32 by default: on a CPU without
+            native bfloat16 matrix units, bfloat16 measured 3-6x slower here).
+        max_new_tokens, batch_size, shard_size, seed, heldout_fraction, heldout_min: see
+            :class:`DistillSettings`.
+        max_prompts, max_tokens, minutes: where this run stops (see :func:`build_distill_set`).
+        threads: torch CPU threads (default :func:`default_threads`).
+        progress, log, reverse: see :func:`build_distill_set`.
+
+    Returns:
+        The distillation set.
+
+    Raises:
+        TrainingError: unreadable or too few prompts (checked before the model is loaded), or
+            see :func:`build_distill_set`.
+    """
+    from blockdraft.models.hf.loading import load_causal_lm, resolve_base
+
+    texts = read_prompts(prompt_files)  # the user's files are checked before the model loads
+    split_prompts(len(texts), seed, heldout_fraction, heldout_min)  # enough of them?
+    torch.set_num_threads(threads or default_threads())
+    model, tokenizer = load_causal_lm(base, dtype)
+    if tokenizer is None:
+        raise TrainingError(f"{base!r} has no tokenizer: cannot apply the chat template")
+    t0 = time.monotonic()
+    prompt_ids = format_prompts(tokenizer, texts)
+    if log is not None:
+        log(f"formatted {len(prompt_ids)} prompts in {time.monotonic() - t0:.1f} s")
+    eos_id = tokenizer.eos_token_id
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_id or 0)
+    settings = DistillSettings(
+        base=f"{base}|{resolve_base(base).name}", dtype=dtype, max_new_tokens=max_new_tokens,
+        batch_size=batch_size, shard_size=shard_size, seed=seed,
+        heldout_fraction=heldout_fraction, heldout_min=heldout_min,
+        prompts=hash_prompts(prompt_ids))
+    root = Path(folder) if folder is not None else cache_dir("distill", settings.key())
+    if log is not None:
+        log(f"distillation set {root} (threads {torch.get_num_threads()})")
+    return build_distill_set(model, prompt_ids, root, settings, eos_id=eos_id, pad_id=pad_id,
+                             max_prompts=max_prompts, max_tokens=max_tokens, minutes=minutes,
+                             progress=progress, log=log, reverse=reverse)
+

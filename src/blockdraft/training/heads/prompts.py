@@ -1,0 +1,112 @@
+"""Distillation prompts: read the JSON-lines prompt files, split them, apply the chat template.
+
+docs/definitions.md sec. 10. Prompts are training data only (never evaluation text).
+
+Public surface:
+    MIN_PROMPTS                                2: one held out, one to train on
+    read_prompts(paths) -> list[str]           ``{"source", "prompt"}`` JSON lines
+    split_prompts(n, seed, fraction, minimum) -> (train, heldout)   index arrays, disjoint
+    format_prompts(tokenizer, texts) -> list[list[int]]             the chat template
+    hash_prompts(prompt_ids) -> str                                 the data's identity
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blockdraft.core.checks import check_int
+from blockdraft.core.jsonl import iter_jsonl
+from blockdraft.training.errors import TrainingError
+
+MIN_PROMPTS = 2
+"""The fewest prompts a distillation set can be made of: one held out, one to train on."""
+
+
+def read_prompts(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The ``"prompt"`` field of every line of the given JSON-lines files, in order.
+
+    Raises:
+        TrainingError: a missing file, a line that is not a JSON object with a string
+            ``"prompt"``, or no prompts at all.
+    """
+    texts: list[str] = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise TrainingError(f"prompt file {str(p)!r} does not exist" if not p.exists()
+                                else f"prompt file {str(p)!r} is not a file")
+        try:
+            for number, obj in iter_jsonl(p, TrainingError):
+                if not isinstance(obj.get("prompt"), str):
+                    raise TrainingError(
+                        f'{p}:{number}: expected an object with a string "prompt" '
+                        '(one {"source": ..., "prompt": ...} a line)')
+                texts.append(obj["prompt"])
+        except UnicodeDecodeError as e:
+            raise TrainingError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); "
+                                "re-encode the file as UTF-8") from None
+    if not texts:
+        raise TrainingError("no prompts in " + ", ".join(str(p) for p in paths)
+                            + ' (JSON lines of {"source": ..., "prompt": ...} expected)')
+    return texts
+
+
+def split_prompts(
+    n: int, seed: int = 0, fraction: float = 0.02, minimum: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded shuffle of ``range(n)`` cut into (train, held-out) index arrays (int64).
+
+    The held-out part has ``max(minimum, round(fraction * n))`` prompts, at most ``n - 1``
+    (at least one prompt is left to train on). The two arrays are disjoint and together hold
+    every index once; both depend only on ``(n, seed, fraction, minimum)``.
+
+    Raises:
+        TrainingError: fewer than 2 prompts (one is held out, one trained on), or
+            ``fraction`` outside ``[0, 1)``.
+    """
+    n = check_int(n, "n", TrainingError, minimum=0)
+    if n < MIN_PROMPTS:
+        raise TrainingError(
+            f"{n} prompt{'' if n == 1 else 's'}: a distillation set needs at least "
+            f"{MIN_PROMPTS}, one held out to evaluate the heads on and one to train them on "
+            "(a few thousand train good heads); add prompts to the prompt files")
+    if not 0.0 <= fraction < 1.0:
+        raise TrainingError(f"heldout fraction must lie in [0, 1), got {fraction!r}")
+    order = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    held = min(max(int(minimum), int(round(fraction * n))), n - 1)
+    return order[held:], order[:held]
+
+
+def format_prompts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Each text as one user turn in the tokenizer's chat template, with the generation
+    prompt (``add_generation_prompt=True``), as token ids.
+
+    Raises:
+        TrainingError: the tokenizer has no chat template.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise TrainingError("the tokenizer has no chat template; pass token ids instead")
+    out: list[list[int]] = []
+    for text in texts:
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, dict) or hasattr(ids, "keys"):  # a BatchEncoding
+            ids = ids["input_ids"]
+        out.append([int(i) for i in ids])
+    return out
+
+
+def hash_prompts(prompt_ids: Sequence[Sequence[int]]) -> str:
+    """A 16-hex-digit hash of a list of token-id lists (the distillation input)."""
+    h = hashlib.sha256()
+    for ids in prompt_ids:
+        h.update(np.asarray(ids, dtype=np.int64).tobytes())
+        h.update(b"|")
+    return h.hexdigest()[:16]

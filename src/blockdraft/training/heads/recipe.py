@@ -1,0 +1,209 @@
+"""Medusa heads for a base model, end to end: distil, train, write (the CLI's recipe).
+
+:func:`train_medusa_heads` runs the data step (:mod:`~blockdraft.training.heads.distill`,
+cached and resumable), trains the heads (:mod:`~blockdraft.training.heads.trainer`, resumable)
+and writes them in Medusa version-2 layout, bfloat16, with their learning curve (JSON and PNG) and
+a README giving the command, the wall time and the held-out accuracy per head.
+
+Public surface:
+    train_medusa_heads(base, prompts, out, ...) -> HeadsTrainResult   distill + train + write
+    write_trained_heads(result, out, base, readme) -> Path    the heads folder, atomically
+    plot_curve(curve, path)                    the learning curve as a PNG
+
+The commands: ``blockdraft heads train`` and ``blockdraft train --mode medusa``
+(:mod:`blockdraft.cli.heads`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockdraft.core.files import atomic_directory, atomic_path, cache_dir, write_text_atomic
+from blockdraft.models.hf.medusa import MedusaHeads
+from blockdraft.training.heads.distill import distill
+from blockdraft.training.heads.progress import log_line
+from blockdraft.training.heads.trainer import (
+    CURVE_FILE,
+    HeadsTrainResult,
+    HeadsTrainSettings,
+    data_key,
+    lm_head_weight,
+    train_heads,
+)
+
+
+def plot_curve(curve: Sequence[dict[str, Any]], path: str | os.PathLike[str],
+               title: str = "") -> None:
+    """Held-out top-1 (solid) and top-5 (dashed) per head against steps and against
+    training positions seen, as a PNG (written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    n = len(curve[0]["top1"]) if curve else 0
+    for ax, key, label in ((axes[0], "step", "step"),
+                           (axes[1], "positions", "training positions seen")):
+        xs = [c[key] for c in curve]
+        for i in range(n):
+            color = f"C{i}"
+            ax.plot(xs, [c["top1"][i] for c in curve], color=color, label=f"head {i + 2} top-1")
+            ax.plot(xs, [c["top5"][i] for c in curve], color=color, linestyle="--",
+                    label=f"head {i + 2} top-5")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out accuracy vs the base's greedy tokens")
+    axes[1].legend(fontsize=7, ncol=2)
+    if title:
+        fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def write_trained_heads(result: HeadsTrainResult, out: str | os.PathLike[str], base: str,
+                        readme: str = "") -> Path:
+    """Write the heads in Medusa version-2 layout, bfloat16, with ``curve.json``,
+    ``curve.png`` and (when given) ``README.md`` beside them.
+
+    The folder is built beside ``out`` and swapped into place complete
+    (:func:`~blockdraft.core.files.atomic_directory`): whatever was at ``out`` is replaced,
+    and stays as it was if this fails or is interrupted. Callers that must not replace a
+    user's files check ``out`` first (:func:`blockdraft.core.outputs.output_mode`).
+    """
+    from blockdraft.models.hf.formats import write_heads
+
+    heads = MedusaHeads(result.heads.d_model, None, result.heads.num_heads,
+                        result.heads.num_layers)
+    heads.load_state_dict(result.heads.state_dict())
+    folder = Path(out)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(folder) as tmp:
+        write_heads(heads.to(torch.bfloat16), tmp, "medusa-v2", base_model=base)
+        write_text_atomic(tmp / CURVE_FILE, json.dumps(
+            {"signature": result.signature, "curve": result.curve}, indent=1) + "\n")
+        if result.curve:
+            plot_curve(result.curve, tmp / "curve.png")
+        if readme:
+            write_text_atomic(tmp / "README.md", readme)
+        for file in tmp.iterdir():  # package data: readable by all (safetensors writes 0600)
+            file.chmod(0o644)
+    return folder
+
+
+def _table(curve: Sequence[dict[str, Any]], step: int) -> str:
+    """Held-out top-1/top-5 per head at the evaluation of ``step`` (else the last one)."""
+    if not curve:
+        return "(no evaluation yet)\n"
+    last = next((c for c in curve if c["step"] == step), curve[-1])
+    lines = ["| head (blockdraft numbering) | " + " | ".join(
+        str(i + 2) for i in range(len(last["top1"]))) + " |",
+        "|---" * (len(last["top1"]) + 1) + "|",
+        "| held-out top-1 | " + " | ".join(f"{v:.3f}" for v in last["top1"]) + " |",
+        "| held-out top-5 | " + " | ".join(f"{v:.3f}" for v in last["top5"]) + " |"]
+    return "\n".join(lines) + "\n"
+
+
+def train_medusa_heads(
+    base: str = "smollm2",
+    prompts: Sequence[str | os.PathLike[str]] = (),
+    out: str | os.PathLike[str] = "medusa-heads",
+    *,
+    heads: int = 5,
+    layers: int = 1,
+    max_prompts: int | None = None,
+    minutes: float | None = None,
+    distill_minutes: float | None = None,
+    seed: int = 0,
+    threads: int | None = None,
+    dtype: str = "float32",
+    max_new_tokens: int = 192,
+    batch_size: int = 32,
+    shard_size: int = 256,
+    heldout_fraction: float = 0.005,
+    heldout_min: int = 200,
+    data: str | os.PathLike[str] | None = None,
+    work: str | os.PathLike[str] | None = None,
+    settings: HeadsTrainSettings | None = None,
+    command: str = "",
+    progress: bool = True,
+    log: Callable[[str], None] | None = log_line,
+) -> HeadsTrainResult:
+    """Self-distil a base model on prompt files, train Medusa heads, write them (one call).
+
+    Args:
+        base: a known model name (``"smollm2"``), an HF folder or a GGUF file.
+        prompts: JSON-lines prompt files (training prompts only, never evaluation data).
+        out: the heads folder to write (Medusa version 2, bfloat16, README, curve).
+        heads, layers: Medusa heads and ResBlocks per head (override ``settings``).
+        max_prompts: train prompts to distil (the data step stops between shards).
+        minutes: the training time box, wall minutes (None: until ``steps`` or patience).
+        distill_minutes: the data step's time box, wall minutes (None: no box).
+        seed: seeds the split, the heads and the sampler.
+        threads: torch CPU threads (default: 1 on a busy machine; set by the data step).
+        dtype, max_new_tokens, batch_size, shard_size, heldout_fraction, heldout_min, data: the
+            data step (:func:`blockdraft.training.heads.distill.distill`; ``data`` its
+            folder, default ``$BLOCKDRAFT_CACHE/distill/<key>``).
+        work: the training folder (checkpoint); default ``$BLOCKDRAFT_CACHE/medusa-train/<key>``.
+        settings: the other training settings (:class:`HeadsTrainSettings`).
+        command: the command line to record in the README.
+        progress, log: progress bars and log lines.
+
+    Returns:
+        The training result (also written to ``out``).
+    """
+    from blockdraft.models.hf.loading import load_causal_lm
+
+    wall = time.monotonic()
+    # the prompts are read (and refused with a line number) before the base is loaded
+    dset = distill(base, prompts, folder=data, dtype=dtype, max_new_tokens=max_new_tokens,
+                   batch_size=batch_size, shard_size=shard_size, seed=seed,
+                   heldout_fraction=heldout_fraction,
+                   heldout_min=heldout_min, max_prompts=max_prompts, minutes=distill_minutes,
+                   threads=threads, progress=progress, log=log)
+    distill_seconds = time.monotonic() - wall
+    model, _ = load_causal_lm(base, "float32")
+    lm_head = lm_head_weight(model)
+    del model
+    fields = dict(asdict(settings or HeadsTrainSettings()), heads=heads, layers=layers, seed=seed)
+    run = HeadsTrainSettings(**fields)
+    folder = Path(work) if work is not None else cache_dir(
+        "medusa-train", hashlib.sha256(json.dumps(
+            [asdict(run), data_key(dset)], sort_keys=True).encode()).hexdigest()[:12])
+    t0 = time.monotonic()
+    result = train_heads(dset, lm_head, folder, run, minutes=minutes, progress=progress, log=log,
+                         extra_signature={"base": base})
+    train_seconds = time.monotonic() - t0
+    summary = dset.summary()
+    readme = (
+        f"# Medusa heads for {base}\n\n"
+        f"{heads} Medusa heads (blockdraft heads 2..{heads + 1}, so h = {heads + 1}), "
+        f"{layers} ResBlock each, sharing the base's lm_head (Medusa version-2 layout, "
+        "bfloat16), trained by self-distillation: the base's own greedy answers to training "
+        "prompts and its final hidden states (docs/definitions.md sec. 10).\n\n"
+        f"Command:\n\n    {command or '(called from Python)'}\n\n"
+        f"Wall time (this call): data step {distill_seconds / 60:.1f} min, training "
+        f"{train_seconds / 60:.1f} min; training time in all "
+        f"{(result.curve[-1]['seconds'] if result.curve else 0) / 60:.1f} min over "
+        f"{result.step} steps.\n\n"
+        f"Data: {summary['train_prompts']} training prompts, {summary['train_tokens']} answer "
+        f"tokens; held out {summary['heldout_prompts']} prompts, {summary['heldout_tokens']} "
+        f"tokens (scored on up to {run.eval_positions} held-out positions).\n\n"
+        "Held-out accuracy against the base's greedy token at that offset (the evaluation "
+        f"at step {result.best_step}, whose heads these are: the best mean top-1):\n\n"
+        + _table(result.curve, result.best_step)
+        + f"\nSignature: `{result.signature}`\n\nThe learning curve: `curve.json`, `curve.png`.\n")
+    write_trained_heads(result, out, base, readme)
+    return result
+

@@ -1,0 +1,432 @@
+"""Train Medusa heads on cached self-distillation data (frozen base, docs/definitions.md sec. 10).
+
+The data are a distillation set (:mod:`blockdraft.training.heads.distill`) read as flat
+positions (:mod:`blockdraft.training.heads.positions`): for every answer token ``y_{j+1}`` the
+base's final
+hidden state ``h_j`` that predicted it. Only the heads train; the base is not run at all: its
+``lm_head`` (for SmolLM2 the tied embedding, frozen) is the only part of it loaded.
+
+Loss (the Medusa-1 recipe). Medusa head ``i - 1`` (blockdraft head ``i + 1``, ``i = 1 .. n``)
+at ``h_j`` predicts ``y_{j+1+i}``, the token ``i`` positions after the base's own next token:
+
+    loss = sum_i decay^(i-1) * CE(head i's logits at h_j, y_{j+1+i})
+
+averaged per head over the positions where ``y_{j+1+i}`` exists (``decay`` 0.8). With
+``loss="kl"`` the hard target is replaced by the base's own distribution at that position,
+``softmax(lm_head(h_{j+i}))``, computed from the cached states (KL(base || head)).
+
+Positions are sampled uniformly (with replacement, a seeded generator) across all training
+shards; AdamW with a linear warm-up then a cosine (or constant) learning rate. Every
+``eval_every`` steps the heads are scored on a fixed sample of held-out positions (prompts
+never trained on): top-1 and top-5 accuracy per head against ``y_{j+1+i}``, and the loss; a
+checkpoint (heads, the best heads so far, optimizer, step, sampler state, curve) is written
+then, so a run resumes where it stopped and ends with the same heads as an uninterrupted one.
+The heads returned are those of the best evaluation (mean held-out top-1), not the last.
+
+Public surface:
+    HeadsTrainSettings                         every training setting (in the signature)
+    HeadsTrainResult                           the heads, their learning curve, the signature
+    lm_head_weight(base) -> [V, d]             the base's output projection (frozen)
+    heads_loss(heads, lm_head, data, rows, settings) -> (loss, logits, targets)
+    evaluate_heads(heads, lm_head, data, rows, settings) -> held-out top-1/top-5 per head
+    data_key(dset) -> str                      the identity of a set's finished shards
+    read_checkpoint(path) -> dict              a training folder's ``checkpoint.pt``
+    check_training_folder(work) -> Path        a training can start or go on there
+    CHECKPOINT_FILE, CURVE_FILE                a training folder's files
+    train_heads(dset, lm_head, work, settings, ...) -> HeadsTrainResult
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from blockdraft.core.files import atomic_path, write_text_atomic
+from blockdraft.core.signature import environment, format_signature, human_count
+from blockdraft.models.hf.medusa import MedusaHeads
+from blockdraft.training.errors import TrainingError
+from blockdraft.training.heads.positions import IGNORE, PositionData, head_targets, load_positions
+from blockdraft.training.heads.progress import ProgressBar, log_line
+from blockdraft.training.heads.shards import DistillSet
+from blockdraft.training.resume import changed_settings, check_run_folder
+
+CHECKPOINT_FILE = "checkpoint.pt"
+CURVE_FILE = "curve.json"
+LOSSES = ("ce", "kl")
+VOCABS = ("full", "seen")
+SCHEDULES = ("cosine", "constant")
+
+
+@dataclass(frozen=True)
+class HeadsTrainSettings:
+    """Every setting of a head-training run (all are in its signature).
+
+    Attributes:
+        heads: Medusa heads ``n`` (the model then has ``h = n + 1`` heads).
+        layers: ResBlocks per head.
+        steps: optimizer steps in all (the cosine schedule's length).
+        batch: positions per step.
+        lr: peak learning rate (AdamW).
+        weight_decay: AdamW weight decay.
+        warmup: linear warm-up steps.
+        schedule: ``"cosine"`` (to 0 at ``steps``) or ``"constant"`` after the warm-up.
+        decay: head ``i``'s loss weight is ``decay ** (i - 1)``.
+        loss: ``"ce"`` (the base's greedy tokens) or ``"kl"`` (its distributions).
+        seed: seeds the heads' initialisation and the position sampler.
+        eval_every: steps between held-out evaluations (and checkpoints).
+        eval_positions: held-out positions scored (a fixed seeded sample).
+        patience: stop after this many evaluations without a better mean held-out top-1
+            (0: never stop early).
+        vocab: the softmax of the training loss over the ``"full"`` vocabulary, or only over
+            the tokens ``"seen"`` in the training answers (every target is one of them; on
+            SmolLM2 a small share of ``V``, so a step costs that much less; the
+            approximation: the heads are never taught to push unseen tokens down).
+            Evaluation always ranks the full vocabulary.
+    """
+
+    heads: int = 5
+    layers: int = 1
+    steps: int = 4000
+    batch: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup: int = 50
+    schedule: str = "cosine"
+    decay: float = 0.8
+    loss: str = "ce"
+    seed: int = 0
+    eval_every: int = 100
+    eval_positions: int = 2048
+    patience: int = 0
+    vocab: str = "full"
+    version: str = field(default="1")
+
+    def check(self) -> None:
+        """Raise :class:`TrainingError` on an invalid setting."""
+        for name in ("heads", "layers", "steps", "batch", "eval_every", "eval_positions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TrainingError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.loss not in LOSSES:
+            raise TrainingError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.vocab not in VOCABS:
+            raise TrainingError(f"vocab must be one of {', '.join(VOCABS)}, got {self.vocab!r}")
+        if self.schedule not in SCHEDULES:
+            raise TrainingError(f"schedule must be one of {', '.join(SCHEDULES)}")
+        if not self.lr > 0 or self.warmup < 0 or self.patience < 0:
+            raise TrainingError("lr must be > 0, warmup and patience >= 0")
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of step ``step`` (0-based)."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        if self.schedule == "constant":
+            return self.lr
+        span = max(self.steps - self.warmup, 1)
+        return self.lr * 0.5 * (1.0 + math.cos(math.pi * min(step - self.warmup, span) / span))
+
+
+def lm_head_weight(base: Any) -> torch.Tensor:
+    """The base model's output projection ``[V, d]`` as a float32 copy (frozen)."""
+    return base.get_output_embeddings().weight.detach().float().clone()  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------------- the loss
+
+
+def heads_loss(
+    heads: MedusaHeads,
+    lm_head: torch.Tensor,
+    data: PositionData,
+    rows: torch.Tensor,
+    settings: HeadsTrainSettings,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The weighted loss at ``rows`` and each head's logits.
+
+    Returns:
+        ``(loss [], logits [B, n, V], targets [B, n])`` (targets :data:`IGNORE` where the
+        answer has ended).
+    """
+    n = settings.heads
+    x = data.hidden[rows].float()  # (B, d)
+    logits = heads(x) @ lm_head.T  # (B, n, V)
+    targets = head_targets(data, rows, n)  # (B, n)
+    total = logits.new_zeros(())
+    for i in range(n):
+        valid = targets[:, i] != IGNORE
+        if not bool(valid.any()):
+            continue
+        if settings.loss == "ce":
+            term = F.cross_entropy(logits[valid, i], targets[valid, i])
+        else:
+            with torch.no_grad():
+                teacher = data.hidden[(rows[valid] + i + 1)].float() @ lm_head.T  # (b, V)
+            term = F.kl_div(F.log_softmax(logits[valid, i], -1), F.log_softmax(teacher, -1),
+                            log_target=True, reduction="batchmean")
+        total = total + settings.decay ** i * term
+    return total, logits, targets
+
+
+@torch.no_grad()
+def evaluate_heads(
+    heads: MedusaHeads,
+    lm_head: torch.Tensor,
+    data: PositionData,
+    rows: torch.Tensor,
+    settings: HeadsTrainSettings,
+    chunk: int = 256,
+) -> dict[str, Any]:
+    """Held-out top-1 / top-5 per head (against the base's greedy ``y_{j+1+i}``) and loss.
+
+    Returns:
+        ``{"loss": float, "top1": [n floats], "top5": [n floats], "positions": [n ints]}``.
+    """
+    n = settings.heads
+    hit1 = torch.zeros(n)
+    hit5 = torch.zeros(n)
+    count = torch.zeros(n)
+    loss = 0.0
+    for start in range(0, rows.numel(), chunk):
+        part = rows[start:start + chunk]
+        value, logits, targets = heads_loss(heads, lm_head, data, part, settings)
+        loss += float(value) * part.numel()
+        top5 = logits.topk(5, dim=-1).indices  # (B, n, 5)
+        valid = targets != IGNORE
+        match = (top5 == targets[..., None]) & valid[..., None]
+        hit1 += match[..., 0].sum(0).float()
+        hit5 += match.any(-1).sum(0).float()
+        count += valid.sum(0).float()
+    safe = count.clamp(min=1)
+    return {"loss": loss / max(rows.numel(), 1), "top1": (hit1 / safe).tolist(),
+            "top5": (hit5 / safe).tolist(), "positions": [int(c) for c in count]}
+
+
+# ------------------------------------------------------------------------------ the loop
+
+
+@dataclass
+class HeadsTrainResult:
+    """What :func:`train_heads` returns.
+
+    Attributes:
+        heads: the trained heads (float32, eval mode): those of the evaluation with the
+            best mean held-out top-1 (``best_step``), not necessarily the last.
+        curve: one entry per evaluation: ``step``, ``positions`` (training positions seen),
+            ``seconds`` (training wall time so far), ``train_loss``, ``heldout_loss``,
+            ``top1``/``top5`` (per head).
+        signature: the run's settings and data (:func:`format_signature`).
+        step: steps done.
+        finished: True when the run reached ``steps`` or stopped early on ``patience``.
+        best_step: the step whose heads are returned (0: no evaluation yet).
+    """
+
+    heads: MedusaHeads
+    curve: list[dict[str, Any]]
+    signature: str
+    step: int
+    finished: bool
+    best_step: int = 0
+
+
+def check_training_folder(work: str | os.PathLike[str]) -> Path:
+    """``work`` as a path, if a head training can start there (nothing there, or an empty
+    folder) or go on there (it holds a ``checkpoint.pt``).
+
+    Raises:
+        TrainingError: a file, or a folder of other files (they are a user's, not a run's).
+    """
+    return check_run_folder(work, CHECKPOINT_FILE, "a head-training folder")
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """The state :func:`train_heads` saved in ``path`` (``checkpoint.pt``).
+
+    Raises:
+        TrainingError: a file torch cannot read, or one that is not such a checkpoint.
+    """
+    try:
+        state = torch.load(path, weights_only=False, map_location="cpu")
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        raise TrainingError(f"cannot read the head-training checkpoint {str(path)!r} "
+                            f"({type(e).__name__}: {e}); delete it to start over") from e
+    if not isinstance(state, dict) or not {"identity", "heads", "step"} <= state.keys():
+        raise TrainingError(f"{str(path)!r} is not a head-training checkpoint; delete it or "
+                            "choose another folder")
+    return state
+
+
+def data_key(dset: DistillSet) -> str:
+    """A 12-hex-digit hash of a distillation set's settings and finished shards."""
+    raw = json.dumps([dset.plan["settings"], dset.done], sort_keys=True).encode()
+    return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def train_heads(
+    dset: DistillSet,
+    lm_head: torch.Tensor,
+    work: str | os.PathLike[str],
+    settings: HeadsTrainSettings,
+    *,
+    minutes: float | None = None,
+    stop_after: int | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = log_line,
+    extra_signature: dict[str, object] | None = None,
+) -> HeadsTrainResult:
+    """Train Medusa heads on a distillation set, resuming from ``work/checkpoint.pt``.
+
+    Args:
+        dset: the data (its train shards train, its held-out shards evaluate).
+        lm_head: the base's output projection ``[V, d]`` (float32, frozen).
+        work: the run's folder: ``checkpoint.pt`` and ``curve.json``, created with the first
+            checkpoint (a new or empty folder, or one of an earlier call to continue).
+        settings: see :class:`HeadsTrainSettings`.
+        minutes: this run's time box (wall minutes of training; a checkpoint is written
+            when it ends, and a later call goes on).
+        stop_after: stop (with a checkpoint) after this step, for tests.
+        progress: a rich progress bar on a terminal.
+        log: one line per evaluation; None for silence.
+        extra_signature: more fields for the signature (the base, the command...).
+
+    Returns:
+        See :class:`HeadsTrainResult`.
+
+    Raises:
+        TrainingError: bad settings, no data, a ``work`` folder that holds other files, or a
+            checkpoint from other settings or data (each changed setting named).
+    """
+    settings.check()
+    root = check_training_folder(work)
+    checkpoint = root / CHECKPOINT_FILE
+    train = load_positions(dset, "train")
+    held = load_positions(dset, "heldout")
+    d = train.hidden.shape[1]
+    if lm_head.shape[1] != d:
+        raise TrainingError(f"lm_head has d = {lm_head.shape[1]}, the data d = {d}")
+    lm_head = lm_head.float().requires_grad_(False)
+    fields: dict[str, object] = {
+        **(extra_signature or {}),
+        "data": data_key(dset), "prompts": train.prompts, "tokens": human_count(train.tokens),
+        "heldout": f"{held.prompts}p/{human_count(held.tokens)}",
+        **{k: v for k, v in asdict(settings).items() if k != "version"},
+        "threads": torch.get_num_threads(), **environment(),
+    }
+    signature = format_signature(fields)
+    identity: dict[str, Any] = {"settings": asdict(settings), "data": data_key(dset)}
+
+    torch.manual_seed(settings.seed)
+    heads = MedusaHeads(d, None, settings.heads, settings.layers)
+    optimizer = torch.optim.AdamW(heads.parameters(), lr=settings.lr,
+                                  weight_decay=settings.weight_decay)
+    sampler = torch.Generator().manual_seed(settings.seed)
+    usable = train.usable()
+    train_head = lm_head
+    if settings.vocab == "seen":  # the loss's softmax over the training answers' tokens only
+        seen = torch.unique(train.targets)  # (V',)
+        remap = torch.full((lm_head.shape[0],), IGNORE, dtype=torch.long)
+        remap[seen] = torch.arange(seen.numel())
+        train = PositionData(train.hidden, remap[train.targets], train.remaining, train.prompts)
+        train_head = lm_head[seen].contiguous()  # (V', d)
+    eval_rows = held.usable()
+    if eval_rows.numel() > settings.eval_positions:
+        pick = torch.randperm(eval_rows.numel(), generator=torch.Generator().manual_seed(
+            settings.seed + 1))[:settings.eval_positions]
+        eval_rows = eval_rows[pick.sort().values]
+    step, curve, best, stale, running = 0, [], -1.0, 0, []
+    best_heads: dict[str, torch.Tensor] | None = None  # the best evaluation's weights
+    best_step = 0
+    if checkpoint.is_file():
+        state = read_checkpoint(checkpoint)
+        if state["identity"] != identity:
+            saved = state["identity"]
+            changed = changed_settings({**saved.get("settings", {}), "data": saved.get("data")},
+                                       {**identity["settings"], "data": identity["data"]})
+            raise TrainingError(
+                f"{checkpoint} is from other settings or data: " + ", ".join(changed)
+                + "; pass the same settings and data to continue it, or another folder")
+        heads.load_state_dict(state["heads"])
+        optimizer.load_state_dict(state["optimizer"])
+        sampler.set_state(state["sampler"])
+        step, curve, best, stale = state["step"], state["curve"], state["best"], state["stale"]
+        running = state["running"]
+        best_heads, best_step = state.get("best_heads"), state.get("best_step", 0)
+        if log is not None:
+            log(f"resumed {checkpoint} at step {step}")
+    seconds_before = curve[-1]["seconds"] if curve else 0.0
+
+    def save() -> None:
+        root.mkdir(parents=True, exist_ok=True)  # only now: an early interrupt leaves nothing
+        with atomic_path(checkpoint) as tmp:
+            torch.save({"identity": identity, "signature": signature, "heads": heads.state_dict(),
+                        "optimizer": optimizer.state_dict(), "sampler": sampler.get_state(),
+                        "step": step, "curve": curve, "best": best, "stale": stale,
+                        "running": running, "best_heads": best_heads,
+                        "best_step": best_step}, tmp)
+        write_text_atomic(root / CURVE_FILE, json.dumps(
+            {"signature": signature, "curve": curve}, indent=1) + "\n")
+
+    start = time.monotonic()
+    bar = ProgressBar("heads", settings.steps, step, enabled=progress)
+    finished = step >= settings.steps or (settings.patience > 0 and stale >= settings.patience)
+    try:
+        heads.train()
+        while not finished:
+            rows = usable[torch.randint(usable.numel(), (settings.batch,), generator=sampler)]
+            for group in optimizer.param_groups:
+                group["lr"] = settings.lr_at(step)
+            loss, _, _ = heads_loss(heads, train_head, train, rows, settings)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            step += 1
+            running.append(float(loss.detach()))
+            bar.advance(info=f"loss {running[-1]:.3f}")
+            finished = step >= settings.steps
+            out_of_time = minutes is not None and time.monotonic() - start >= 60.0 * minutes
+            stop = stop_after is not None and step >= stop_after
+            if step % settings.eval_every == 0 or finished or out_of_time or stop:
+                heads.eval()
+                scores = evaluate_heads(heads, lm_head, held, eval_rows, settings)
+                heads.train()
+                seconds = seconds_before + time.monotonic() - start
+                curve.append({"step": step, "positions": step * settings.batch,
+                              "seconds": round(seconds, 1),
+                              "train_loss": sum(running) / max(len(running), 1),
+                              "heldout_loss": scores["loss"], "top1": scores["top1"],
+                              "top5": scores["top5"]})
+                running = []
+                mean1 = float(np.mean(scores["top1"]))
+                if mean1 > best:
+                    best, stale, best_step = mean1, 0, step
+                    best_heads = {k: v.detach().clone() for k, v in heads.state_dict().items()}
+                else:
+                    stale += 1
+                if settings.patience > 0 and stale >= settings.patience:
+                    finished = True
+                save()
+                if log is not None:
+                    log(f"step {step} ({step * settings.batch} positions, {seconds:.0f} s): "
+                        f"train loss {curve[-1]['train_loss']:.3f}, held-out loss "
+                        f"{scores['loss']:.3f}, top-1 "
+                        + " ".join(f"{v:.3f}" for v in scores["top1"]) + ", top-5 "
+                        + " ".join(f"{v:.3f}" for v in scores["top5"]))
+                if out_of_time or stop:
+                    break
+    finally:
+        bar.close()
+    if best_heads is not None:
+        heads.load_state_dict(best_heads)
+    heads.eval()
+    return HeadsTrainResult(heads, curve, signature, step, finished, best_step)

@@ -1,0 +1,220 @@
+"""``blockdraft heads distill|train|curve`` (cli/heads.py) and ``train --mode medusa`` through
+it: end to end on a tiny Llama folder; nothing a user has is replaced without ``--overwrite``
+or ``--resume``; a changed setting is refused by name; user errors are one line with exit 1,
+an interrupt one line with exit 130, and an interrupted write leaves the old output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from test_cli_hf import _folder  # noqa: E402
+
+from blockdraft.cli import main  # noqa: E402
+
+QUESTIONS = ["What is a list?", "How do dictionaries work?", "Where is Paris?",
+             "Why does water boil?", "What is a function?", "How far is the moon?",
+             "What is a tuple?", "How do I sort a list?", "What is the Seine?",
+             "Who wrote Hamlet?"]
+
+
+def _prompts(path: Path, texts: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"source": "test", "prompt": t}) + "\n" for t in texts),
+                    encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny Llama folder with a chat template and a prompts file of 10 questions."""
+    root = tmp_path_factory.mktemp("heads-cli")
+    model, _ = _folder(root, chat=True)
+    return {"model": model, "prompts": _prompts(root / "prompts.jsonl", QUESTIONS)}
+
+
+def _data_args(base: dict[str, Path]) -> list[str]:
+    return ["--base", str(base["model"]), "--prompts", str(base["prompts"]),
+            "--max-new-tokens", "8", "--heldout-min", "2", "--heldout-fraction", "0.2",
+            "--shard-size", "4", "--batch-size", "4", "--threads", "1"]
+
+
+def _train_args(base: dict[str, Path], tmp: Path, out: Path) -> list[str]:
+    return ["heads", "train", *_data_args(base), "-o", str(out), "--data", str(tmp / "data"),
+            "--work", str(tmp / "work"), "--heads", "2", "--steps", "4", "--batch", "8",
+            "--eval-every", "2", "--eval-positions", "16", "--warmup", "1", "--json"]
+
+
+def _run(capsys: Any, argv: list[str], code: int = 0) -> Any:
+    capsys.readouterr()
+    got = main(argv)
+    out = capsys.readouterr()
+    assert got == code, out.err
+    if code == 0 and "--json" in argv:
+        return json.loads(out.out)
+    return out
+
+
+def _one_line(capsys_out: Any, *parts: str) -> None:
+    """The error is one line, the last on stderr (progress and log lines may come before it),
+    with no traceback; it holds every one of ``parts``."""
+    err = capsys_out.err
+    last = err.rstrip("\n").split("\n")[-1]
+    assert err.endswith("\n") and last.startswith("blockdraft: "), err
+    assert err.count("blockdraft: ") == 1 and "Traceback" not in err, err
+    for part in parts:
+        assert part in last, err
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_heads_train_distill_and_curve_end_to_end(base: dict[str, Path], tmp_path: Path,
+                                                   capsys: Any) -> None:
+    from blockdraft.models.hf import read_heads
+
+    out = tmp_path / "heads"
+    first = _run(capsys, _train_args(base, tmp_path, out))
+    assert first["step"] == 4 and first["finished"] and first["out"] == str(out)
+    assert read_heads(out).num_heads == 2
+    assert {"config.json", "curve.json", "curve.png", "README.md"} <= set(_tree(out))
+    assert "blockdraft heads train" in (out / "README.md").read_text()
+    # the same command again: -o holds heads now, so it is refused, and left as it was
+    before = _tree(out)
+    _one_line(_run(capsys, _train_args(base, tmp_path, out), 1), "--resume", "--overwrite")
+    assert _tree(out) == before
+    # --resume continues the finished run (its checkpoint) and rewrites the same heads
+    again = _run(capsys, [*_train_args(base, tmp_path, out), "--resume"])
+    assert again["step"] == 4 and again["best_step"] == first["best_step"]
+    # the data step alone, on the same distillation folder: continued with --resume only
+    data = tmp_path / "data"
+    _one_line(_run(capsys, ["heads", "distill", *_data_args(base), "--folder", str(data)], 1),
+              "--resume", "--overwrite")
+    res = _run(capsys, ["heads", "distill", *_data_args(base), "--folder", str(data),
+                        "--resume", "--json"])
+    assert res["folder"] == str(data) and res["shards_done"] == res["shards_planned"] == 3
+    assert res["heldout_prompts"] == 2 and res["train_prompts"] == 8
+    # a changed setting is refused, naming it with its old and new value
+    changed = _run(capsys, ["heads", "distill", *_data_args(base), "--folder", str(data),
+                            "--resume", "--max-new-tokens", "6"], 1)
+    _one_line(changed, "other settings", "max_new_tokens=8 (now 6)")
+    # the data curve of the heads folder and of the training folder
+    curve = _run(capsys, ["heads", "curve", str(out), str(tmp_path / "work"), "--data",
+                          str(data), "--base", str(base["model"]), "-o",
+                          str(tmp_path / "curve"), "--json"])
+    assert len(curve["runs"]) == 2 and curve["out"] == str(tmp_path / "curve")
+    assert {"data_curve.json", "data_curve.md", "data_curve.png"} == set(
+        _tree(tmp_path / "curve"))
+    _one_line(_run(capsys, ["heads", "curve", str(out), "--data", str(data), "-o",
+                            str(tmp_path / "curve")], 1), "--overwrite")
+
+
+def test_train_mode_medusa_is_heads_train(base: dict[str, Path], tmp_path: Path,
+                                          capsys: Any) -> None:
+    """``train --mode medusa`` runs the same code path (and output rule) as ``heads train``:
+    a folder of the user's notes given as -o with --resume is refused, not replaced."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("mine\n")
+    argv = ["train", "--mode", "medusa", "--base", str(base["model"]), "--prompts",
+            str(base["prompts"]), "-o", str(notes), "--h", "3", "--steps", "2",
+            "--batch-size", "8", "--threads", "1", "--resume"]
+    _one_line(_run(capsys, argv, 1), "holds no heads written by blockdraft heads train")
+    assert _tree(notes) == {"notes.txt": b"mine\n"}
+
+
+@pytest.mark.parametrize("target", ["prompts file", "notes folder", "heads folder"])
+def test_heads_train_refuses_what_the_user_has(target: str, base: dict[str, Path],
+                                               tmp_path: Path, capsys: Any,
+                                               monkeypatch: Any) -> None:
+    """Issue 23: -o given a prompts file, a folder holding the user's notes.txt, or trained
+    heads: all refused before anything runs, and left untouched."""
+    import blockdraft.training.heads as heads
+
+    calls: list[Any] = []
+    monkeypatch.setattr(heads, "train_medusa_heads", lambda *a, **k: calls.append(a))
+    if target == "prompts file":
+        out = _prompts(tmp_path / "mine.jsonl", QUESTIONS[:3])
+    else:
+        out = tmp_path / "out"
+        out.mkdir()
+        names = ["notes.txt"] if target == "notes folder" else [
+            "config.json", "medusa_lm_head.safetensors", "curve.json"]
+        for name in names:
+            (out / name).write_text(f"{name}\n")
+    before = out.read_bytes() if out.is_file() else _tree(out)
+    argv = ["heads", "train", "--prompts", str(base["prompts"]), "-o", str(out)]
+    err = _run(capsys, argv, 1)
+    _one_line(err, str(out))
+    if target != "prompts file":
+        _one_line(err, "--overwrite")
+        # --resume continues heads of an earlier run only: a folder of notes has none
+        if target == "notes folder":
+            _one_line(_run(capsys, [*argv, "--resume"], 1), "holds no heads")
+    assert calls == []
+    assert (out.read_bytes() if out.is_file() else _tree(out)) == before
+
+
+@pytest.mark.parametrize("command", ["distill", "train"])
+@pytest.mark.parametrize("case", ["bad json", "empty", "no prompt field", "missing",
+                                  "one prompt"])
+def test_prompt_file_errors_are_one_line(command: str, case: str, tmp_path: Path,
+                                         capsys: Any) -> None:
+    """Issue 23: user errors in the prompts are one line with exit 1 (the line number where
+    there is one), found before the base model is loaded (this base does not exist)."""
+    path = tmp_path / "p.jsonl"
+    expected = {
+        "bad json": ('{"prompt": "a"}\n{"prompt": \n', f"{path}:2: not valid JSON"),
+        "empty": ("\n", "no prompts in"),
+        "no prompt field": ('{"prompt": "a"}\n{"text": "b"}\n',
+                            f'{path}:2: expected an object with a string "prompt"'),
+        "missing": (None, "does not exist"),
+        "one prompt": ('{"prompt": "a"}\n', "1 prompt: a distillation set needs at least 2"),
+    }
+    text, message = expected[case]
+    if text is not None:
+        path.write_text(text, encoding="utf-8")
+    argv = ["heads", command, "--base", str(tmp_path / "no-model"), "--prompts", str(path)]
+    if command == "train":
+        argv += ["-o", str(tmp_path / "heads")]
+    _one_line(_run(capsys, argv, 1), message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["p.jsonl"] if text else [])
+
+
+def test_an_interrupt_is_one_line_with_exit_130(tmp_path: Path, capsys: Any,
+                                                monkeypatch: Any) -> None:
+    import blockdraft.training.heads as heads
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(heads, "distill", interrupted)
+    monkeypatch.setattr(heads, "train_medusa_heads", interrupted)
+    prompts = _prompts(tmp_path / "p.jsonl", QUESTIONS)
+    for argv in (["heads", "distill", "--prompts", str(prompts)],
+                 ["heads", "train", "--prompts", str(prompts), "-o", str(tmp_path / "h")]):
+        _one_line(_run(capsys, argv, 130), "interrupted")
+    assert not (tmp_path / "h").exists()
+
+
+def test_working_folders_of_other_files_are_refused(tmp_path: Path, capsys: Any) -> None:
+    """--data and --work hold the run's own files: a folder of the user's is refused up
+    front (the run would drop shards or a checkpoint among them)."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    prompts = _prompts(tmp_path / "p.jsonl", QUESTIONS)
+    for flag in ("--data", "--work"):
+        argv = ["heads", "train", "--prompts", str(prompts), "-o", str(tmp_path / "h"), flag,
+                str(mine)]
+        _one_line(_run(capsys, argv, 1), str(mine), "not an empty folder")
+    err = _run(capsys, ["heads", "distill", "--prompts", str(prompts), "--folder", str(mine),
+                        "--resume"], 1)
+    _one_line(err, "is not a distillation folder")
+    assert _tree(mine) == {"notes.txt": b"mine\n"}
