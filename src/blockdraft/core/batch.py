@@ -25,7 +25,8 @@ class DraftBatch:
 
     Attributes:
         tokens: int64 ``[p, h]``; row ``j`` is draft ``j``, column ``i`` the token for slot
-            ``i + 1`` (slot 1 is the certain token).
+            ``i + 1`` (slot 1 is the certain token). Drafts of different lengths share one
+            array: a row ends at its first ``-1`` (padding, never a token; :attr:`lengths`).
         scores: float64 ``[p]``, the total score, natural log:
             ``head_scores + alpha * lm_scores`` (docs/definitions.md sec. 4). Non-increasing.
         head_scores: float64 ``[p]``, the sum of the head log-probs of the chosen tokens.
@@ -78,6 +79,12 @@ class DraftBatch:
     def h(self) -> int:
         """Tokens per draft (block size)."""
         return int(self.tokens.shape[1])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int64 ``[p]``: tokens of each draft, up to its first ``-1`` (padding)."""
+        pad = self.tokens < 0
+        return np.where(pad.any(axis=1), pad.argmax(axis=1), self.h).astype(np.int64)
 
     @property
     def exhausted(self) -> bool:

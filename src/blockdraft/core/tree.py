@@ -194,7 +194,7 @@ class DraftTree:
         Nodes are numbered in order of first appearance, row by row (so the trie of a batch
         lists its leaves in the batch's row order); a node's score is the score of the first
         (best) draft through it, so the tree's tie rule picks the batch's winner. Repeated
-        drafts merge into one path.
+        drafts merge into one path; a row ends at its first :data:`PAD` (a shorter draft).
 
         Raises:
             DraftError: when the drafts do not share the certain token ``d_1``.
@@ -209,6 +209,8 @@ class DraftTree:
         for row, score in zip(batch.tokens.tolist(), batch.scores.tolist(), strict=True):
             node = 0
             for tok in row[1:]:
+                if tok == PAD:  # a shorter draft (DraftBatch.lengths)
+                    break
                 key = (node, int(tok))
                 if key not in index:
                     index[key] = len(tokens)

@@ -6,7 +6,9 @@ at the bottom of the house because the lattice and the rescorers return it too):
     HeadDrafter(k, p, rescorer)     the heads' lattice: vanilla, p-best 0-gram, rescored p-best
     vanilla()                       HeadDrafter(k=1, p=1)
     InputCopyDrafter(prompt_ids)    input-guided drafting (IAD): copy the prompt after a match
-    CombinedDrafter(heads, iad)     the heads' drafts plus the IAD draft as one more row
+    LookupDrafter(min_match, max_match, lengths)   prompt lookup: copy what followed the
+                                    latest earlier occurrence of the text's last n-gram
+    CombinedDrafter(heads, iad)     the heads' drafts plus a copy (IAD or lookup) as one row
 
 Token trees (docs/definitions.md sec. 11; ``DraftTree`` lives in ``core/tree.py``), each a
 ``TreeDrafter`` (``propose_tree(lattice, context) -> DraftTree``):
@@ -24,6 +26,7 @@ from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.heads import HeadDrafter, vanilla
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
+from blockdraft.drafts.lookup import LookupDrafter
 from blockdraft.drafts.protocol import Drafter, TreeDrafter
 from blockdraft.drafts.trees import (
     MC_SIM_7B_63,
@@ -41,7 +44,8 @@ from blockdraft.drafts.trees import (
 
 __all__ = [
     "MC_SIM_7B_63", "CombinedDrafter", "ConfidenceTreeDrafter", "DraftBatch", "DraftError",
-    "DraftTree", "Drafter", "HeadDrafter", "InputCopyDrafter", "MedusaTreeDrafter",
+    "DraftTree", "Drafter", "HeadDrafter", "InputCopyDrafter", "LookupDrafter",
+    "MedusaTreeDrafter",
     "RescoredTreeDrafter", "TreeDrafter", "TrieDrafter", "calibrated_choices",
     "confidence_tree", "medusa_tree", "rescored_tree", "row_source", "sort_choices",
     "trie_tree", "vanilla",

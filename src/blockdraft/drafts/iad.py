@@ -13,9 +13,11 @@ Public surface:
         .copy(lattice, context) -> DraftBatch | None   the IAD draft (one row), or None
         .propose(lattice, context) -> DraftBatch       the IAD draft, else the vanilla draft
     CombinedDrafter(heads, iad)
-        .propose(lattice, context) -> DraftBatch       the heads' drafts + the IAD draft as one
-                                                       more (last) row, source "<heads>+iad"
-    row_source(batch, row) -> str                      "iad" for the IAD row, else the source
+        .propose(lattice, context) -> DraftBatch       the heads' drafts + a copy source's
+                                                       draft (IAD, or prompt lookup) as one more
+                                                       (last) row, source "<heads>+<copy>"
+    row_source(batch, row) -> str                      "iad"/"lookup" for the copy row, else
+                                                       the source
 
 The match: the committed text is ``context + [d_1]`` (the context is the committed prefix
 before the certain token, as every drafter receives it). Its suffix of ``m`` tokens must occur
@@ -42,11 +44,14 @@ import numpy as np
 
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_int, check_token_ids
+from blockdraft.core.tree import PAD
 from blockdraft.drafts.protocol import Drafter
 from blockdraft.lattice.sausage import SausageLattice
 
 IAD_SOURCE = "iad"
 """``DraftBatch.source`` of an input-copy draft; a combined batch is ``"<heads>+iad"``."""
+COPY_SOURCES = (IAD_SOURCE, "lookup")
+"""Sources of the copy row a :class:`CombinedDrafter` appends (input copy, prompt lookup)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,21 +158,25 @@ class InputCopyDrafter:
 
 @dataclass(frozen=True, eq=False)
 class CombinedDrafter:
-    """The heads' drafts with the IAD draft as one extra path (Ge et al.'s IAD beside BPD).
+    """The heads' drafts with a copy source's draft as one extra path (Ge et al.'s IAD beside
+    BPD; or a :class:`~blockdraft.drafts.lookup.LookupDrafter`).
 
     Attributes:
         heads: the head drafter (a :class:`~blockdraft.drafts.heads.HeadDrafter` or anything
             with ``propose(lattice, context)``).
-        iad: the input-copy drafter.
+        iad: the copy source: an :class:`InputCopyDrafter`, a
+            :class:`~blockdraft.drafts.lookup.LookupDrafter`, or anything with
+            ``copy(lattice, context) -> DraftBatch | None``.
         name: a label for tables (default ``"<heads> + <iad>"``).
 
-    The combined batch holds the heads' ``p`` drafts, then the IAD draft as row ``p`` when
-    there is a match and it is not already among them; its source is ``"<heads>+iad"`` and
-    :func:`row_source` tells the rows apart.
+    The combined batch holds the heads' ``p`` drafts, then the copy as row ``p`` when there is
+    one and it is not already among them; its source is ``"<heads>+<copy's source>"`` and
+    :func:`row_source` tells the rows apart. Rows of different lengths share the array: the
+    shorter ones end with ``-1`` padding (:attr:`DraftBatch.lengths`).
     """
 
     heads: Drafter
-    iad: InputCopyDrafter
+    iad: Any
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -175,8 +184,9 @@ class CombinedDrafter:
             raise DraftError(
                 f"heads must have propose(lattice, context), got {type(self.heads).__name__}"
             )
-        if not isinstance(self.iad, InputCopyDrafter):
-            raise DraftError(f"iad must be an InputCopyDrafter, got {type(self.iad).__name__}")
+        if not callable(getattr(self.iad, "copy", None)):
+            raise DraftError(f"iad must be an InputCopyDrafter or another copy source with "
+                             f"copy(lattice, context), got {type(self.iad).__name__}")
         if not self.name:
             label = getattr(self.heads, "name", type(self.heads).__name__)
             object.__setattr__(self, "name", f"{label} + {self.iad.name}")
@@ -189,26 +199,33 @@ class CombinedDrafter:
     def propose(
         self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
     ) -> DraftBatch:
-        """The heads' drafts, plus the IAD draft as the last row when it adds a new path."""
+        """The heads' drafts, plus the copy as the last row when it adds a new path."""
         batch = self.heads.propose(lattice, context)
         row = self.iad.copy(lattice, context)
-        if row is None or bool((batch.tokens == row.tokens[0]).all(axis=1).any()):
+        if row is None:
+            return batch
+        width = max(batch.h, row.h)
+        tokens = np.full((batch.p + 1, width), PAD, dtype=np.int64)
+        tokens[: batch.p, : batch.h] = batch.tokens
+        tokens[batch.p, : row.h] = row.tokens[0]
+        if bool((tokens[: batch.p] == tokens[batch.p]).all(axis=1).any()):
             return batch
         return DraftBatch(
-            tokens=np.vstack((batch.tokens, row.tokens)),
+            tokens=tokens,
             scores=np.append(batch.scores, -np.inf),  # ranked after every head draft
             head_scores=np.append(batch.head_scores, row.head_scores),
             lm_scores=np.append(batch.lm_scores, 0.0),
             alpha=batch.alpha,
             requested=batch.requested + 1,
-            source=f"{batch.source}+{IAD_SOURCE}",
+            source=f"{batch.source}+{row.source}",
         )
 
 
 def row_source(batch: DraftBatch, row: int) -> str:
-    """Where row ``row`` of ``batch`` came from: ``"iad"`` for an input-copy draft (the last
-    row of a combined batch), otherwise the batch's source."""
-    suffix = "+" + IAD_SOURCE
-    if batch.source.endswith(suffix):
-        return IAD_SOURCE if row == batch.p - 1 else batch.source[: -len(suffix)]
+    """Where row ``row`` of ``batch`` came from: the copy source (``"iad"``, ``"lookup"``) for
+    the copy row of a combined batch (its last row), otherwise the batch's source."""
+    for copy_source in COPY_SOURCES:
+        suffix = "+" + copy_source
+        if batch.source.endswith(suffix):
+            return copy_source if row == batch.p - 1 else batch.source[: -len(suffix)]
     return batch.source

@@ -123,7 +123,8 @@ def leaf_lengths(tree: DraftTree, accepted: np.ndarray) -> tuple[int, ...]:
 
 def row_nodes(tree: DraftTree, tokens: np.ndarray) -> np.ndarray:
     """int64 ``[p, w]``: the node of each draft token in the trie ``tree`` of those drafts
-    (``DraftTree.from_drafts`` of the same rows)."""
+    (``DraftTree.from_drafts`` of the same rows); a padded position repeats its row's last
+    node."""
     child: dict[tuple[int, int], int] = {
         (int(par), int(tok)): u
         for u, (par, tok) in enumerate(zip(tree.parents.tolist(), tree.tokens.tolist(),
@@ -132,7 +133,8 @@ def row_nodes(tree: DraftTree, tokens: np.ndarray) -> np.ndarray:
     for r, row in enumerate(tokens.tolist()):
         node = 0
         for j, tok in enumerate(row[1:], start=1):
-            node = child[(node, int(tok))]
+            if tok >= 0:  # padding (a shorter draft) keeps its last node
+                node = child[(node, int(tok))]
             out[r, j] = node
     return out
 

@@ -225,6 +225,7 @@ def _decode_prompt(
     tokens = [int(torch.argmax(head_logits[0]))]
     steps: list[DecodeStep] = []
     trees = not callable(getattr(drafter, "propose", None))  # a TreeDrafter
+    heads_needed = getattr(drafter, "heads_needed", None)  # None: every head
     while not _done(tokens, max_new_tokens, eos_id):
         step_start = time.perf_counter()
         remaining = max_new_tokens - len(tokens)
@@ -238,10 +239,10 @@ def _decode_prompt(
                              verifier.max_seq_len)
         tree = proposal.tree.truncate(width - 1)
         if proposal.drafts is None:
-            outcome = verifier.run(past, tree, eos_id)
+            outcome = verifier.run(past, tree, eos_id, heads_needed)
         else:
             rows = proposal.drafts.tokens[:, :width]
-            outcome = verifier.run_rows(past, tree, rows, eos_id)
+            outcome = verifier.run_rows(past, tree, rows, eos_id, heads_needed)
         # 3. accept: commit d_1 .. d_{1+n}; the next certain token comes with the same call
         new = accept(outcome, remaining, eos_id)
         steps.append(DecodeStep(

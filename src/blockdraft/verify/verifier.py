@@ -231,9 +231,15 @@ class Verifier:
             raise VerifyError(
                 f"all drafts must start with the same certain token d_1, got {first.tolist()}"
             )
+        lengths = drafts.lengths
+        pad = drafts.tokens < 0
+        if (lengths == 0).any() or (pad != (np.arange(drafts.h) >= lengths[:, None])).any():
+            raise VerifyError(
+                "a draft's padding (-1) may only end it, after its certain token; got "
+                f"{drafts.tokens.tolist()}")
         self._check_past(
-            past, call="verify", tokens=drafts.tokens, what="draft",
-            positions=drafts.tokens.shape[1],
+            past, call="verify", tokens=drafts.tokens[~pad], what="draft",
+            positions=int(lengths.max()),
             shorten=lambda room: f"verify at most {room} columns (drafts.tokens[:, :w])",
         )
         try:
@@ -244,9 +250,13 @@ class Verifier:
 
     # ---- the trusted path (the decode loop checked its values where they entered) ------------
 
-    def run(self, past: Any, tree: DraftTree, eos_id: int | None) -> VerifyOutcome:
+    def run(self, past: Any, tree: DraftTree, eos_id: int | None, heads: int | None = None
+            ) -> VerifyOutcome:
         """:meth:`verify_tree` without its checks: ``past`` is a batch-1 cache the tree fits
-        after, and every token is in the vocabulary."""
+        after, and every token is in the vocabulary. ``heads``: how many heads' logits the
+        next step reads (default all ``h``; a drafter that reads only the certain token asks
+        for 1 and no Medusa head is projected)."""
+        n_heads = heads
         heads = self._heads
         dev = self.device
         tokens = torch.tensor(tree.tokens, device=dev)[None]  # (1, N)
@@ -283,7 +293,7 @@ class Verifier:
         accept_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        next_logits = heads.project(heads.head_states(states[node]))  # (h, V)
+        next_logits = heads.project(heads.head_states(states[node], heads=n_heads))  # (n, V)
         synchronize(dev)
         forward_s += time.perf_counter() - start
         return VerifyOutcome(
@@ -299,11 +309,11 @@ class Verifier:
             accept_s=accept_s,
         )
 
-    def run_rows(self, past: Any, tree: DraftTree, rows: np.ndarray, eos_id: int | None
-                 ) -> VerifyOutcome:
+    def run_rows(self, past: Any, tree: DraftTree, rows: np.ndarray, eos_id: int | None,
+                 heads: int | None = None) -> VerifyOutcome:
         """:meth:`run` on the trie ``tree`` of the drafts ``rows [p, w]``; the verdict
         reported per row (winner: the first row with the largest ``n``)."""
-        out = self.run(past, tree, eos_id)
+        out = self.run(past, tree, eos_id, heads)
         lengths = row_lengths(tree, np.asarray(out.accepted), row_nodes(tree, rows))
         return dataclasses.replace(out, winner=lengths.index(max(lengths)),
                                    accept_lengths=lengths)
