@@ -257,21 +257,21 @@ class Verifier:
         next step reads (default all ``h``; a drafter that reads only the certain token asks
         for 1 and no Medusa head is projected)."""
         n_heads = heads
-        heads = self._heads
+        model = self._heads
         dev = self.device
         tokens = torch.tensor(tree.tokens, device=dev)[None]  # (1, N)
         start = time.perf_counter()
         if is_chain(tree):  # one draft: a causal forward at the next positions
-            x, cache = heads.hidden(tokens, past)
+            x, cache = model.hidden(tokens, past)
         else:
             positions = torch.tensor(past.length + tree.depths, device=dev)  # (N,)
             mask = torch.tensor(tree.ancestor_mask(), device=dev)  # (N, N)
-            x, cache = heads.hidden(tokens, past, position_ids=positions, tree_mask=mask)
+            x, cache = model.hidden(tokens, past, position_ids=positions, tree_mask=mask)
         states = x[0]  # (N, d): the factored state at every node
         # the base head only where a verdict reads it: at nodes with children
         internal, parent_rows = internal_nodes(tree)
         if internal.size:
-            base = heads.project(heads.head_states(
+            base = model.project(model.head_states(
                 states[torch.tensor(internal, device=dev)], heads=1))[:, 0]  # (I, V)
         synchronize(dev)
         forward_s = time.perf_counter() - start
@@ -293,7 +293,7 @@ class Verifier:
         accept_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        next_logits = heads.project(heads.head_states(states[node], heads=n_heads))  # (n, V)
+        next_logits = model.project(model.head_states(states[node], heads=n_heads))  # (n, V)
         synchronize(dev)
         forward_s += time.perf_counter() - start
         return VerifyOutcome(
