@@ -95,7 +95,11 @@ LM_CORPORA = {
                 "corpus/more/openstax/principles-economics-3e.txt"),
     "small": ("corpus/openstax/introduction-philosophy-2e.txt",),
 }
-STRATEGY_KEYS = ("vanilla", "pbest0", "ngram", "pbest-ngram", "neural", "iad", "vanilla-iad")
+STRATEGY_KEYS = ("vanilla", "pbest0", "ngram", "pbest-ngram", "rescored-tree", "neural", "iad",
+                 "vanilla-iad", "lookup", "vanilla-lookup")
+RUNTIME_TAGS = {"torch:float32": "pt32", "torch:bfloat16": "pt-bf16",
+                "onnxruntime:float32": "ort32", "onnxruntime:int8": "ort8"}
+"""``runtime:precision`` -> the short tag strategy names carry (``vanilla [ort32]``)."""
 PEER_KEYS = ("hf", "hf-pld", "llama", "llama-pld")
 LOOKUP = 10  # prompt_lookup_num_tokens: transformers' and llama-cpp-python's default
 NEURAL_TRAIN = ["--preset", "small", "--steps", "600", "--seed", "0", "--n-layer", "1",
@@ -132,6 +136,7 @@ class Strategy:
     alpha: float | None = None
     lm: str = "-"
     tree: bool = False  # verify the p drafts as one trie (decode(tree=True)): same output and B
+    runtime: str = "pt32"  # which loaded model runs it (RUNTIME_TAGS)
 
 
 class TimedDrafter:
@@ -146,9 +151,26 @@ class TimedDrafter:
         # what decode's vocabulary check reads (a rescorer's LM must fit the model)
         self.rescorer = getattr(inner, "rescorer", None) or getattr(
             getattr(inner, "heads", None), "rescorer", None)
+        self.heads_needed = getattr(inner, "heads_needed", None)
         self.seconds = 0.0
+        if callable(getattr(inner, "propose_tree", None)) and not callable(
+                getattr(inner, "propose", None)):
+            self.propose_tree = self._propose_tree  # a tree builder stays one
+            self.lm = getattr(inner, "lm", None)  # what decode's vocabulary check reads
 
-    def propose(self, lattice: Any, context: Any) -> Any:
+    def _propose_tree(self, lattice: Any, context: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.inner.propose_tree(lattice, context)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "propose" and callable(getattr(self.inner, "propose", None)):
+            return self._propose
+        raise AttributeError(name)
+
+    def _propose(self, lattice: Any, context: Any) -> Any:
         start = time.perf_counter()
         try:
             return self.inner.propose(lattice, context)
@@ -159,13 +181,21 @@ class TimedDrafter:
 def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: str = "",
                      neural: Any = None, neural_label: str = "", iad_min_match: int = 2,
                      only: Sequence[str] = STRATEGY_KEYS, trie: bool = False,
-                     skipped: dict[str, str] | None = None) -> list[Strategy]:
+                     skipped: dict[str, str] | None = None, runtime: str = "pt32",
+                     tagged: bool = False, tree_budget: int = 8, tree_k: int = 10,
+                     tree_alpha: float = 0.25) -> list[Strategy]:
     """The reference greedy loop and the strategies named in ``only`` (``STRATEGY_KEYS``);
     the n-gram ones need ``lm`` (an ``NgramLM``), the neural one ``neural`` (a
     ``NeuralRescorer``): without them they are left out and ``skipped`` says why. ``trie``:
     the ``p > 1`` strategies verify their drafts as one trie (fewer tokens per forward; the
     same output and B as the batch of ``p`` rows)."""
-    from blockdraft.drafts import CombinedDrafter, HeadDrafter, InputCopyDrafter
+    from blockdraft.drafts import (
+        CombinedDrafter,
+        HeadDrafter,
+        InputCopyDrafter,
+        LookupDrafter,
+        RescoredTreeDrafter,
+    )
     from blockdraft.rescorers.ngram import NgramRescorer
 
     skipped = {} if skipped is None else skipped
@@ -200,8 +230,24 @@ def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: 
             out.append(Strategy("vanilla + iad", lambda ids: CombinedDrafter(
                 HeadDrafter(k=1, p=1), InputCopyDrafter(ids, min_match=iad_min_match),
                 name="vanilla + iad")))
+        elif key == "lookup":
+            out.append(Strategy("lookup", lambda _: LookupDrafter(name="lookup")))
+        elif key == "vanilla-lookup":
+            out.append(Strategy("vanilla + lookup", lambda _: CombinedDrafter(
+                HeadDrafter(k=1, p=1), LookupDrafter(), name="vanilla + lookup")))
+        elif key == "rescored-tree":
+            name = f"rescored tree {order}-gram (N={tree_budget})"
+            if lm is None:
+                skipped[name] = "no n-gram LM (--lm none)"
+                continue
+            out.append(Strategy(name, lambda _: RescoredTreeDrafter(
+                lm, k=tree_k, budget=tree_budget, alpha=tree_alpha), tree_k, 1, tree_alpha,
+                lm_label))
         else:
             raise ValueError(f"unknown strategy {key!r}; choose from {', '.join(STRATEGY_KEYS)}")
+    if tagged:
+        out = [Strategy(f"{st.name} [{runtime}]", st.make, st.k, st.p, st.alpha, st.lm,
+                        st.tree, runtime) for st in out]
     return out
 
 
@@ -217,7 +263,7 @@ def _first_diff(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
-                  eos_id: int | None) -> tuple[list[int], dict[str, Any]]:
+                  eos_id: int | None, reference: bool = True) -> tuple[list[int], dict[str, Any]]:
     """``(tokens, row fields)`` of one prompt with one blockdraft strategy."""
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
@@ -226,12 +272,15 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
         start = time.perf_counter()
         tokens = greedy_generate(model, ids, max_new, eos_id=eos_id)
         wall = time.perf_counter() - start
-        return tokens, {"kind": "reference", "calls": len(tokens), "wall_s": wall,
+        return tokens, {"kind": "reference" if reference else "greedy", "calls": len(tokens),
+                        "wall_s": wall,
                         "stopped": "eos" if tokens and tokens[-1] == eos_id else "max"}
     drafter = TimedDrafter(strategy.make(ids))
+    builder = callable(getattr(drafter, "propose_tree", None))  # a tree builder (trees.py)
     start = time.perf_counter()
-    res = decode(model, ids, drafter=drafter, criterion="exact", max_new_tokens=max_new,
-                 eos_id=eos_id, tree=True if strategy.tree else None)
+    res = decode(model, ids, drafter=None if builder else drafter, criterion="exact",
+                 max_new_tokens=max_new, eos_id=eos_id,
+                 tree=drafter if builder else True if strategy.tree else None)
     wall = time.perf_counter() - start
     steps = res.steps
     draft = res.draft_s
@@ -241,7 +290,7 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
         "forward_s": sum(s.forward_s for s in steps),
         "lattice_s": max(0.0, draft - drafter.seconds), "search_s": drafter.seconds,
         "other_s": sum(s.other_s for s in steps),
-        "iad_steps": sum(s.source == "iad" for s in steps),
+        "iad_steps": sum(s.source in ("iad", "lookup") for s in steps),
         "stopped": "eos" if res.stopped == "eos" else "max",
     }
 
@@ -260,6 +309,19 @@ def _run_peer(peer: Any, ids: list[int], max_new: int, eos_id: int | None
 def run_benchmark(model: Any, cases: Sequence[PromptCase], strategies: Sequence[Strategy],
                   peers: Sequence[Any] = (), *, max_new_tokens: int, eos_id: int | None,
                   warmup_tokens: int = 8, progress: bool = True) -> dict[str, Any]:
+    """``model``: the model every strategy runs on, or ``{runtime tag: model}`` (each
+    strategy runs on ``models[strategy.runtime]``; a runtime's greedy loop is the first of its
+    strategies without a drafter, and its other strategies also report ``speedup_own`` and
+    ``identical_own`` against it)."""
+    models = model if isinstance(model, dict) else None
+    return _run(models or {s.runtime: model for s in strategies}, cases, strategies, peers,
+                max_new_tokens=max_new_tokens, eos_id=eos_id, warmup_tokens=warmup_tokens,
+                progress=progress)
+
+
+def _run(models: dict[str, Any], cases: Sequence[PromptCase], strategies: Sequence[Strategy],
+         peers: Sequence[Any] = (), *, max_new_tokens: int, eos_id: int | None,
+         warmup_tokens: int = 8, progress: bool = True) -> dict[str, Any]:
     """Every strategy and peer on every prompt: ``{"rows": [...], "outputs": {...}}``.
 
     ``strategies[0]`` must be the reference (``make=None``). A run that raises is recorded in
@@ -282,11 +344,20 @@ def run_benchmark(model: Any, cases: Sequence[PromptCase], strategies: Sequence[
     if not strategies or strategies[0].make is not None:
         raise ValueError("strategies[0] must be the reference greedy loop (make=None)")
     runners: list[tuple[str, Callable[[list[int], int], tuple[list[int], dict[str, Any]]]]] = [
-        (s.name, lambda ids, n, s=s: _run_strategy(model, s, ids, n, eos_id))
-        for s in strategies
+        (s.name, lambda ids, n, s=s, ref=(i == 0): _run_strategy(models[s.runtime], s, ids, n,
+                                                                eos_id, ref))
+        for i, s in enumerate(strategies)
     ] + [(peer.name, lambda ids, n, peer=peer: _run_peer(peer, ids, n, eos_id))
          for peer in peers]
     family = {peer.name: peer.family for peer in peers if peer.family != peer.name}
+    greedy_of = {}
+    for s in strategies:  # each runtime's own greedy loop
+        if s.make is None:
+            greedy_of.setdefault(s.runtime, s.name)
+    for s in strategies[1:]:
+        own = greedy_of.get(s.runtime)
+        if own is not None and own != s.name and own != strategies[0].name:
+            family[s.name] = own
     ref_name = strategies[0].name
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -500,6 +571,26 @@ def build_peers(model: Any, keys: Sequence[str], threads: int, n_ctx: int,
     return out
 
 
+def runtime_models(model: Any, args: Args) -> dict[str, Any]:
+    """``{tag: model}`` for ``--runtimes`` (the torch model itself for torch:<dtype>; an ONNX
+    Runtime export of it, made once and cached, for onnxruntime:<precision>)."""
+    from blockdraft.models.runtimes import on_runtime
+
+    out: dict[str, Any] = {}
+    for spec in args.runtimes:
+        runtime, precision = spec.split(":")
+        if runtime == "torch":
+            if precision != args.dtype:
+                raise SystemExit(f"--runtimes {spec}: the torch model is loaded in --dtype "
+                                 f"{args.dtype}")
+            out[RUNTIME_TAGS[spec]] = model
+        else:
+            log(f"preparing {spec} (a first export takes about a minute, then it is cached)")
+            out[RUNTIME_TAGS[spec]] = on_runtime(model, runtime, precision, threads=args.threads,
+                                                 log=log)
+    return out
+
+
 # ---- command line --------------------------------------------------------------------------------
 
 
@@ -527,6 +618,9 @@ class Args:
     p_verify: str
     seed: int
     out: Path
+    runtimes: list[str] = field(default_factory=lambda: ["torch:float32"])
+    runtime_strategies: dict[str, list[str]] = field(default_factory=dict)
+    tree_budget: int = 8
     argv: list[str] = field(default_factory=list)
 
 
@@ -569,6 +663,16 @@ def parse_args(argv: list[str] | None = None) -> Args:
     ap.add_argument("--p-verify", default="batch", choices=("batch", "trie"),
                     help="verify the p > 1 drafts as a batch of p rows (default) or as one "
                          "trie (decode(tree=True): fewer tokens per forward, same output)")
+    ap.add_argument("--runtimes", default="torch:float32",
+                    help="comma-separated runtime:precision of the blockdraft model, of: "
+                         f"{', '.join(RUNTIME_TAGS)}; the first one's greedy loop is the "
+                         "reference, every other runtime's greedy loop runs too")
+    ap.add_argument("--runtime-strategies", default="",
+                    help="per runtime tag, the strategies to run there instead of "
+                         "--strategies, e.g. 'pt32=vanilla,lookup;ort8=vanilla,lookup' (tags: "
+                         f"{', '.join(RUNTIME_TAGS.values())})")
+    ap.add_argument("--tree-budget", type=int, default=8,
+                    help="nodes of the rescored tree (rescored-tree strategy)")
     ap.add_argument("--seed", type=int, default=0, help="which prompts of each task")
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     a = ap.parse_args(argv)
@@ -584,6 +688,17 @@ def parse_args(argv: list[str] | None = None) -> Args:
     peers = [] if a.peers == "none" else [s for s in a.peers.split(",") if s]
     if set(peers) - set(PEER_KEYS):
         ap.error(f"--peers: choose from {', '.join(PEER_KEYS)} or none")
+    runtimes = [r for r in a.runtimes.split(",") if r]
+    if not runtimes or set(runtimes) - set(RUNTIME_TAGS):
+        ap.error(f"--runtimes: choose from {', '.join(RUNTIME_TAGS)}")
+    per_runtime: dict[str, list[str]] = {}
+    for part in filter(None, a.runtime_strategies.split(";")):
+        tag, _, keys = part.partition("=")
+        chosen = [k for k in keys.split(",") if k]
+        if tag not in RUNTIME_TAGS.values() or set(chosen) - set(STRATEGY_KEYS):
+            ap.error(f"--runtime-strategies {part!r}: a tag of {', '.join(RUNTIME_TAGS.values())}"
+                     f" = strategies of {', '.join(STRATEGY_KEYS)}")
+        per_runtime[tag] = chosen
     args = Args(
         preset=preset, tasks=tasks,
         prompts_per_task=a.prompts_per_task if a.prompts_per_task is not None else per_task,
@@ -591,11 +706,12 @@ def parse_args(argv: list[str] | None = None) -> Args:
         prompt_tokens=a.prompt_tokens, dtype=a.dtype, threads=a.threads, heads=a.heads,
         k=a.k, p=a.p, alpha=a.alpha, lm=a.lm, lm_corpus=a.lm_corpus or corpus,
         neural=a.neural, strategies=strategies, peers=peers, iad_min_match=a.iad_min_match,
-        p_verify=a.p_verify,
+        p_verify=a.p_verify, runtimes=runtimes, runtime_strategies=per_runtime,
+        tree_budget=a.tree_budget,
         seed=a.seed, out=a.out or out,
         argv=list(sys.argv[1:] if argv is None else argv))
     for name in ("prompts_per_task", "max_new_tokens", "prompt_tokens", "threads", "k", "p",
-                 "iad_min_match"):
+                 "iad_min_match", "tree_budget"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
@@ -615,6 +731,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"loading {MODEL} ({args.dtype}, heads {args.heads}, {args.threads} threads)")
     model = load_model(MODEL, dtype=args.dtype, heads=None if args.heads == MODEL else args.heads)
     tok = model.tokenizer
+    models = runtime_models(model, args)
     cases = build_cases(tok, args.tasks, args.prompts_per_task, args.prompt_tokens, args.seed)
     skipped: dict[str, str] = {}
     lm = lm_info = None
@@ -638,18 +755,25 @@ def main(argv: list[str] | None = None) -> int:
         skipped["neural"] = why
     lm_label = "-" if lm_info is None else f"{lm_info['name']}({lm_info.get('ngrams', '?')})"
     neural_label = "-" if folder is None else folder.name
-    strategies = build_strategies(
-        k=args.k, p=args.p, alpha=args.alpha, lm=lm, lm_label=lm_label, neural=neural,
-        neural_label=neural_label, iad_min_match=args.iad_min_match, only=args.strategies,
-        trie=args.p_verify == "trie", skipped=skipped)
+    strategies: list[Strategy] = []
+    tagged = len(models) > 1
+    for tag in models:
+        mine = build_strategies(
+            k=args.k, p=args.p, alpha=args.alpha, lm=lm, lm_label=lm_label, neural=neural,
+            neural_label=neural_label, iad_min_match=args.iad_min_match,
+            only=args.runtime_strategies.get(tag, args.strategies),
+            trie=args.p_verify == "trie", skipped=skipped, runtime=tag, tagged=tagged,
+            tree_budget=args.tree_budget)
+        strategies += mine
     n_ctx = max(512, args.prompt_tokens + args.max_new_tokens + 64)
     peers = build_peers(model, args.peers, args.threads, n_ctx, skipped)
     log(f"{len(cases)} prompts x ({len(strategies)} strategies + {len(peers)} peers)")
-    result = run_benchmark(model, cases, strategies, peers, max_new_tokens=args.max_new_tokens,
-                           eos_id=tok.eos_id, progress=True)
+    result = run_benchmark(models, cases, strategies, peers,
+                           max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, progress=True)
     fields = {
         "model": f"{MODEL}(SmolLM2-135M-Instruct)", "heads": heads_label(args.heads),
-        "dtype": args.dtype, "threads": args.threads, "h": model.h, "k": args.k,
+        "dtype": args.dtype, "runtimes": "+".join(models), "threads": args.threads,
+        "h": model.h, "k": args.k, "tree_budget": args.tree_budget,
         "p": f"1,{args.p}", "p_verify": args.p_verify, "alpha": args.alpha, "lm": lm_label,
         "neural": neural_label, "tasks": "+".join(args.tasks),
         "prompts_per_task": args.prompts_per_task, "max_new_tokens": args.max_new_tokens,

@@ -98,7 +98,9 @@ DEFINITIONS = (
     "token left out (Spec-Bench's per-step mean). tokens/s = generated tokens / wall time of the "
     "whole call, prefill included; speedup = tokens/s over the reference greedy loop's on the "
     "same prompt; both are medians over a task's prompts, and their means over tasks overall. "
-    "Identical = token for token the reference greedy output. Step split: one verification "
+    "Identical = token for token the reference greedy output. With several runtimes, 'vs own "
+    "greedy' is the speedup over that runtime's own greedy loop on the same prompt and how many "
+    "outputs equal that loop's (the lossless check of its precision). Step split: one verification "
     "step's wall time (prefill excluded, pooled over steps) in the forward, the lattice (top-k "
     "of every head), the draft search / rescoring (the drafter's propose) and the rest "
     "(acceptance, cache, book-keeping); non-fwd/fwd = everything but the forward over the "
@@ -130,17 +132,20 @@ def markdown(report: dict[str, Any]) -> str:
         f"0, exact criterion for every blockdraft strategy.", "",
         f"Definitions. {DEFINITIONS}", "",
         "## Overall (mean over tasks)", "",
-        "| strategy | kind | B | B/verify | tokens/s | speedup | identical | fwd ms/step | "
-        "forward | lattice | search/rescoring | other | non-fwd/fwd |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| strategy | kind | B | B/verify | tokens/s | speedup | vs own greedy | identical | "
+        "fwd ms/step | forward | lattice | search/rescoring | other | non-fwd/fwd |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in names:
         c = overall[name]
         split = c.get("split") or {}
         ms = c.get("ms_per_step") or {}
+        own = (f"{_f(c.get('speedup_own'))}x ({c['identical_own']}/{c['prompts']} identical)"
+               if "identical_own" in c and report["kinds"][name] != "peer" else "-")
         lines.append(
             f"| {name} | {report['kinds'][name]} | {_f(c['B'])} | {_f(c['B_verify'])} | "
-            f"{_f(c['tok_s'], '.1f')} | {_f(c['speedup'])}x | {c['identical']}/{c['prompts']} | "
+            f"{_f(c['tok_s'], '.1f')} | {_f(c['speedup'])}x | {own} | "
+            f"{c['identical']}/{c['prompts']} | "
             f"{_f(ms.get('forward'), '.1f')} | {_pct(split.get('forward'))} | "
             f"{_pct(split.get('lattice'))} | {_pct(split.get('search'))} | "
             f"{_pct(split.get('other'))} | {_pct(c.get('overhead'))} |")
@@ -287,7 +292,8 @@ def make_report(result: dict[str, Any], cases: Sequence[Any],
             "greedy_tokens": len(out), "greedy_eos": ref.get("stopped") == "eos",
             "greedy_text": decode_text(out) if decode_text else None,
         })
-    kinds = {s.name: "reference" if s.make is None else "blockdraft" for s in strategies}
+    kinds = {s.name: ("reference" if i == 0 else "greedy") if s.make is None else "blockdraft"
+             for i, s in enumerate(strategies)}
     kinds.update({p.name: "peer" for p in peers})
     report = {
         "signature": format_signature(fields), "fields": fields, "command": command,

@@ -4,12 +4,14 @@
 # Not part of `make setup` or `make test`: pip compiles llama.cpp from the sdist (about 5 minutes
 # on a 2-core machine; needs cmake and a C++ compiler, which scripts/install_system_deps.sh
 # installs for KenLM). Without it the benchmark reports the llama.cpp peers as not run.
-#   LLAMA_CPP_PYTHON_VERSION=0.3.36   the version to install (pinned: its API is the one used)
+# Versions come from scripts/llama_cpp.lock (llama-cpp-python, its one dependency outside
+# requirements.lock, its build backend): nothing is resolved on the machine.
 #   CMAKE_ARGS=...                    llama.cpp build options (default: a native CPU build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+LOCK=scripts/llama_cpp.lock
+VERSION=$(grep -E '^llama-cpp-python==' "$LOCK" | cut -d= -f3)
 if [ ! -x "$PY" ]; then
   echo "install_llama_cpp: .venv is missing; run 'make setup' first" >&2
   exit 1
@@ -27,5 +29,6 @@ done
 echo "building llama-cpp-python $VERSION (compiles llama.cpp: a few minutes)..."
 CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON}" \
 CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-  "$PY" -m pip install -q --no-cache-dir "llama-cpp-python==$VERSION"
+  "$PY" -m pip install -q --no-cache-dir --no-deps --build-constraint "$LOCK" \
+    "llama-cpp-python==$VERSION" "$(grep -E '^diskcache==' "$LOCK")"
 "$PY" -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'installed')"
