@@ -35,7 +35,7 @@ lock:
 	bash scripts/lock.sh
 
 demo: setup
-	$(PY) -m blockdraft demo
+	$(PY) -m blockdraft demo --overwrite
 
 lint: setup
 	$(PY) -m ruff check src tests benchmarks

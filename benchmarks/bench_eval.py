@@ -169,8 +169,10 @@ def ensure_models(smoke: bool = False, only: set[str] | None = None) -> dict[str
         if not _built(name):
             log(f"training {name}: blockdraft {' '.join(args[:8])} ...")
             t0 = time.perf_counter()
-            resume = ["--resume"] if (MODELS / name / "train_state.json").is_file() else []
-            subprocess.run([exe, *args, *resume], check=True)
+            flags = ["--resume"] if (MODELS / name / "train_state.json").is_file() else []
+            if args[0] == "ngram":  # an LM not built whole (one of its files there) is replaced
+                flags = ["--overwrite"]
+            subprocess.run([exe, *args, *flags], check=True)
             wall = time.perf_counter() - t0
         else:
             wall = None  # trained before this manifest existed: see its log

@@ -491,7 +491,8 @@ def ensure_ngram(corpus: str, order: int, cache: Path) -> tuple[Path, dict[str, 
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "blockdraft", "ngram", "train", "--text",
                         *map(str, files), "--tokenizer", MODEL, "--order", str(order),
-                        "-o", str(prefix)], check=True, stdout=sys.stderr)
+                        "-o", str(prefix), "--overwrite"],  # what a broken run left
+                       check=True, stdout=sys.stderr)
         from blockdraft.core.files import write_text_atomic
 
         write_text_atomic(record, json.dumps({"command": shlex.join(shown),

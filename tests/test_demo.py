@@ -109,7 +109,10 @@ def test_the_demo_command_prints_both_tables(tmp_path, monkeypatch, corpus, cach
         assert part in text
     assert (out / "demo_lattice.png").is_file()
     assert main(["demo", "--blockwise", "--corpus", str(corpus), "--out", str(out),
-                 "--examples", "3", "--json"]) == 0
+                 "--examples", "3", "--json"]) == 1  # an earlier run's output is not replaced
+    assert "--out" in capsys.readouterr().err and (out / "demo_lattice.png").is_file()
+    assert main(["demo", "--blockwise", "--corpus", str(corpus), "--out", str(out),
+                 "--examples", "3", "--json", "--overwrite"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["trained"] is False and len(data["rows"]) == 6
     assert all("version:" in row["signature"] for row in data["rows"])

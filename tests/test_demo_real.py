@@ -138,7 +138,7 @@ def test_the_demo_command_prints_the_real_table(tmp_path: Path, monkeypatch: Any
         assert cells[3].endswith("x") and cells[4] == "yes", cells
     assert table[0].count("1.00") >= 1 and (out / "demo_lattice.png").is_file()
 
-    assert main([*args, "--json"]) == 0
+    assert main([*args, "--json", "--overwrite"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [r["equals_greedy"] for r in data["rows"]] == [True] * 4
     assert data["ngram_trained"] is False and data["prompts"] == ["What is a tuple?"]

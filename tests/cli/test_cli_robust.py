@@ -343,3 +343,98 @@ def test_print_json_is_strict():
                    "Infinity", "ok": 2.5,
                    "inner": {"v": None, "v_reason": "-Infinity: not a finite number, written "
                              "as null"}}
+
+
+# ---------------------------------------------------------------------------- issue 23
+def test_an_unexpected_exception_of_a_module_names_its_module(monkeypatch, capsys):
+    """struct.error printed as "error: error: ..." (issue 23 item 3)."""
+    import struct
+
+    import blockdraft.cli.bench as bench
+
+    def bug(args):
+        raise struct.error("unpack_from requires a buffer of at least 2008 bytes")
+
+    monkeypatch.setattr(bench, "cmd_bench_rescore", bug)
+    assert main(["bench", "rescore", "--lm", "x"]) == 1
+    err = _one_line_error(capsys, "blockdraft: error: struct.error: unpack_from", "report it")
+    assert "error: error:" not in err
+
+
+def test_a_missing_model_path_says_so_even_with_heads(tmp_path, monkeypatch, capsys):
+    """Issue 23 item 2: it said "'/nonexistent' is a blockdraft checkpoint with its own
+    heads; heads= applies to Hugging Face models only"."""
+    heads = tmp_path / "heads"
+    heads.mkdir()
+    missing = tmp_path / "nonexistent"
+    assert main(["decode", "--model", str(missing), "--heads", str(heads), "--prompt",
+                 "x"]) == 1
+    err = _one_line_error(capsys, f"the model path '{missing}' does not exist")
+    assert "checkpoint" not in err
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--model", "./typo_dir", "--heads", str(heads), "--out",
+                 str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err  # the demo's progress lines, then the error
+    assert err.splitlines()[-1].startswith("blockdraft: error: the model path './typo_dir' "
+                                           "does not exist") and "checkpoint" not in err
+    assert main(["decode", "--model", "typo", "--prompt", "x"]) == 1
+    _one_line_error(capsys, "unknown model 'typo': not a path", "smollm2")
+
+
+def _lm_over(tok, path: Path, record: bool) -> Path:
+    from blockdraft.rescorers.base import RescorerError
+    from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
+
+    try:
+        find_kenlm_tool("lmplz")
+    except RescorerError as e:
+        pytest.skip(f"KenLM's lmplz is not built ({e})")
+    texts = [f"the value of item {i} is {i * 7 % 13}" for i in range(100)]
+    return train_ngram([tok.encode(t) for t in texts], path, order=3,
+                       tokenizer=tok.info("tiny") if record else None).arpa
+
+
+def test_decode_warns_when_the_lm_tokenizer_cannot_be_checked(tiny, tmp_path, capsys):
+    """Issue 23 item 6: an LM without its tokenizer record was accepted silently."""
+    from blockdraft.models import load_tokenizer
+
+    tok = load_tokenizer(tiny)
+    bare, recorded = _lm_over(tok, tmp_path / "bare", False), _lm_over(tok, tmp_path / "rec", True)
+    argv = ["decode", "--model", str(tiny), "--prompt", "the value of item 4",
+            "--max-new-tokens", "4", "--json"]
+    capsys.readouterr()
+    assert main([*argv, "--lm", str(bare)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("blockdraft: warning: the LM bare.arpa has no tokenizer record "
+                          "(bare.vocab.json)") and err.count("\n") == 1, err
+    assert "cannot be checked" in err and "--tokenizer" in err
+    assert main([*argv, "--lm", str(recorded)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_no_new_tokens_has_no_block_efficiency(tiny, capsys):
+    """Issue 23 item 6: --max-new-tokens 0 reported B 0.000 (0.0 in --json)."""
+    argv = ["decode", "--model", str(tiny), "--prompt", "the value", "--max-new-tokens", "0"]
+    assert main([*argv, "--json"]) == 0
+    out = _strict_json(capsys.readouterr().out)
+    assert isinstance(out, dict) and out["tokens"] == []
+    assert out["block_efficiency"] is None
+    assert "no token was generated" in out["block_efficiency_reason"]
+    assert main([*argv, "--compare-greedy"]) == 0
+    text = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in text.splitlines() if line.count("│") == 3}
+    assert rows["block efficiency B"] == "n/a" and rows["speedup over greedy"] == "n/a"
+    assert "0.000" not in rows["block efficiency B"]
+    assert main([*argv[:-1], "3", "--json"]) == 0  # with tokens: a number, no reason
+    out = _strict_json(capsys.readouterr().out)
+    assert isinstance(out, dict) and out["block_efficiency"] >= 1.0
+    assert "block_efficiency_reason" not in out
+
+
+def test_a_criterion_missing_a_parameter_names_all_it_needs(tiny, capsys):
+    """Issue 23 item 6: typical with eps alone named only delta."""
+    for given in ("eps=0.1", "delta=0.3"):
+        assert main(["decode", "--model", str(tiny), "--prompt", "x", "--criterion",
+                     f"typical:{given}"]) == 1
+        _one_line_error(capsys, "typical needs parameter(s) ['eps', 'delta']")

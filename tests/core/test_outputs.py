@@ -45,8 +45,10 @@ def test_files(tmp_path: Path) -> None:
     out = tmp_path / "lm.arpa"
     assert mode(out, folder=False) == "new"
     out.write_text("x")
-    with pytest.raises(RoomError, match="already holds files"):
+    with pytest.raises(RoomError, match=r"^-o .*lm.arpa already exists; pass --overwrite"):
         mode(out, folder=False)
+    with pytest.raises(RoomError, match=r"^--plot .*lm.arpa already exists"):
+        mode(out, folder=False, flag="--plot")
     assert mode(out, folder=False, overwrite=True) == "overwrite"
     with pytest.raises(RoomError, match="is a folder"):
         mode(tmp_path, folder=False, overwrite=True)

@@ -8,12 +8,18 @@ Two kinds of format (docs/architecture.md, "Integrity"):
   were written (trace folders, model checkpoints, the safetensors heads file of blockdraft's
   Medusa heads): for those NO mutation may load a different object (``different_ok=()``).
 - Interchange formats, meant to be edited or produced by other tools (lattice JSON/JSONL, ARPA
-  text, ``tokenizer.json``, Medusa-1 ``.pt`` heads as other tools write them) and the version 1
+  text, ``tokenizer.json``, Medusa-1 ``.pt`` heads as other tools write them, GGUF headers,
+  GPT-2 ``vocab.json`` + ``merges.txt``) and the version 1
   traces and checkpoints written before digests existed, cannot tell a flipped digit of a value
   from the real one: where a mutation leaves a valid file holding other values, the reader
   returns that other object. Those readers allow a different object for value-editing
   mutations only (``different_ok``; never for truncation or swapped files, which must be
   caught); they are fuzzed all the same, for errors that escape, hangs and huge allocations.
+
+The model cache (a GGUF file dequantised once into a folder, with a sealed manifest) is fuzzed
+end to end: whatever is done to the cached folder, loading the model gives the model the GGUF
+file holds (the cache rebuilt) and never an error; a mutated GGUF file gives that model, another
+one (a changed weight: GGUF has no checksum), or a ModelError, never anything else.
 
 The default run keeps a few examples per reader (``fuzz-default``, see conftest.py); the
 ``slow`` variants run the ``fuzz-slow`` profile.
@@ -21,10 +27,13 @@ The default run keeps a few examples per reader (``fuzz-default``, see conftest.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import tempfile
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +216,28 @@ def tokenizer(tmp: Path) -> Reader:
                   different_ok=(*VALUE_EDITS, "json_delete"))
 
 
+def hf_tokenizer(tmp: Path) -> Reader:
+    pytest.importorskip("transformers")
+    from transformers import PreTrainedTokenizerFast
+
+    from blockdraft.models import Tokenizer
+    from blockdraft.models.hf import load_hf_tokenizer
+
+    texts = [f"the value of item {i} is {i * 7 % 13}" for i in range(40)]
+    folder = tmp / "hf-tok"
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer.train(texts, vocab_size=270).backend,
+                            eos_token="<|endoftext|>").save_pretrained(folder)
+    probe = "the value of item 12 is 3, or é?"
+
+    def load(f: Path) -> Any:
+        tok = load_hf_tokenizer(f)
+        return tok.vocab_size, tok.eos_id, tok.encode(probe)
+
+    # a saved transformers tokenizer (tokenizer.json + tokenizer_config.json): interchange
+    return Reader(folder, load, lambda a, b: a == b, ModelError,
+                  different_ok=(*VALUE_EDITS, "json_delete", "truncate"))
+
+
 def _heads_equal(a: Any, b: Any) -> bool:
     return ((a.num_heads, a.num_layers, a.own_projection, a.tie_layers)
             == (b.num_heads, b.num_layers, b.own_projection, b.tie_layers)
@@ -245,6 +276,14 @@ def medusa_v2(tmp: Path) -> Reader:
     return Reader(folder, read_heads, _heads_equal, ModelError, different_ok=())
 
 
+def vllm_heads(tmp: Path) -> Reader:
+    from blockdraft.models.hf.formats import read_heads, write_heads
+
+    # vLLM's layout as blockdraft writes it: sealed like medusa-v2 (own projections here)
+    folder = write_heads(_random_heads(16, 1), tmp / "heads", "vllm", base_model="smollm2")
+    return Reader(folder, read_heads, _heads_equal, ModelError, different_ok=())
+
+
 def kenlm_binary(tmp: Path) -> Reader:
     from blockdraft.rescorers.ngram import NgramLM, native
     from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
@@ -273,6 +312,45 @@ def kenlm_binary(tmp: Path) -> Reader:
                   different_ok=())
 
 
+def gguf_header(tmp: Path) -> Reader:
+    pytest.importorskip("gguf")
+    from blockdraft.models.hf.gguf import read_gguf_header
+    from gguf_testlib import write_tiny_gguf
+
+    folder = tmp / "gguf"
+    folder.mkdir()
+    write_tiny_gguf(folder / "tiny.gguf")
+
+    def load(f: Path) -> Any:
+        h = read_gguf_header(f / "tiny.gguf")
+        return h.version, h.metadata, h.tensors, h.alignment, h.data_offset
+
+    # interchange, no checksum: a flipped value or tensor data is another valid file; a cut
+    # one never is (every tensor's data must fit), and nothing may escape or hang
+    return Reader(folder, load, lambda a, b: a == b, ModelError)
+
+
+def gpt2_files(tmp: Path) -> Reader:
+    from blockdraft.models import Tokenizer
+
+    tok = Tokenizer.train([f"the value of item {i} is {i * 7 % 13}" for i in range(40)],
+                          vocab_size=270)
+    folder = tmp / "gpt2"
+    folder.mkdir()
+    backend = json.loads(tok.backend.to_str())["model"]
+    (folder / "vocab.json").write_text(json.dumps(backend["vocab"]), encoding="utf-8")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in backend["merges"]]
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n",
+                                       encoding="utf-8")
+
+    def load(f: Path) -> Any:
+        t = Tokenizer.load(f)
+        return t.vocab_size, t.encode("the value of item 12 is 3")
+
+    return Reader(folder, load, lambda a, b: a == b, ModelError,
+                  different_ok=(*VALUE_EDITS, "json_delete", "truncate"))
+
+
 READERS: dict[str, Callable[[Path], Reader]] = {
     "lattice-json": lattice_json,
     "lattice-jsonl": lattice_jsonl,
@@ -282,9 +360,13 @@ READERS: dict[str, Callable[[Path], Reader]] = {
     "checkpoint": checkpoint,
     "checkpoint-v1": checkpoint_v1,
     "tokenizer": tokenizer,
+    "hf-tokenizer": hf_tokenizer,
     "medusa-heads": medusa_heads,
     "medusa-v2": medusa_v2,
+    "vllm-heads": vllm_heads,
     "kenlm-binary": kenlm_binary,
+    "gguf-header": gguf_header,
+    "gpt2-files": gpt2_files,
 }
 
 
@@ -395,3 +477,114 @@ def test_sealed_heads_refuse_changed_tensors_and_sizes(readers):
         base_model_name_or_path="/elsewhere/smollm2"))) == "equal"
     assert _outcome(readers["get"]("medusa-heads"), fewer_heads) == "different"
 
+
+
+# ------------------------------------------------------------- GGUF files and the model cache
+@contextlib.contextmanager
+def _cache_root(root: Path) -> Iterator[None]:
+    """``$BLOCKDRAFT_CACHE`` set to ``root`` (hypothesis runs many examples in one test
+    call: no function-scoped monkeypatch), blockdraft's warnings of a rebuild silenced."""
+    from blockdraft.core.errors import BlockdraftWarning
+
+    old = os.environ.get("BLOCKDRAFT_CACHE")
+    os.environ["BLOCKDRAFT_CACHE"] = str(root)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BlockdraftWarning)
+            yield
+    finally:
+        if old is None:
+            del os.environ["BLOCKDRAFT_CACHE"]
+        else:
+            os.environ["BLOCKDRAFT_CACHE"] = old
+
+
+def _model_facts(gguf: Path) -> Any:
+    """What a load of ``gguf`` gives: the weights and the tokenizer's ids of a probe."""
+    from blockdraft.models.hf.loading import load_causal_lm
+
+    model, tok = load_causal_lm(gguf)
+    return ({k: v.clone() for k, v in model.state_dict().items()},
+            tok.encode("abcab cab") if tok is not None else None)
+
+
+def _facts_equal(a: Any, b: Any) -> bool:
+    import torch
+
+    return (a[0].keys() == b[0].keys() and all(torch.equal(a[0][k], b[0][k]) for k in a[0])
+            and a[1] == b[1])
+
+
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Any]:
+    """(the tiny GGUF file, its cached folder, what loading it gives)."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("transformers")
+    from blockdraft.models.hf.loading import cache_folder
+    from gguf_testlib import write_tiny_gguf
+
+    root = tmp_path_factory.mktemp("model-cache")
+    (root / "gguf").mkdir()
+    gguf = write_tiny_gguf(root / "gguf" / "tiny.gguf")
+    with _cache_root(root / "cache"):
+        facts = _model_facts(gguf)
+        return gguf, cache_folder(gguf), facts
+
+
+def _fuzz_cache(built: tuple[Path, Path, Any], data: st.DataObject) -> None:
+    from blockdraft.models.hf.model_cache import cache_problem
+
+    gguf, folder, original = built
+    mutation = data.draw(mutations(folder), label="mutation")
+    with mutated_copy(folder, mutation) as copy:
+
+        def load(mutated: Path) -> Any:
+            root = mutated.parent / "root"
+            shutil.copytree(mutated, root / "hf" / mutated.name)  # times kept: copy2
+            with _cache_root(root):
+                facts = _model_facts(gguf)
+            assert cache_problem(root / "hf" / mutated.name, deep=True) is None, "not rebuilt"
+            return facts
+
+        # sealed: whatever was done to the folder, the model loaded is the GGUF file's
+        assert check_outcome(load, _facts_equal, original, copy, ModelError,
+                             mutation) == "equal", mutation
+
+
+@settings(deadline=None)  # a rebuild dequantises the file again
+@given(data=st.data())
+def test_the_model_cache_survives_mutations(built_cache, data):
+    _fuzz_cache(built_cache, data)
+
+
+@pytest.mark.slow
+@settings(settings.get_profile("fuzz-slow"), deadline=None)
+@given(data=st.data())
+def test_the_model_cache_survives_mutations_slow(built_cache, data):
+    _fuzz_cache(built_cache, data)
+
+
+def _fuzz_gguf(built: tuple[Path, Path, Any], data: st.DataObject) -> None:
+    gguf, _, original = built
+    mutation = data.draw(mutations(gguf.parent), label="mutation")
+    with mutated_copy(gguf.parent, mutation) as copy:
+
+        def load(mutated: Path) -> Any:
+            with _cache_root(mutated.parent / "cache"):
+                return _model_facts(mutated / gguf.name)
+
+        check_outcome(load, _facts_equal, original, copy, ModelError, mutation,
+                      allow_different=mutation[0] in VALUE_EDITS)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_a_gguf_file_survives_mutations(built_cache, data):
+    _fuzz_gguf(built_cache, data)
+
+
+@pytest.mark.slow
+@settings(settings.get_profile("fuzz-slow"), deadline=None)
+@given(data=st.data())
+def test_a_gguf_file_survives_mutations_slow(built_cache, data):
+    _fuzz_gguf(built_cache, data)

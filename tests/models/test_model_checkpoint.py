@@ -89,8 +89,11 @@ def test_rescorer_round_trip(tmp_path: Path) -> None:
 
 def test_missing_files(saved: tuple[Path, BlockwiseLM], tmp_path: Path) -> None:
     directory, _ = saved
-    with pytest.raises(ModelError, match="no config.json in .*save_model"):
+    with pytest.raises(ModelError, match="model path .*nowhere' does not exist"):
         load_model(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="no config.json in .*save_model"):
+        load_model(tmp_path / "empty")
     (directory / "model.safetensors").unlink()
     with pytest.raises(ModelError, match="no model.safetensors"):
         load_model(directory)

@@ -1,6 +1,6 @@
-"""``train_ngram`` / ``blockdraft ngram train`` never leave a half-written LM: failures,
-Ctrl-C, SIGTERM and SIGKILL leave an existing ``PREFIX.arpa``/``PREFIX.bin`` byte-identical,
-kill the KenLM tool they started and leave no ``.lmplz-*`` folder behind."""
+"""``train_ngram`` / ``blockdraft ngram train --overwrite`` never leave a half-written LM:
+failures, Ctrl-C, SIGTERM and SIGKILL leave an existing ``PREFIX.arpa``/``PREFIX.bin``
+byte-identical, kill the KenLM tool they started and leave no ``.lmplz-*`` folder behind."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_a_failing_run_leaves_the_old_lm_untouched(trained, tmp_path, capsys):
     prefix, before = trained
     ids = _ids_file(tmp_path)
     code = main(["ngram", "train", "--ids", str(ids), "--order", "2", "-o", str(prefix),
-                 "--memory", "1K"])
+                 "--memory", "1K", "--overwrite"])
     assert code == 1
     err = capsys.readouterr().err
     assert err.startswith("blockdraft: error: lmplz failed") and err.count("\n") == 1
@@ -87,7 +87,8 @@ def test_ctrl_c_in_the_cli_is_one_line_and_exit_130(trained, tmp_path, monkeypat
 
     monkeypatch.setattr(train_module, "_run", interrupt)
     ids = _ids_file(tmp_path)
-    assert main(["ngram", "train", "--ids", str(ids), "--order", "2", "-o", str(prefix)]) == 130
+    assert main(["ngram", "train", "--ids", str(ids), "--order", "2", "-o", str(prefix),
+                 "--overwrite"]) == 130
     assert capsys.readouterr().err == "blockdraft: interrupted\n"
     assert _files(tmp_path) == before
     assert not list(tmp_path.glob(".lmplz-*"))
@@ -124,7 +125,7 @@ def _start_hanging_train(tmp_path: Path, prefix: Path) -> tuple[subprocess.Popen
     ids = _ids_file(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "blockdraft.cli", "ngram", "train", "--ids", str(ids),
-         "--order", "2", "-o", str(prefix)], env=env, stderr=subprocess.PIPE)
+         "--order", "2", "-o", str(prefix), "--overwrite"], env=env, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not (pid_file.is_file() and pid_file.read_text().strip()):
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""

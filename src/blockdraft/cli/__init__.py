@@ -22,7 +22,9 @@ written as ``null`` with a ``<field>_reason`` string beside it), ``--plot FILE.p
 ``.pdf``/``.svg``) where a picture helps.
 Exit codes: 0 success, 1 error (one line on stderr), 2 usage error, 130 interrupted (Ctrl-C
 or SIGTERM; outputs are left as they were). ``BLOCKDRAFT_DEBUG=1`` shows the traceback of an
-unexpected error.
+unexpected error. blockdraft's warnings are one line each on stderr (``blockdraft: warning:``).
+Every command that writes a file or folder refuses an existing one unless ``--overwrite`` (or,
+where it can continue, ``--resume``): :func:`blockdraft.core.outputs.output_mode`.
 
 Modules: ``parser`` (the argument parser, assembled from each group's ``add_parsers``),
 ``common`` (output helpers, argument types, readers), one per command group: ``analyses``
@@ -39,6 +41,7 @@ import shlex
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -53,7 +56,7 @@ from blockdraft.cli.common import (
     read_texts,
 )
 from blockdraft.cli.parser import build_parser
-from blockdraft.core.errors import BlockdraftError
+from blockdraft.core.errors import BlockdraftError, BlockdraftWarning
 
 __all__ = [
     "CliError",
@@ -76,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the command as typed, for the records a command writes (a README, a curve's Markdown)
     args.command_line = "blockdraft " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(), _warnings_as_lines():
             return int(args.func(args))
     except KeyboardInterrupt:
         print("blockdraft: interrupted", file=sys.stderr)
@@ -93,13 +96,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         if os.environ.get("BLOCKDRAFT_DEBUG"):
             raise
-        print(f"blockdraft: error: {type(e).__name__}: {_one_line(e)} (unexpected: please "
+        print(f"blockdraft: error: {_type_name(e)}: {_one_line(e)} (unexpected: please "
               "report it; BLOCKDRAFT_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
 
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
+
+
+def _type_name(e: BaseException) -> str:
+    """``IndexError``, or with its module where the class is not a builtin (``struct.error``,
+    not a bare ``error`` that reads as the line's own ``error:``)."""
+    kind = type(e)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """blockdraft's own warnings (:class:`BlockdraftWarning`) as one line each on stderr,
+    ``blockdraft: warning: ...``; other libraries' warnings as Python shows them."""
+    with warnings.catch_warnings():
+        show = warnings.showwarning
+
+        def one_line(message: Warning | str, category: type[Warning], filename: str,
+                     lineno: int, file: Any = None, line: str | None = None) -> None:
+            if issubclass(category, BlockdraftWarning):
+                print(f"blockdraft: warning: {' '.join(str(message).split())}", file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = one_line
+        yield
 
 
 @contextlib.contextmanager

@@ -13,10 +13,12 @@ from blockdraft.cli.common import (
     JSON_HELP,
     CliError,
     add_command,
+    add_overwrite,
     int_list,
     print_json,
     print_table,
 )
+from blockdraft.core.outputs import output_mode
 
 
 def _trace(path: Path) -> Any:
@@ -25,16 +27,25 @@ def _trace(path: Path) -> Any:
     return Trace.open(path)
 
 
+def _check_plot(args: argparse.Namespace) -> None:
+    """``--plot FILE``: a suffix the plots know and, like every output, no existing file
+    replaced without ``--overwrite`` (checked before any work)."""
+    from blockdraft.oracle.plots import plot_format
+
+    if args.plot:
+        plot_format(args.plot)
+        output_mode(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
+                    folder=False, flag="--plot")
+
+
 def _sig_caption(trace: Any) -> str:
     return "signature: " + trace.signature_string()
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
     from blockdraft.oracle import oracle_curve, plot_oracle_curve
-    from blockdraft.oracle.plots import plot_format
 
-    if args.plot:
-        plot_format(args.plot)  # refuse a bad suffix before any work
+    _check_plot(args)
     trace = _trace(args.trace)
     if args.k is None:
         ks = [1, 2, 4, 8, 16]  # those above the trace's K are dropped, K is added
@@ -98,10 +109,8 @@ def cmd_repetition(args: argparse.Namespace) -> int:
 def cmd_entropy(args: argparse.Namespace) -> int:
     from blockdraft.drafts.heads import HeadDrafter
     from blockdraft.oracle import head_entropy, plot_entropy_densities, simulate
-    from blockdraft.oracle.plots import plot_format
 
-    if args.plot:
-        plot_format(args.plot)  # refuse a bad suffix before any work
+    _check_plot(args)
     trace = _trace(args.trace)
     visited = None if args.all_positions else simulate(trace, HeadDrafter(k=1, p=1))
     stats = head_entropy(trace, visited)
@@ -136,6 +145,7 @@ def add_parsers(sub: Any) -> None:
                         "is added)")
     p.add_argument("--plot", type=Path, default=None,
                    help="write the curve as an image: .png, .pdf or .svg (by suffix)")
+    add_overwrite(p, "the --plot image")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
 
     p = add_command(sub, "repetition",
@@ -155,4 +165,5 @@ def add_parsers(sub: Any) -> None:
                    help="every position, not only those vanilla BPD visits")
     p.add_argument("--plot", type=Path, default=None,
                    help="write densities per head as an image: .png, .pdf or .svg (by suffix)")
+    add_overwrite(p, "the --plot image")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -210,6 +210,14 @@ def add_command(parent: Any, name: str, help_: str, func: Command) -> argparse.A
     return p
 
 
+def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
+    """``--overwrite`` of a command that writes ``what``: without it an existing output is
+    refused (:func:`blockdraft.core.outputs.output_mode`, the rule every command follows)."""
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace {what} if it exists (without --overwrite an existing one is "
+                        "refused; the old one stays until the new one is complete)")
+
+
 def add_group(sub: Any, name: str, help_: str) -> Any:
     """A command group ``name`` (``blockdraft NAME ACTION``) of the subparsers ``sub``; returns
     its own subparsers, for :func:`add_command`. The chosen action is ``args.NAME_command``."""

@@ -16,12 +16,14 @@ from blockdraft.cli.common import (
     JSON_HELP,
     CliError,
     add_command,
+    add_overwrite,
     positive_int,
     print_json,
     print_table,
     progress_bar,
     utf8_argument,
 )
+from blockdraft.core.outputs import output_mode
 from blockdraft.demo.config import REAL_MAX_NEW_TOKENS
 
 _BLOCKWISE_ONLY = ("examples", "seed", "stop_at_eos")
@@ -39,6 +41,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if given:
         raise CliError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply "
                        f"{'with' if args.blockwise else 'without'} --blockwise")
+    output_mode(args.out, what="this run's demo.json and drawing", error=CliError,
+                overwrite=args.overwrite, flag="--out")
     return _blockwise(args) if args.blockwise else _real(args)
 
 
@@ -234,6 +238,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=Path("demo-output"),
                    help="where the lattice drawing, demo.json (and with --blockwise the "
                         "trace) go (default ./demo-output)")
+    add_overwrite(p, "the demo's files in --out (an earlier run's)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads (default: the cores not already busy)")
     p.add_argument("--blockwise", action="store_true",

@@ -11,12 +11,15 @@ import numpy as np
 
 from blockdraft.cli.common import (
     JSON_HELP,
+    CliError,
     add_command,
     add_group,
+    add_overwrite,
     id_list,
     print_json,
     print_table,
 )
+from blockdraft.core.outputs import output_mode
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
@@ -51,6 +54,8 @@ def cmd_lattice_draw(args: argparse.Namespace) -> int:
     from blockdraft.lattice.draw import draw_lattice
     from blockdraft.lattice.io import load_lattice
 
+    output_mode(args.output, what="the drawing", error=CliError, overwrite=args.overwrite,
+                folder=False)
     lf = load_lattice(args.lattice)
     reference = lf.reference if args.reference is None else np.asarray(args.reference)
     labels = None
@@ -89,3 +94,4 @@ def add_parsers(sub: Any) -> None:
                    help="comma-separated token ids of a path to highlight (default: the "
                         "file's reference)")
     p.add_argument("--tokenizer", type=Path, default=None, help="label arcs with token text")
+    add_overwrite(p, "the drawing at -o")

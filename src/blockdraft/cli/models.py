@@ -34,6 +34,10 @@ from blockdraft.cli.common import (
 )
 from blockdraft.core.outputs import output_mode
 
+NO_TOKENS = ("undefined: no token was generated (--max-new-tokens 0), so B = tokens / serial "
+             "calls has nothing to measure")
+"""The ``_reason`` of ``decode``'s block efficiency (and speedup) when it has no tokens."""
+
 
 def cmd_train(args: argparse.Namespace) -> int:
     _check_train_arguments(args)
@@ -377,23 +381,34 @@ def cmd_decode(args: argparse.Namespace) -> int:
             raise CliError(f"lossless decoding differs from greedy decoding at new token {at}"
                            + hint)
     text = tok.decode(res.tokens)
+    # B = tokens / serial calls, and a speedup, are undefined when no token was generated
+    # (--max-new-tokens 0): not 0.0, which would read as a measurement.
+    undefined = None if res.tokens else NO_TOKENS
+    speedup = None if greedy_s is None or undefined else greedy_s / res.wall_s
     if args.json:
-        print_json({"text": text, "tokens": res.tokens, "prompt_tokens": len(prompt),
-                    "block_efficiency": res.block_efficiency,
-                    "calls": res.calls, "wall_s": res.wall_s, "forward_s": res.forward_s,
-                    "draft_s": res.draft_s, "greedy_s": greedy_s, "criterion": str(criterion),
-                    "drafter": res.drafter, "stopped": res.stopped})
+        out: dict[str, object] = {
+            "text": text, "tokens": res.tokens, "prompt_tokens": len(prompt),
+            "block_efficiency": None if undefined else res.block_efficiency,
+            "calls": res.calls, "wall_s": res.wall_s, "forward_s": res.forward_s,
+            "draft_s": res.draft_s, "greedy_s": greedy_s, "criterion": str(criterion),
+            "drafter": res.drafter, "stopped": res.stopped}
+        if undefined:
+            out["block_efficiency_reason"] = undefined
+        print_json(out)
         return 0
     print(text)
     rows: list[tuple[str, object]] = [
         ("drafter", res.drafter), ("criterion", str(criterion)),
         ("tokens", len(res.tokens)), ("serial calls", res.calls),
-        ("block efficiency B", res.block_efficiency), ("wall s", res.wall_s),
+        ("block efficiency B", "n/a" if undefined else res.block_efficiency),
+        ("wall s", res.wall_s),
         ("  in model forwards", res.forward_s), ("  in drafting / rescoring", res.draft_s),
     ]
     if greedy_s is not None:
-        rows += [("greedy wall s", greedy_s), ("speedup over greedy", greedy_s / res.wall_s)]
-    print_table("decode", ["", "value"], rows)
+        rows += [("greedy wall s", greedy_s),
+                 ("speedup over greedy", "n/a" if speedup is None else speedup)]
+    print_table("decode", ["", "value"], rows,
+                caption=f"n/a: {undefined}" if undefined else None)
     return 0
 
 

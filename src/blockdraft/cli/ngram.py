@@ -13,6 +13,7 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_group,
+    add_overwrite,
     print_json,
     print_table,
     read_id_lines,
@@ -21,12 +22,17 @@ from blockdraft.cli.common import (
 
 
 def cmd_ngram_train(args: argparse.Namespace) -> int:
+    from blockdraft.core.outputs import output_mode
     from blockdraft.core.signature import human_count
     from blockdraft.rescorers.ngram import train_ngram
+    from blockdraft.rescorers.ngram.train import output_files
 
     if not (args.text or args.ids or args.distilled):
         raise CliError("give the training sequences: --text FILE..., --ids FILE... and/or "
                        "--distilled FOLDER")
+    for file in output_files(args.output):  # an LM at the prefix is replaced only when told
+        output_mode(file, what="a new n-gram LM", error=CliError, overwrite=args.overwrite,
+                    folder=False)
     info = None
     if args.tokenizer:
         from blockdraft.models import load_tokenizer
@@ -97,4 +103,6 @@ def add_parsers(sub: Any) -> None:
                    help="lmplz --prune thresholds per order, e.g. 0 0 1 1")
     p.add_argument("--memory", default="1G", help="lmplz memory cap -S (default 1G)")
     p.add_argument("--no-binary", action="store_true", help="skip build_binary")
+    add_overwrite(p, "an LM at the -o prefix (PREFIX.arpa, .bin, .vocab.json, "
+                     ".fingerprint.json)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

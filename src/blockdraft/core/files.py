@@ -16,9 +16,16 @@ Public surface:
         writers that live longer than one ``with`` block
     folder_lock(folder), sweep_stale_temporaries(path): the lock around a swap, and the removal
         of temporaries whose writer was killed outright (``pid_alive(pid)`` tells)
+    publish_modes(path): the modes of an ordinary new file or folder, for what a writer made
+        private
+    cache_dir(*parts) -> Path        ``$BLOCKDRAFT_CACHE`` (default ``~/.cache/blockdraft``)
 
 Errors name the destination the caller asked for, never the hidden temporary.
-    cache_dir(*parts) -> Path        ``$BLOCKDRAFT_CACHE`` (default ``~/.cache/blockdraft``)
+
+Every file and folder appears with the modes of an ordinary new one (``0o666`` and ``0o777``
+less the umask, so 0644 and 0755 under the usual umask 022), whatever the writer inside the
+block chose: safetensors, ``mkstemp`` and ``mkdtemp`` create theirs private (0600, 0700), and a
+rename keeps the mode.
 """
 
 from __future__ import annotations
@@ -37,6 +44,43 @@ def _temporary_sibling(dest: Path, suffix: str = ".tmp") -> Path:
     # The writer's pid is in the name, so a leftover of a process killed outright (SIGKILL,
     # power loss: no ``finally`` ran) can be told from one still being written.
     return dest.with_name(f".{dest.name}.{os.getpid()}-{secrets.token_hex(6)}{suffix}")
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system tells (Linux's
+    ``/proc/self/status``); elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish_modes(path: str | os.PathLike[str]) -> None:
+    """Give ``path`` (a file, or a folder and everything in it) the modes of an ordinary new
+    file or folder: ``0o666`` (``0o777`` for a folder, or a file its owner may execute) less
+    the umask. Symbolic links are left alone (a mode change would reach their target)."""
+    mask = _umask()
+
+    def publish(item: str, folder: bool) -> None:
+        if os.path.islink(item):
+            return
+        executable = folder or bool(os.stat(item).st_mode & 0o100)
+        os.chmod(item, (0o777 if executable else 0o666) & ~mask)
+
+    root = os.fspath(path)
+    publish(root, os.path.isdir(root))
+    if os.path.isdir(root) and not os.path.islink(root):
+        for folder, dirs, names in os.walk(root):
+            for name in dirs:
+                publish(os.path.join(folder, name), True)
+            for name in names:
+                publish(os.path.join(folder, name), False)
 
 
 def pid_alive(pid: int) -> bool:
@@ -151,25 +195,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     _check_parent(dest)
     sweep_stale_temporaries(dest)
     tmp = _temporary_sibling(dest, dest.suffix + ".tmp")
-    mode = _new_file_mode(tmp, dest)
     with _renamed_into_place(tmp, dest):
         yield tmp
         if not tmp.exists():
             raise FileNotFoundError(f"nothing was written for {str(dest)!r}")
-        with _naming(dest):
-            os.chmod(tmp, mode)
-
-
-def _new_file_mode(tmp: Path, dest: Path) -> int:
-    """The permission bits of a file created as ``tmp`` (``0o666`` less the umask), learnt by
-    creating it as :func:`atomic_writer` does and removing it again (reading the umask would
-    need setting it, which races with other threads)."""
-    with _naming(dest):
-        open(tmp, "xb").close()
-    try:
-        return stat.S_IMODE(os.stat(tmp).st_mode)
-    finally:
-        os.unlink(tmp)
+        publish_modes(tmp)  # the writer may have created it private (safetensors: 0600)
 
 
 @contextlib.contextmanager
@@ -240,6 +270,8 @@ def replace_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str])
     """Move the finished folder ``tmp`` onto ``path`` (replacing what is there) under a lock
     on the parent folder; on failure ``path`` is as it was and ``tmp`` still exists."""
     tmp, dest = Path(tmp), Path(path)
+    with _naming(dest):
+        publish_modes(tmp)  # what writers inside created private (safetensors: 0600)
     with folder_lock(dest.parent):
         old = None
         if dest.exists() or dest.is_symlink():

@@ -7,8 +7,8 @@ can continue earlier work, ``--resume``. A file where a folder is wanted (or the
 always refused: it is never what the user meant.
 
 Public surface:
-    output_mode(path, *, what, error, overwrite=False, resume=None, folder=True) -> str
-        "new" | "resume" | "overwrite", or ``error`` naming the path and the flags
+    output_mode(path, *, what, error, overwrite=False, resume=None, folder=True, flag="-o")
+        -> "new" | "resume" | "overwrite", or ``error`` naming the path and the flags
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def output_mode(
     overwrite: bool = False,
     resume: bool | None = None,
     folder: bool = True,
+    flag: str = "-o",
 ) -> OutputMode:
     """How a command may write ``path``.
 
@@ -40,6 +41,7 @@ def output_mode(
         overwrite: the user passed ``--overwrite``.
         resume: the user passed ``--resume``; None when the command cannot resume.
         folder: the output is a folder (an empty folder counts as nothing there).
+        flag: the option that names ``path``, for the messages (``"-o"``, ``"--plot"``).
 
     Returns:
         ``"new"`` (nothing there, or an empty folder), ``"resume"`` or ``"overwrite"``.
@@ -53,10 +55,10 @@ def output_mode(
         raise error("--overwrite starts afresh and --resume continues the earlier run; pass "
                     "one of them")
     if folder and target.exists() and not target.is_dir():
-        raise error(f"-o {target} exists and is not a folder (it would be replaced by "
+        raise error(f"{flag} {target} exists and is not a folder (it would be replaced by "
                     f"{what}); choose another path")
     if not folder and target.is_dir():
-        raise error(f"-o {target} is a folder; give a file path for {what}")
+        raise error(f"{flag} {target} is a folder; give a file path for {what}")
     taken = (target.is_dir() and any(target.iterdir())) if folder else target.exists()
     if not taken:
         return "new"
@@ -65,6 +67,6 @@ def output_mode(
     if overwrite:
         return "overwrite"
     flags = "--resume to continue it, " if resume is not None else ""
-    raise error(f"-o {target} already holds files; pass {flags}--overwrite to replace it with "
-                f"{what} (the old content stays until the new one is complete), or choose a "
-                "new path")
+    there = "already holds files" if folder else "already exists"
+    raise error(f"{flag} {target} {there}; pass {flags}--overwrite to replace it with {what} "
+                "(the old content stays until the new one is complete), or choose a new path")

@@ -123,13 +123,12 @@ def run_real_demo(
         t0 = time.perf_counter()
         if isinstance(model, (str, os.PathLike)):
             from blockdraft.models import load_model
-            from blockdraft.models.hf.loading import KNOWN_MODELS
+            from blockdraft.models.hf.loading import KNOWN_MODELS, needs_dequantising
 
             model_name = _name(model)
-            gguf = str(model) in KNOWN_MODELS or str(model).endswith(".gguf")
             log(f"loading {model_name} ({dtype or 'float32'})" + (
                 "; its first load dequantises the GGUF file once into the cache (about a "
-                "minute)" if gguf else ""))
+                "minute)" if needs_dequantising(model) else ""))
             net = load_model(model, dtype=dtype, heads=heads)
             heads_name = (_name(heads) if heads is not None else "packaged"
                           if str(model) in KNOWN_MODELS else "the model's own")

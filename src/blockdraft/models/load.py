@@ -56,19 +56,30 @@ _CHECKPOINT_KEYS = frozenset({"format", "format_version", "kind"})
 _HF_KEYS = frozenset({"model_type", "architectures", "medusa_num_heads"})
 
 
-def _is_checkpoint(path: Path, key: str) -> bool:
-    """Whether ``load_model`` hands ``path`` to the blockdraft checkpoint loader: a folder
-    whose ``config.json`` is blockdraft's (or missing or unreadable: that loader's errors say
-    what a checkpoint folder needs), or a missing path written as a path (``a/b``, ``./x``)."""
-    if path.is_dir():
-        config = _json_config(path)
-        return config is None or (not _HF_KEYS & config.keys()
-                                  and bool(_CHECKPOINT_KEYS & config.keys()))
-    if path.exists() or path.suffix == ".gguf":
+def _is_checkpoint(path: Path) -> bool:
+    """Whether ``load_model`` hands the folder ``path`` to the blockdraft checkpoint loader:
+    its ``config.json`` is blockdraft's (or missing or unreadable: that loader's errors say
+    what a checkpoint folder needs)."""
+    if not path.is_dir():
         return False
+    config = _json_config(path)
+    return config is None or (not _HF_KEYS & config.keys()
+                              and bool(_CHECKPOINT_KEYS & config.keys()))
+
+
+def _check_exists(path: Path, key: str) -> None:
+    """Refuse a model that is neither a known name nor an existing path, saying which it
+    looked like (a path: ``a/b``, ``./x``, ``m.gguf``; else a name)."""
     from blockdraft.models.hf.loading import KNOWN_MODELS
 
-    return key not in KNOWN_MODELS and (os.sep in key or key.startswith("."))
+    if key in KNOWN_MODELS or path.exists():
+        return
+    known = ", ".join(sorted(KNOWN_MODELS))
+    if os.sep in key or key.startswith(".") or path.suffix == ".gguf":
+        raise ModelError(f"the model path {key!r} does not exist; check the path (or give a "
+                         f"known model name: {known})")
+    raise ModelError(f"unknown model {key!r}: not a path, and not one of the known names "
+                     f"({known})")
 
 
 def packaged_heads(name: str) -> Path:
@@ -156,9 +167,10 @@ def load_model(
         :class:`~blockdraft.models.runtimes.OrtBlockwiseModel`.
 
     Raises:
-        ModelError: an unknown name (the known ones are listed), a missing package (with the
-            install command), missing packaged heads (with how to train them), a Hugging Face
-            model without heads, heads that do not fit the base, an unsupported architecture.
+        ModelError: an unknown name (the known ones are listed), a path that does not exist, a
+            missing package (with the install command), missing packaged heads (with how to
+            train them), a Hugging Face model without heads, heads that do not fit the base,
+            an unsupported architecture.
     """
     from blockdraft.models.runtimes import check_runtime, on_runtime
 
@@ -181,7 +193,8 @@ def load_model(
             torch.set_num_threads(threads)
     key = str(name_or_path)
     path = Path(key)
-    if _is_checkpoint(path, key):
+    _check_exists(path, key)
+    if _is_checkpoint(path):
         if runtime != "torch":
             raise ModelError(f"{key!r} is a blockdraft checkpoint, which runs on runtime "
                              f"'torch'; runtime {runtime!r} runs Hugging Face models")
@@ -227,11 +240,6 @@ def load_model(
     else:
         base_source = key
         if heads is None:
-            if not path.exists():
-                raise ModelError(
-                    f"unknown model {key!r}: not a path, and not one of the known names "
-                    f"({', '.join(sorted(KNOWN_MODELS))})"
-                )
             raise ModelError(
                 f"{key!r} is a base model without Medusa heads: pass heads=PATH (a Medusa "
                 "heads folder in any layout) or heads=MedusaHeads(d, None, n) for untrained "

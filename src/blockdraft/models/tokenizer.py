@@ -61,7 +61,7 @@ def read_gpt2_merges(path: str | Path) -> list[tuple[str, str]]:
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise ModelError(f"cannot read the GPT-2 merges file {path}: {e}") from e
     merges: list[tuple[str, str]] = []
     for number, line in enumerate(lines, start=1):
@@ -316,12 +316,14 @@ class Tokenizer(BaseTokenizer):
         vocab_path = Path(vocab_json)
         try:
             vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON
             raise ModelError(f"cannot read the GPT-2 vocabulary {vocab_path}: {e}") from e
         if not isinstance(vocab, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) for k, v in vocab.items()
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            and 0 <= v < 2**32 for k, v in vocab.items()
         ):
-            raise ModelError(f"{vocab_path} must map token strings to integer ids")
+            raise ModelError(f"{vocab_path} must map token strings to integer ids in "
+                             "[0, 2**32)")
         merges = read_gpt2_merges(merges_txt)
         for number, (left, right) in enumerate(merges, start=1):
             if left not in vocab or right not in vocab or left + right not in vocab:
@@ -329,7 +331,11 @@ class Tokenizer(BaseTokenizer):
                     f"merge {number} ({left!r} {right!r}) of {merges_txt} uses a symbol missing "
                     f"from {vocab_path}; are the two files from the same tokenizer?"
                 )
-        backend = _byte_level(HFTokenizer(models.BPE(vocab=vocab, merges=merges)))
+        try:
+            backend = _byte_level(HFTokenizer(models.BPE(vocab=vocab, merges=merges)))
+        except Exception as e:  # tokenizers raises bare Exceptions on what it cannot build
+            raise ModelError(f"{vocab_path} and {merges_txt} do not make a BPE tokenizer: "
+                             f"{e}") from e
         backend.add_special_tokens([AddedToken(EOS_TOKEN, special=True, normalized=False)])
         return cls(backend)
 

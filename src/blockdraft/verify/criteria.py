@@ -266,7 +266,8 @@ class Criterion:
             )
         missing = [key for key in keys if key not in given]
         if missing:
-            raise VerifyError(f"{name} needs parameter(s) {missing}, got {sorted(given)}")
+            raise VerifyError(f"{name} needs parameter(s) {keys}; missing {missing}, got "
+                              f"{sorted(given)}")
         params = tuple((key, _check_value(name, key, kind, given[key])) for key, kind in spec)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "params", params)

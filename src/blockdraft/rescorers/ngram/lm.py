@@ -19,7 +19,8 @@ The tokenizer: ``blockdraft ngram train`` (``train_ngram(..., tokenizer=tok.info
 records the tokenizer the ids came from in ``<prefix>.vocab.json`` beside the LM (name, ``V``
 and a fingerprint of its vocabulary); :meth:`NgramLM.check_vocab` then refuses the LM for a
 model of another vocabulary size or another tokenizer. An LM without that record is checked by
-its largest token id alone.
+its largest token id alone (with a :class:`~blockdraft.core.errors.BlockdraftWarning` when a
+tokenizer was given to compare it with).
 
 Units: every score returned is a natural-log probability (KenLM's log10 times ln 10, converted
 once at this boundary).
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from blockdraft.core.checks import is_int
+from blockdraft.core.errors import BlockdraftWarning
 from blockdraft.core.files import write_text_atomic
 from blockdraft.models.errors import ModelError
 from blockdraft.models.tokenizer import TokenizerInfo
@@ -484,7 +486,9 @@ class NgramLM:
         silently wrong. Checked: the LM's largest token id; with a tokenizer record beside the
         LM (see the module docstring) also its ``V``, and, when ``tokenizer`` is given (a
         :class:`~blockdraft.models.TokenizerInfo` or any blockdraft tokenizer, e.g. a Hugging
-        Face model's ``HFTokenizer``), its vocabulary fingerprint.
+        Face model's ``HFTokenizer``), its vocabulary fingerprint. A ``tokenizer`` given for
+        an LM without a record cannot be compared: that is a
+        :class:`~blockdraft.core.errors.BlockdraftWarning`.
 
         Raises:
             RescorerError: naming both tokenizers.
@@ -496,6 +500,13 @@ class NgramLM:
             )
         rec = self.tokenizer
         if rec is None:
+            if tokenizer is not None:
+                warnings.warn(
+                    f"the LM {self.path.name} has no tokenizer record "
+                    f"({vocab_record_path(self.path).name}), so its tokenizer cannot be checked "
+                    "against the model's: if it was trained over other token ids, rescoring is "
+                    "silently wrong; train it with blockdraft ngram train --tokenizer MODEL",
+                    BlockdraftWarning, stacklevel=2)
             return
         named = f" ({rec.name})" if rec.name else ""
         if rec.vocab_size != vocab_size:

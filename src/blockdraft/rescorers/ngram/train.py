@@ -47,7 +47,23 @@ from blockdraft.core.files import pid_alive
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram.arpa import arpa_header
-from blockdraft.rescorers.ngram.lm import write_fingerprint, write_vocab_record
+from blockdraft.rescorers.ngram.lm import (
+    FINGERPRINT_SUFFIX,
+    VOCAB_RECORD_SUFFIX,
+    write_fingerprint,
+    write_vocab_record,
+)
+
+LM_SUFFIXES = (".arpa", ".bin", VOCAB_RECORD_SUFFIX, FINGERPRINT_SUFFIX)
+"""What :func:`train_ngram` writes beside a prefix: the ARPA file, the binary, the tokenizer
+record and the fingerprint of the pair."""
+
+
+def output_files(out_prefix: str | Path) -> tuple[Path, ...]:
+    """The files :func:`train_ngram` may write for ``out_prefix`` (``lm4`` -> ``lm4.arpa``,
+    ``lm4.bin``, ``lm4.vocab.json``, ``lm4.fingerprint.json``), in that order."""
+    prefix = Path(out_prefix)
+    return tuple(prefix.with_name(prefix.name + suffix) for suffix in LM_SUFFIXES)
 
 
 @dataclass(frozen=True)
@@ -184,8 +200,8 @@ def train_ngram(
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     lmplz_path = find_kenlm_tool("lmplz", lmplz)
     bb = find_kenlm_tool("build_binary", build_binary) if binary else None
-    arpa = out_prefix.with_name(out_prefix.name + ".arpa")
-    bin_path = out_prefix.with_name(out_prefix.name + ".bin") if binary else None
+    arpa, binary_path = output_files(out_prefix)[:2]
+    bin_path = binary_path if binary else None
     t0 = time.perf_counter()
     _sweep_stale_temporaries(out_prefix.parent)
     # Everything is written inside a temporary folder beside the output and renamed into
