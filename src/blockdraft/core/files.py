@@ -34,7 +34,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
