@@ -73,11 +73,15 @@ def test_the_real_demo_on_a_tiny_model(tmp_path: Path, monkeypatch: Any,
     res = run_real_demo(str(tiny["model"]), tmp_path / "out", heads=str(tiny["heads"]),
                         corpus=tiny["corpus"], prompts=prompts, max_new_tokens=24,
                         threads=1, log=messages.append)
-    assert [r.strategy for r in res.rows] == ["greedy", "vanilla heads", "4-gram rescoring",
-                                              f"{REAL_P}-best 4-gram"]
-    greedy = res.rows[0]
+    assert [r.strategy for r in res.rows] == [
+        "greedy", "greedy (PyTorch)", "vanilla heads", "4-gram rescoring",
+        f"{REAL_P}-best 4-gram", "prompt lookup", "4-gram + lookup"]
+    assert res.runtime == "onnxruntime"  # the default: the fastest lossless runtime
+    greedy, torch_greedy = res.rows[0], res.rows[1]
     assert greedy.block_efficiency == 1.0 and greedy.speedup == 1.0
     assert greedy.calls == greedy.tokens > 0
+    assert torch_greedy.speedup_torch == 1.0 and torch_greedy.calls == torch_greedy.tokens
+    loops = (greedy, torch_greedy)
     for r in res.rows:
         # exact criterion in float32: every output equals greedy decoding's
         assert r.equals_greedy and r.identical == r.prompts == 2, r.strategy
@@ -85,7 +89,8 @@ def test_the_real_demo_on_a_tiny_model(tmp_path: Path, monkeypatch: Any,
         assert 1.0 <= r.block_efficiency <= res.h
         assert r.wall_s > 0 and r.tokens_per_s == pytest.approx(r.tokens / r.wall_s)
         assert r.speedup == pytest.approx(greedy.wall_s / r.wall_s)
-        assert 0 <= r.draft_s < r.wall_s and (r.draft_s > 0) == (r is not greedy)
+        assert r.speedup_torch == pytest.approx(torch_greedy.wall_s / r.wall_s)
+        assert 0 <= r.draft_s < r.wall_s and (r.draft_s > 0) == (r not in loops)
         for part in ("model:model", "heads:heads", "dtype:float32", f"h:{res.h}",
                      "criterion:exact", "order:4", "corpus:corpus.txt", "version:"):
             assert part in r.signature, (part, r.signature)
@@ -100,7 +105,7 @@ def test_the_real_demo_on_a_tiny_model(tmp_path: Path, monkeypatch: Any,
     assert all(1 <= len(s) <= 6 for s in res.lattice.slots)
     assert res.lattice_png.read_bytes()[:4] == b"\x89PNG"
     data = json.loads((tmp_path / "out" / "demo.json").read_text())
-    assert len(data["rows"]) == 4 and data["rows"][0]["equals_greedy"] is True
+    assert len(data["rows"]) == 7 and data["rows"][0]["equals_greedy"] is True
 
     # a second run loads the n-gram LM from the cache and decodes the same tokens
     again = run_real_demo(str(tiny["model"]), tmp_path / "out", heads=str(tiny["heads"]),
@@ -123,24 +128,26 @@ def test_the_demo_command_prints_the_real_table(tmp_path: Path, monkeypatch: Any
             "--prompt", "What is a tuple?", "--threads", "1"]
     assert main(args) == 0
     text = capsys.readouterr().out
-    for part in ("strategy", "tokens/s", "vs greedy", "= greedy", "prompt 1:",
+    for part in ("strategy", "tokens/s", "vs greedy", "vs PyTorch greedy", "= greedy",
+                 "prompt 1:", "on ONNX Runtime, float32",
                  "What is a tuple?", "greedy answer", "slot 1", "slot 4", "greedy path:",
                  "lattice drawing:", "signature: model:model|heads:heads|dtype:float32",
                  "4-best 4-gram: k:16|p:4|alpha:1.0|lm:4-gram"):
         assert part in text, part
     table = [line for line in text.splitlines()
-             if re.match(r"^[│|] (greedy|vanilla heads|4-gram rescoring|4-best 4-gram) ", line)]
-    assert len(table) == 4, text
-    for line in table:  # B, tokens/s, speedup, = greedy, wall s, drafting s
+             if re.match(r"^[│|] (greedy|vanilla heads|4-gram rescoring|4-best 4-gram|prompt "
+                         r"lookup|4-gram \+ lookup)", line)]
+    assert len(table) == 7, text
+    for line in table:  # B, tokens/s, speedup, vs PyTorch greedy, = greedy, wall s, drafting s
         cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
-        assert len(cells) == 7, cells
+        assert len(cells) == 8, cells
         assert float(cells[1]) >= 1.0 and float(cells[2]) > 0
-        assert cells[3].endswith("x") and cells[4] == "yes", cells
+        assert cells[3].endswith("x") and cells[4].endswith("x") and cells[5] == "yes", cells
     assert table[0].count("1.00") >= 1 and (out / "demo_lattice.png").is_file()
 
     assert main([*args, "--json", "--overwrite"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [r["equals_greedy"] for r in data["rows"]] == [True] * 4
+    assert [r["equals_greedy"] for r in data["rows"]] == [True] * 7
     assert data["ngram_trained"] is False and data["prompts"] == ["What is a tuple?"]
 
 

@@ -27,7 +27,7 @@ from blockdraft.core.outputs import output_mode
 from blockdraft.demo.config import REAL_MAX_NEW_TOKENS
 
 _BLOCKWISE_ONLY = ("examples", "seed", "stop_at_eos")
-_REAL_ONLY = ("model", "heads", "dtype", "prompt", "max_new_tokens")
+_REAL_ONLY = ("model", "heads", "dtype", "runtime", "precision", "prompt", "max_new_tokens")
 
 
 def _log(msg: str) -> None:
@@ -48,12 +48,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _real(args: argparse.Namespace) -> int:
     """``demo``: a real model (SmolLM2 by default)."""
-    from blockdraft.demo import REAL_MODEL, REAL_PROMPTS, run_real_demo
+    from blockdraft.demo import REAL_MODEL, REAL_PROMPTS, REAL_RUNTIME, run_real_demo
 
     prompts = ([utf8_argument(q, "--prompt") for q in args.prompt] if args.prompt
                else list(REAL_PROMPTS))
     res = run_real_demo(args.model or REAL_MODEL, args.out, heads=args.heads,
-                        dtype=args.dtype or "float32", corpus=args.corpus, prompts=prompts,
+                        dtype=args.dtype or "float32", runtime=args.runtime or REAL_RUNTIME,
+                        precision=args.precision or "float32", corpus=args.corpus,
+                        prompts=prompts,
                         max_new_tokens=args.max_new_tokens or REAL_MAX_NEW_TOKENS,
                         threads=args.threads, progress=progress_bar, log=_log)
     if args.json:
@@ -66,8 +68,10 @@ def _real(args: argparse.Namespace) -> int:
 def print_real(res: Any) -> None:
     """The real-model demo's table, its sample answer and its lattice."""
     greedy = res.rows[0]
+    two = any(r.speedup_torch is not None for r in res.rows)
     rows = [(r.strategy, f"{r.block_efficiency:.2f}", f"{r.tokens_per_s:.1f}",
-             f"{r.speedup:.2f}x", "yes" if r.equals_greedy else f"no ({r.identical}/{r.prompts})",
+             f"{r.speedup:.2f}x", *([f"{r.speedup_torch:.2f}x"] if two else []),
+             "yes" if r.equals_greedy else f"no ({r.identical}/{r.prompts})",
              f"{r.wall_s:.1f}", f"{r.draft_s:.1f}") for r in res.rows]
     differ = [r.strategy for r in res.rows if not r.equals_greedy]
     note = ""
@@ -80,12 +84,16 @@ def print_real(res: Any) -> None:
     lm = (f"{len(res.ngram_counts)}-gram LM ({sum(res.ngram_counts):,} n-grams) over the "
           f"model's token ids of {res.corpus}, "
           f"{'trained in this run' if res.ngram_trained else 'from the cache'}: {res.ngram_path}")
+    where = "PyTorch" if res.runtime == "torch" else f"ONNX Runtime, {res.dtype}"
     _table(
-        f"{res.model} ({res.dtype}, heads: {res.heads}, h = {res.h}): {len(res.prompts)} "
+        f"{res.model} on {where} (heads: {res.heads}, h = {res.h}): {len(res.prompts)} "
         f"{'chat ' if res.chat else ''}prompts, {greedy.tokens} tokens, exact criterion",
-        ["strategy", "B", "tokens/s", "vs greedy", "= greedy", "wall s", "drafting s"], rows,
-        caption="B: tokens per serial model call (greedy = 1); tokens/s and speedup measured "
-        f"in this run ({res.threads} torch thread(s)); = greedy: every output identical to "
+        ["strategy", "B", "tokens/s", "vs greedy", *(["vs PyTorch greedy"] if two else []),
+         "= greedy", "wall s", "drafting s"], rows,
+        caption="B: tokens per serial model call (greedy = 1); tokens/s and speedups measured "
+        f"in this run ({res.threads} thread(s)): vs greedy = over the greedy loop of the same "
+        "runtime and precision" + (", vs PyTorch greedy = over the PyTorch float32 greedy loop"
+                                   if two else "") + "; = greedy: every output identical to "
         f"greedy decoding's, token for token; drafting s: the part of wall s building lattices "
         f"and drafts (rescoring included){note}\n{lm}\n"
         f"signature: {res.signature}|<row settings>{settings}",
@@ -224,8 +232,15 @@ def add_parser(sub: Any) -> None:
                    help="Medusa heads for --model (a folder in any layout; default: the "
                         "model's packaged heads)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                   help="the model's dtype (default float32: exact, and faster than bfloat16 "
-                        "on a CPU without bfloat16 units)")
+                   help="the PyTorch model's dtype (default float32: exact, and what another "
+                        "runtime is exported from)")
+    p.add_argument("--runtime", choices=("onnxruntime", "torch"), default=None,
+                   help="where the strategies run (default onnxruntime: the fastest lossless "
+                        "runtime on a CPU; the PyTorch greedy loop then runs as a second "
+                        "reference)")
+    p.add_argument("--precision", choices=("float32", "int8"), default=None,
+                   help="--runtime onnxruntime: float32 (default, PyTorch's answers) or int8 "
+                        "(chunk-invariant per-row int8: lossless against its own greedy)")
     p.add_argument("--prompt", action="append", default=None, metavar="TEXT",
                    help="a user turn to decode instead of the demo's Python questions "
                         "(repeat for several)")

@@ -92,7 +92,9 @@ from blockdraft.demo.config import (
     REAL_MODEL,
     REAL_ORDER,
     REAL_P,
+    REAL_PRECISION,
     REAL_PROMPTS,
+    REAL_RUNTIME,
     DemoConfig,
 )
 from blockdraft.demo.corpus import cache_key, cache_root, default_corpus, read_corpus, split_corpus
@@ -122,7 +124,9 @@ __all__ = [
     "REAL_MODEL",
     "REAL_ORDER",
     "REAL_P",
+    "REAL_PRECISION",
     "REAL_PROMPTS",
+    "REAL_RUNTIME",
     "DemoConfig",
     "DemoError",
     "DemoNgram",

@@ -103,22 +103,27 @@ class DemoConfig:
 
 # ------------------------------------------------------------------ the real-model demo
 REAL_MODEL = "smollm2"  # the default model of ``blockdraft demo`` (blockdraft.models.load_model)
-REAL_DTYPE = "float32"  # on a CPU without bfloat16 units float32 is the faster dtype
+REAL_DTYPE = "float32"  # PyTorch's dtype: the reference greedy loop and what is exported
+REAL_RUNTIME = "onnxruntime"  # the fastest lossless runtime on a CPU (docs/real-models.md)
+REAL_PRECISION = "float32"  # the runtime's precision: float32 gives PyTorch's answers
 REAL_K = 16  # lattice width of the rescored strategies
-REAL_P = 4  # drafts verified per call by the p-best strategy (p x h tokens per forward)
+REAL_P = 4  # drafts verified per call by the p-best strategy (their trie per forward)
 REAL_ORDER = 4  # order of the n-gram LM over the model's token ids
-REAL_MAX_NEW_TOKENS = 12  # tokens per prompt (EOS stops earlier); see the note below
+REAL_MAX_NEW_TOKENS = 40  # tokens per prompt (EOS stops earlier); see the note below
 REAL_PROMPTS = (
-    "How do I reverse a list in Python?",
-    "What is the difference between a list and a tuple in Python?",
+    "Rewrite this Python function with type hints and a docstring:\n\n"
+    "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
+    "    return total / len(values)",
+    "Summarize in one sentence: Python lists are mutable sequences that can grow and shrink, "
+    "while tuples are immutable sequences whose length and items are fixed once created; "
+    "tuples can be dictionary keys, lists cannot.",
     "How do I read a text file line by line in Python?",
 )
-"""The chat prompts of the real-model demo: one user turn each, in the model's chat template.
-Written for the demo, never used to train anything (the heads were distilled on other prompts,
-the n-gram LM is trained on the corpus).
+"""The chat prompts of the real-model demo: one user turn each, in the model's chat template:
+a rewrite and a summary (answers that copy their input, where prompt lookup shines) and an open
+question (where only the heads can guess). Written for the demo, never used to train anything
+(the heads were distilled on other prompts, the n-gram LM is trained on the corpus).
 
-Sized for the 1-minute budget of a cached run on this 2-core CPU: with one torch thread (the
-other core busy) a float32 SmolLM2 step took 135 ms and a verification call 2.5 greedy steps
-(6 tokens 1.75x and 24 tokens 2.85x a 1-token forward), so with the preliminary heads (B about
-1.1) the four strategies cost about 1.1 s per generated token together: 3 prompts x 16 tokens
-took 72 s in all, 3 x 12 took 53 s."""
+Sized for the 1-minute budget of a cached run on a 2-core CPU: on ONNX Runtime (float32, one
+thread) a SmolLM2 greedy step costs about 35 ms, so the seven rows (six strategies and the
+PyTorch greedy loop, about 65 ms a token) of 3 x 40 tokens take about 30 s of decoding."""

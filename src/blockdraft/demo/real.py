@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ from blockdraft.demo.config import (
     REAL_MODEL,
     REAL_ORDER,
     REAL_P,
+    REAL_PRECISION,
     REAL_PROMPTS,
+    REAL_RUNTIME,
 )
 from blockdraft.demo.decode import fields
 from blockdraft.demo.errors import DemoError
@@ -36,20 +39,41 @@ WARMUP_TOKENS = 2  # tokens of each untimed warm-up decode
 WARMUP_PROMPT = 8  # tokens of the first prompt's start it decodes from
 LABEL_LEN = 12  # characters of a token's text in the lattice table
 
-Strategy = tuple[str, int, int, Any, str]
-"""``(label, k, p, rescorer, settings)``; ``k = 0`` marks greedy decoding."""
+@dataclass(frozen=True)
+class Strategy:
+    """One row of the demo: ``drafter()`` builds its drafter (None: a greedy loop); ``torch``
+    runs it on the PyTorch model instead of the chosen runtime's (the second reference)."""
+
+    label: str
+    drafter: Callable[[], Any] | None
+    settings: str
+    torch: bool = False
 
 
-def real_strategies(ngram: Any, order: int) -> list[Strategy]:
-    """Greedy (the reference), vanilla heads, n-gram rescoring (p = 1) and p-best n-gram."""
+def real_strategies(ngram: Any, order: int, runtime: str) -> list[Strategy]:
+    """Greedy on the runtime (the reference), the PyTorch greedy loop (when the runtime is
+    another), vanilla heads, n-gram rescoring (p = 1), p-best n-gram (their trie), prompt
+    lookup, and n-gram rescored heads with the lookup draft beside them."""
+    from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
+
     lm = f"{order}-gram"
-    return [
-        ("greedy", 0, 0, None, "k:-|p:-|alpha:-|lm:none"),
-        ("vanilla heads", 1, 1, None, "k:1|p:1|alpha:0|lm:none"),
-        (f"{lm} rescoring", REAL_K, 1, ngram, f"k:{REAL_K}|p:1|alpha:{NGRAM_ALPHA}|lm:{lm}"),
-        (f"{REAL_P}-best {lm}", REAL_K, REAL_P, ngram,
-         f"k:{REAL_K}|p:{REAL_P}|alpha:{NGRAM_ALPHA}|lm:{lm}"),
+    out = [Strategy("greedy", None, "k:-|p:-|alpha:-|lm:none")]
+    if runtime != "torch":
+        out.append(Strategy("greedy (PyTorch)", None, "k:-|p:-|alpha:-|lm:none|runtime:torch",
+                            torch=True))
+    out += [
+        Strategy("vanilla heads", lambda: HeadDrafter(k=1, p=1), "k:1|p:1|alpha:0|lm:none"),
+        Strategy(f"{lm} rescoring", lambda: HeadDrafter(k=REAL_K, p=1, rescorer=ngram),
+                 f"k:{REAL_K}|p:1|alpha:{NGRAM_ALPHA}|lm:{lm}"),
+        Strategy(f"{REAL_P}-best {lm}", lambda: HeadDrafter(k=REAL_K, p=REAL_P, rescorer=ngram),
+                 f"k:{REAL_K}|p:{REAL_P}|alpha:{NGRAM_ALPHA}|lm:{lm}"),
+        Strategy("prompt lookup", lambda: LookupDrafter(),
+                 "k:1|p:1|alpha:-|lm:none|lookup:n<=4,L=2/6/10"),
+        Strategy(f"{lm} + lookup", lambda: CombinedDrafter(
+            HeadDrafter(k=REAL_K, p=1, rescorer=ngram), LookupDrafter()),
+            f"k:{REAL_K}|p:2|alpha:{NGRAM_ALPHA}|lm:{lm}|lookup:n<=4,L=2/6/10"),
     ]
+    return out
 
 
 def encode_prompts(tok: Any, prompts: Sequence[str]) -> list[list[int]]:
@@ -72,6 +96,8 @@ def run_real_demo(
     *,
     heads: str | os.PathLike[str] | None = None,
     dtype: str | None = REAL_DTYPE,
+    runtime: str = REAL_RUNTIME,
+    precision: str = REAL_PRECISION,
     corpus: Path | None = None,
     prompts: Sequence[str] = REAL_PROMPTS,
     max_new_tokens: int = REAL_MAX_NEW_TOKENS,
@@ -90,12 +116,16 @@ def run_real_demo(
             template: the prompts are then plain text).
         out_dir: where ``demo.json`` and the lattice drawing go (created).
         heads: Medusa heads for ``model`` (any layout), overriding packaged ones.
-        dtype: ``"float32"`` (default: exact, and the faster dtype on a CPU without bfloat16
-            units), ``"bfloat16"`` or ``"float16"``.
+        dtype: the PyTorch model's dtype: ``"float32"`` (default: exact, and what is
+            exported to another runtime), ``"bfloat16"`` or ``"float16"``.
+        runtime: where the strategies run: ``"onnxruntime"`` (default: the fastest lossless
+            runtime on a CPU) or ``"torch"``; with another runtime than torch the PyTorch
+            greedy loop runs too, as a second reference.
+        precision: the runtime's precision (``"float32"``, or ``"int8"`` on onnxruntime).
         corpus: the n-gram LM's text (None: ``pydoc_data.topics``).
         prompts: the user turns to decode (default :data:`REAL_PROMPTS`).
         max_new_tokens: tokens per prompt (EOS stops earlier).
-        threads: torch intra-op threads (default: the cores not already busy).
+        threads: intra-op threads of both runtimes (default: the cores not already busy).
         progress: a progress-bar factory (see :data:`~blockdraft.demo.ngram.Progress`).
         log: hears one line per step (those about training start with ``"training"``).
 
@@ -130,10 +160,18 @@ def run_real_demo(
                 "; its first load dequantises the GGUF file once into the cache (about a "
                 "minute)" if needs_dequantising(model) else ""))
             net = load_model(model, dtype=dtype, heads=heads)
+            torch_net = net
+            if runtime != "torch":
+                from blockdraft.models.runtimes import on_runtime
+
+                log(f"preparing {runtime} ({precision}): a first export takes a few seconds, "
+                    "then it is cached")
+                net = on_runtime(net, runtime, precision, threads=n_threads, log=log)
             heads_name = (_name(heads) if heads is not None else "packaged"
                           if str(model) in KNOWN_MODELS else "the model's own")
         else:
-            net = model
+            net = torch_net = model
+            runtime = str(getattr(net, "runtime", "torch"))
             model_name = str(getattr(getattr(net, "config", None), "name", "") or
                              type(net).__name__)
             heads_name = "given"
@@ -151,19 +189,20 @@ def run_real_demo(
                             "encode its prompts and its n-gram text (save the tokenizer in "
                             "the model folder)")
         h = int(net.h)
-        net_dtype = str(getattr(net.config, "dtype", "") or dtype or "float32")
+        net_dtype = str(getattr(net.config, "dtype", "") or dtype or "float32")  # precision
         eos = tok.eos_id
 
         ngram = prepare_ngram(tok, model_name, corpus, REAL_ORDER, log, progress)
         rescorer = NgramRescorer(ngram.lm, alpha=NGRAM_ALPHA)
-        plan = real_strategies(rescorer, ngram.lm.order)
+        plan = real_strategies(rescorer, ngram.lm.order, runtime)
         ids = encode_prompts(tok, prompts)
         chat = bool(getattr(tok, "has_chat_template", False))
 
         t0 = time.perf_counter()
         log("warming up (one short untimed decode per strategy)")
-        for _, k, p, resc, _ in plan:  # first calls load libraries and allocate: not timed
-            _decode(net, ids[0][:WARMUP_PROMPT], k, p, resc, WARMUP_TOKENS, eos)
+        for st in plan:  # first calls load libraries and allocate: not timed
+            _decode(torch_net if st.torch else net, ids[0][:WARMUP_PROMPT], st, WARMUP_TOKENS,
+                    eos)
         warmup_s = time.perf_counter() - t0
 
         log(f"decoding {len(ids)} {'chat ' if chat else ''}prompts x {len(plan)} strategies, "
@@ -177,9 +216,10 @@ def run_real_demo(
         drafting = [0.0] * len(plan)
         t0 = time.perf_counter()
         for i, s in (jobs if progress is None else progress("decoding")(jobs)):
-            _, k, p, resc, _ = plan[s]
+            st = plan[s]
             t1 = time.perf_counter()
-            tokens, n_calls, draft_s = _decode(net, ids[i], k, p, resc, max_new_tokens, eos)
+            tokens, n_calls, draft_s = _decode(torch_net if st.torch else net, ids[i], st,
+                                               max_new_tokens, eos)
             wall[s] += time.perf_counter() - t1
             drafting[s] += draft_s
             outputs[i, s], calls[i, s] = tokens, n_calls
@@ -188,12 +228,15 @@ def run_real_demo(
         shared: dict[str, object] = {
             "model": model_name, "heads": heads_name, "dtype": net_dtype, "h": h,
             "prompts": len(ids), "max_new": max_new_tokens,
-            "chat": chat, "criterion": "exact",
+            "chat": chat, "criterion": "exact", "runtime": runtime,
+            "precision": precision if runtime != "torch" else net_dtype,
             "order": ngram.lm.order, "ngrams": human_count(sum(ngram.counts)),
             "corpus": ngram.corpus, "threads": n_threads, **environment(),
         }
         rows = []
-        for s, (label, _, _, _, settings) in enumerate(plan):
+        torch_row = next((j for j, st in enumerate(plan) if st.torch), None)
+        for s, st in enumerate(plan):
+            label, settings = st.label, st.settings
             n_tokens = sum(len(outputs[i, s]) for i in range(len(ids)))
             n_calls = sum(calls[i, s] for i in range(len(ids)))
             same = sum(outputs[i, s] == outputs[i, 0] for i in range(len(ids)))
@@ -201,14 +244,17 @@ def run_real_demo(
                 strategy=label, block_efficiency=n_tokens / max(n_calls, 1), tokens=n_tokens,
                 calls=n_calls, wall_s=wall[s], draft_s=drafting[s],
                 speedup=wall[0] / wall[s] if wall[s] else 0.0,
+                speedup_torch=(wall[torch_row] / wall[s] if torch_row is not None and wall[s]
+                               else None),
                 identical=same, prompts=len(ids), settings=settings,
-                signature=format_signature({**shared, **fields(settings)})))
+                signature=_signature(shared, fields(settings))))
 
         out_dir.mkdir(parents=True, exist_ok=True)
         greedy0 = outputs[0, 0]
         view, png = draw_step(net, tok, ids[0], greedy0, out_dir / "demo_lattice.png")
         result = RealDemoResult(
             rows=tuple(rows), model=model_name, heads=heads_name, dtype=net_dtype, h=h,
+            runtime=runtime,
             prompts=prompts, chat=chat, max_new_tokens=max_new_tokens, sample_prompt=prompts[0],
             sample_answer=tok.decode(greedy0, skip_special_tokens=True), lattice=view,
             lattice_png=png, corpus=ngram.corpus, ngram_path=ngram.path,
@@ -222,17 +268,25 @@ def run_real_demo(
         torch.set_num_threads(old_threads)
 
 
-def _decode(model: Any, prompt: list[int], k: int, p: int, rescorer: Any,
-            max_new_tokens: int, eos: int | None) -> tuple[list[int], int, float]:
-    """``(tokens, serial calls, seconds drafting)`` of one strategy on one prompt; ``k = 0``:
-    greedy decoding (one call per token, no drafting)."""
+def _signature(shared: Mapping[str, object], own: Mapping[str, object]) -> str:
+    """The shared settings then the row's own (a row's setting replaces a shared one: the
+    PyTorch loop's runtime)."""
+    from blockdraft.core.signature import format_signature
+
+    return format_signature({**{k: v for k, v in shared.items() if k not in own}, **own})
+
+
+def _decode(model: Any, prompt: list[int], strategy: Strategy, max_new_tokens: int,
+            eos: int | None) -> tuple[list[int], int, float]:
+    """``(tokens, serial calls, seconds drafting)`` of one strategy on one prompt (a greedy
+    loop: one call per token, no drafting)."""
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
 
-    if k == 0:
+    if strategy.drafter is None:
         tokens = greedy_generate(model, prompt, max_new_tokens, eos_id=eos)
         return tokens, len(tokens), 0.0
-    res = decode(model, prompt, rescorer=rescorer, k=k, p=p, criterion="exact",
+    res = decode(model, prompt, drafter=strategy.drafter(), criterion="exact",
                  max_new_tokens=max_new_tokens, eos_id=eos)
     return res.tokens, res.calls, res.draft_s
 

@@ -96,6 +96,7 @@ class DemoResult:
     threads: int
     signature: str
     seconds: float
+    runtime: str = "torch"
 
     def to_dict(self) -> dict[str, object]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -118,7 +119,10 @@ class RealDemoRow:
         wall_s: wall seconds of the decodes (measured in this run, around each call).
         draft_s: the part of ``wall_s`` spent building lattices and drafting (rescoring
             included; 0 for greedy).
-        speedup: greedy's wall seconds / ``wall_s`` (1.0 for greedy).
+        speedup: greedy's wall seconds / ``wall_s`` (1.0 for greedy): over the greedy loop
+            of the same runtime and precision.
+        speedup_torch: the PyTorch greedy loop's wall seconds / ``wall_s`` (None when the
+            demo ran on PyTorch itself).
         identical: prompts whose output equals greedy decoding's, token for token.
         prompts: prompts decoded.
         settings: the row's own part of the signature (``k``, ``p``, ``alpha``, the LM).
@@ -136,6 +140,7 @@ class RealDemoRow:
     prompts: int
     settings: str
     signature: str
+    speedup_torch: float | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -185,8 +190,10 @@ class RealDemoResult:
     Attributes:
         rows: greedy decoding first (the reference), then vanilla heads and the rescored
             strategies, all with the exact criterion.
-        model, heads, dtype: what was loaded (names for the signature).
+        model, heads, dtype: what was loaded (names for the signature); ``dtype`` is the
+            strategies' precision (the runtime's: ``"float32"``, ``"int8"``, ...).
         h: prediction heads, the base head included.
+        runtime: where the strategies ran (``"onnxruntime"``, ``"torch"``).
         prompts: the prompts (user turns), as text.
         chat: whether they were wrapped in the model's chat template (else plain text).
         max_new_tokens: the cap per prompt (EOS stops earlier).
@@ -229,6 +236,7 @@ class RealDemoResult:
     threads: int
     signature: str
     seconds: float
+    runtime: str = "torch"
 
     def to_dict(self) -> dict[str, object]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

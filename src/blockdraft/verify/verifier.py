@@ -293,7 +293,11 @@ class Verifier:
         accept_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        next_logits = model.project(model.head_states(states[node], heads=n_heads))  # (n, V)
+        row = int(np.searchsorted(internal, node))
+        if n_heads == 1 and row < internal.size and internal[row] == node:
+            next_logits = base[row][None]  # (1, V): head 1 at an internal node, already there
+        else:
+            next_logits = model.project(model.head_states(states[node], heads=n_heads))  # (n, V)
         synchronize(dev)
         forward_s += time.perf_counter() - start
         return VerifyOutcome(

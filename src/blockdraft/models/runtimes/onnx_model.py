@@ -57,6 +57,9 @@ def _session(path: Path, threads: int) -> Any:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # warnings about unused initializers are not the user's
+    # ORT's worker threads must not spin after a run: the step's own work between runs (the
+    # lattice's top-k, acceptance) runs on torch's threads, which a spinning pool starves
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types
