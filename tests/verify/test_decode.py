@@ -219,7 +219,7 @@ def test_bad_input(random_model, tiny_ngram, tmp_path) -> None:  # type: ignore[
         with pytest.raises(VerifyError, match=message):
             decode(model, *args, **kwargs)
 
-    raises("the prompt has 33 tokens, more than the model's context max_seq_len = 32",
+    raises("the prompt has 33 tokens, more than max_seq_len = 32, the model's context",
            [1] * 33, max_new_tokens=1)
     raises(r"30 tokens \+ max_new_tokens = 4 needs 33 positions.*max_new_tokens <= 3",
            [1] * 30, max_new_tokens=4)

@@ -16,28 +16,8 @@ import torch
 from blockdraft.core.checks import check_int
 from blockdraft.models.blockwise import BlockwiseLM
 from blockdraft.models.errors import ModelError
+from blockdraft.models.inputs import check_prompt
 from blockdraft.models.protocol import FactoredHeadsModel
-
-
-def as_prompt(prompt_ids: Sequence[int] | np.ndarray | torch.Tensor) -> list[int]:
-    """A prompt as a list of ints (from a list, 1-D numpy array or 1-D tensor).
-
-    Raises:
-        ModelError: when the prompt is empty or not one-dimensional.
-    """
-    if isinstance(prompt_ids, torch.Tensor):
-        prompt_ids = prompt_ids.detach().cpu().numpy()
-    arr = np.asarray(prompt_ids)
-    if arr.ndim != 1:
-        raise ModelError(f"a prompt must be a 1-D sequence of token ids, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ModelError(
-            "the prompt is empty; decoding needs at least one token (start with the EOS id "
-            "as a beginning-of-text token)"
-        )
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise ModelError(f"prompt ids must be integers, got dtype {arr.dtype}")
-    return [int(i) for i in arr]
 
 
 @torch.no_grad()
@@ -70,23 +50,13 @@ def greedy_generate(
             have to read more than ``max_seq_len`` positions (``len(prompt) + max_new_tokens
             - 1`` of them: the last generated token is never fed back).
     """
-    prompt = as_prompt(prompt_ids)
     max_new_tokens = check_int(max_new_tokens, "max_new_tokens", ModelError, minimum=0)
-    if max_new_tokens == 0:
-        return []
     config = getattr(model, "config", None)
     max_len = getattr(model, "max_seq_len", getattr(config, "max_seq_len", None))
-    if max_len is not None and len(prompt) > max_len:
-        raise ModelError(
-            f"the prompt has {len(prompt)} tokens, more than max_seq_len = {max_len} (the "
-            f"model's context); shorten the prompt to at most {max_len} tokens"
-        )
-    if max_len is not None and len(prompt) + max_new_tokens - 1 > max_len:
-        raise ModelError(
-            f"prompt of {len(prompt)} tokens + max_new_tokens = {max_new_tokens} needs "
-            f"{len(prompt) + max_new_tokens - 1} positions, more than max_seq_len = {max_len}; "
-            f"use max_new_tokens <= {max_len - len(prompt) + 1} or a shorter prompt"
-        )
+    # the ids against the vocabulary: the model's own forward checks them (check_input_ids)
+    prompt = check_prompt(prompt_ids, None, max_len, max_new_tokens, ModelError)
+    if max_new_tokens == 0:
+        return []
     was_training = bool(getattr(model, "training", False))
     if isinstance(model, torch.nn.Module):
         model.eval()

@@ -3,6 +3,8 @@
 :class:`~blockdraft.models.hf.HFBlockwiseModel`).
 
 Public surface:
+    check_prompt(prompt_ids, vocab_size, max_seq_len, max_new_tokens, error, where="")
+        -> list[int]      a prompt, checked once where a decode or the greedy reference starts
     check_input_ids(input_ids, vocab_size, device) -> int64 [B, T]
     check_past_fits(past, batch_size, new, device, max_seq_len) -> T_past
 """
@@ -11,11 +13,64 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from blockdraft.models.cache import KVCache
 from blockdraft.models.errors import ModelError
 from blockdraft.models.protocol import DecoderCache
+
+
+def check_prompt(
+    prompt_ids: Any,
+    vocab_size: int | None,
+    max_seq_len: int | None,
+    max_new_tokens: int,
+    error: type[Exception],
+    where: str = "",
+) -> list[int]:
+    """A prompt (1-D token ids: a list, numpy array or tensor) as a list of ints, checked for a
+    decode of ``max_new_tokens`` tokens: the one check of a prompt, for ``decode`` and
+    ``greedy_generate`` alike.
+
+    Args:
+        prompt_ids: the prompt.
+        vocab_size: ``V`` (ids must lie in ``[0, V)``), or None when unknown.
+        max_seq_len: the model's context, or None when unknown.
+        max_new_tokens: tokens the decode may generate; ``len(prompt) + max_new_tokens - 1``
+            positions are read (the last token is never fed back).
+        error: the caller's error class.
+        where: a prefix naming the prompt among several (``"prompt 3: "``).
+
+    Raises:
+        error: an empty, non-1-D or non-integer prompt, an id outside the vocabulary, a
+            prompt longer than the context or one that leaves no room for the new tokens.
+    """
+    if isinstance(prompt_ids, torch.Tensor):
+        prompt_ids = prompt_ids.detach().cpu().numpy()
+    arr = np.asarray(prompt_ids)
+    if arr.size == 0:
+        raise error(f"{where}the prompt is empty; decoding needs at least one token (start "
+                    "with a beginning-of-text id, e.g. the EOS id)")
+    if arr.ndim != 1:
+        raise error(f"{where}a prompt must be 1-D token ids, got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise error(f"{where}prompt ids must be integers, got dtype {arr.dtype}")
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or (vocab_size is not None and hi >= vocab_size):
+        raise error(f"{where}token id {lo if lo < 0 else hi} is outside the model's vocabulary "
+                    f"[0, {vocab_size}); was the text encoded with this model's tokenizer?")
+    if max_seq_len is not None:
+        if arr.size > max_seq_len:
+            raise error(f"{where}the prompt has {arr.size} tokens, more than max_seq_len = "
+                        f"{max_seq_len}, the model's context; shorten the prompt to at most "
+                        f"{max_seq_len} tokens")
+        if max_new_tokens and arr.size + max_new_tokens - 1 > max_seq_len:
+            raise error(f"{where}a prompt of {arr.size} tokens + max_new_tokens = "
+                        f"{max_new_tokens} needs {arr.size + max_new_tokens - 1} positions, "
+                        f"more than max_seq_len = {max_seq_len}; use max_new_tokens <= "
+                        f"{max_seq_len - arr.size + 1} or a shorter prompt")
+    return [int(t) for t in arr]
 
 
 def check_input_ids(input_ids: Any, vocab_size: int, device: torch.device) -> torch.Tensor:

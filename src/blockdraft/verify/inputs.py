@@ -19,6 +19,7 @@ from blockdraft.core.checks import check_int, is_int
 from blockdraft.core.errors import BlockdraftError
 from blockdraft.drafts.heads import HeadDrafter
 from blockdraft.drafts.protocol import Drafter
+from blockdraft.models.inputs import check_prompt
 from blockdraft.verify.criteria import VerifyError
 from blockdraft.verify.verifier import Verifier, model_device
 
@@ -93,8 +94,8 @@ def check_decode_inputs(
     _check_rescorer_vocab(base, rescorer, vocab_size)
     prompts, batched = _split_prompts(prompt_ids)
     checked = tuple(
-        _as_prompt(x, vocab_size, verifier.max_seq_len, max_new_tokens,
-                   f"prompt {i}: " if batched else "")
+        check_prompt(x, vocab_size, verifier.max_seq_len, max_new_tokens, VerifyError,
+                     f"prompt {i}: " if batched else "")
         for i, x in enumerate(prompts)
     )
     return DecodeInputs(
@@ -158,40 +159,3 @@ def _split_prompts(prompt_ids: Any) -> tuple[list[Any], bool]:
     if _is_sequence_of_prompts(prompt_ids):
         return list(prompt_ids), True
     return [prompt_ids], False
-
-
-def _as_prompt(
-    ids: Any, vocab_size: int | None, max_seq_len: int | None, max_new_tokens: int, where: str
-) -> list[int]:
-    if isinstance(ids, torch.Tensor):
-        ids = ids.detach().cpu().numpy()
-    arr = np.asarray(ids)
-    if arr.size == 0:
-        raise VerifyError(
-            f"{where}the prompt is empty; decoding needs at least one token (start with a "
-            "beginning-of-text id, e.g. the EOS id)"
-        )
-    if arr.ndim != 1:
-        raise VerifyError(f"{where}a prompt must be 1-D token ids, got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise VerifyError(f"{where}prompt ids must be integers, got dtype {arr.dtype}")
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or (vocab_size is not None and hi >= vocab_size):
-        raise VerifyError(
-            f"{where}token id {lo if lo < 0 else hi} is outside the model's vocabulary "
-            f"[0, {vocab_size}); was the text encoded with this model's tokenizer?"
-        )
-    if max_seq_len is not None:
-        if arr.size > max_seq_len:
-            raise VerifyError(
-                f"{where}the prompt has {arr.size} tokens, more than the model's context "
-                f"max_seq_len = {max_seq_len}; truncate it"
-            )
-        if max_new_tokens and arr.size + max_new_tokens - 1 > max_seq_len:
-            raise VerifyError(
-                f"{where}a prompt of {arr.size} tokens + max_new_tokens = {max_new_tokens} "
-                f"needs {arr.size + max_new_tokens - 1} positions, more than max_seq_len = "
-                f"{max_seq_len}; use max_new_tokens <= {max_seq_len - arr.size + 1} or a "
-                "shorter prompt"
-            )
-    return [int(t) for t in arr]

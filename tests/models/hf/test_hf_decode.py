@@ -161,7 +161,7 @@ def test_online_decode_equals_offline_simulation(models: Any, tmp_path: Path, ki
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_the_models_context_is_enforced(hf_model: Any, kind: str) -> None:
     model = hf_model(kind, heads="copy", max_positions=32)
-    with pytest.raises(VerifyError, match="more than the model's context max_seq_len = 32"):
+    with pytest.raises(VerifyError, match="more than max_seq_len = 32, the model's context"):
         decode(model, list(range(2, 35)), max_new_tokens=4)
     with pytest.raises(VerifyError, match=r"needs 33 positions, more than max_seq_len = 32"):
         decode(model, list(range(2, 22)), max_new_tokens=14)
