@@ -10,8 +10,9 @@
 """
 
 from blockdraft.verify.acceptance import tree_accepted, tree_winner
-from blockdraft.verify.criteria import CRITERIA, Criterion, VerifyError
+from blockdraft.verify.criteria import CRITERIA, Criterion
 from blockdraft.verify.decode import DecodeResult, DecodeStep, Drafter, accept, decode, predict
+from blockdraft.verify.errors import VerifyError
 from blockdraft.verify.verifier import HeadsModel, Verifier, VerifyOutcome
 
 __all__ = [

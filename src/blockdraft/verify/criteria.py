@@ -27,7 +27,7 @@ Public surface (tensors are torch, on any device; numpy arrays are converted):
     token_rank(drafted, logits) -> rank [...]      0-based rank, ties to the smaller id
     Criterion(name, params)                        a validated, frozen choice of the above
         .accept_lengths(tokens [p, h], logits [p, h, V]) -> n [p]
-    VerifyError                                    the verify room's error class
+    VerifyError                                    the verify room's error class (errors.py)
 
 Conventions: ``drafted`` is int ``[p, m]`` (the draft tokens being checked, ``d_2 ..
 d_{1+m}``) and ``logits`` float ``[p, m, V]`` the base head's *raw* logits at the positions
@@ -54,14 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from blockdraft.core.errors import BlockdraftError
-
-
-class VerifyError(BlockdraftError, ValueError):
-    """The verifier or the decode loop was given invalid input.
-
-    Messages name the offending value and say what to do about it.
-    """
+from blockdraft.verify.errors import VerifyError
 
 
 def _as_tensors(drafted: Any, logits: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -55,7 +55,8 @@ from blockdraft.drafts.protocol import Drafter, TreeDrafter
 from blockdraft.drafts.trees import TrieDrafter
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.models.protocol import HeadsModel
-from blockdraft.verify.criteria import Criterion, VerifyError
+from blockdraft.verify.criteria import Criterion
+from blockdraft.verify.errors import VerifyError
 from blockdraft.verify.inputs import check_decode_inputs
 from blockdraft.verify.records import DecodeResult, DecodeStep
 from blockdraft.verify.verifier import Verifier, VerifyOutcome, synchronize

@@ -20,7 +20,7 @@ from blockdraft.core.errors import BlockdraftError
 from blockdraft.drafts.heads import HeadDrafter
 from blockdraft.drafts.protocol import Drafter
 from blockdraft.models.inputs import check_prompt
-from blockdraft.verify.criteria import VerifyError
+from blockdraft.verify.errors import VerifyError
 from blockdraft.verify.verifier import Verifier, model_device
 
 

@@ -46,7 +46,8 @@ from blockdraft.verify.acceptance import (
     row_nodes,
     tree_winner,
 )
-from blockdraft.verify.criteria import Criterion, VerifyError
+from blockdraft.verify.criteria import Criterion
+from blockdraft.verify.errors import VerifyError
 
 
 def model_limit(model: Any, name: str) -> int | None:
