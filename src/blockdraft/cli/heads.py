@@ -1,6 +1,9 @@
 """``blockdraft heads``: Medusa heads for a Hugging Face base model, by self-distillation on a
 frozen base (docs/definitions.md sec. 10; docs/real-models.md, "Training heads").
 
+    heads prompts   distillation prompts that look like what users ask: kinds of requests
+                    mixed by declared weights over the shared data (``<out>.mix.json`` records
+                    the mix)
     heads distill   the base's greedy answers and final hidden states on training prompts: a
                     distillation set, cached and resumable (a run stops between shards)
     heads train     the data step (or the set it left), then the heads, written in Medusa
@@ -294,12 +297,55 @@ def cmd_heads_curve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_heads_prompts(args: argparse.Namespace) -> int:
+    from blockdraft.training.heads.mix import DEFAULT_WEIGHTS, build_mix, write_mix
+
+    out = Path(args.out)
+    output_mode(out, what="a prompt file", error=CliError, overwrite=args.overwrite,
+                folder=False)
+    weights = dict(DEFAULT_WEIGHTS)
+    if args.weights:
+        weights = {k: 0.0 for k in weights}
+        for part in args.weights.split(","):
+            kind, _, value = part.partition("=")
+            try:
+                weights[kind.strip()] = float(value)
+            except ValueError:
+                raise CliError(f"--weights {part!r}: expected KIND=NUMBER (kinds: "
+                               f"{', '.join(DEFAULT_WEIGHTS)})") from None
+    prompts, record = build_mix(args.data, args.n, weights, seed=args.seed)
+    record["command"] = _command(args)
+    meta = write_mix(out, prompts, record)
+    if args.json:
+        print_json({"out": str(out), "record": str(meta), **record})
+        return 0
+    print_table(f"{len(prompts)} prompts: {out}", ["kind", "weight", "prompts"],
+                [(k, f"{record['weights'][k]:.2f}", record["counts"][k])
+                 for k in record["counts"]],
+                caption=f"{record['distinct']} distinct; the mix: {meta}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------ parser
 
 
 def add_parsers(sub: Any) -> None:
     """``heads distill``, ``heads train`` and ``heads curve``."""
     group = add_group(sub, "heads", "Medusa heads for a Hugging Face model, by self-distillation")
+    p = add_command(group, "prompts",
+                    "distillation prompts that look like what users ask, kinds mixed by "
+                    "declared weights over the shared data", cmd_heads_prompts)
+    p.add_argument("--data", type=Path, required=True,
+                   help="the shared data folder (corpus/ and prompts/ are read)")
+    p.add_argument("-n", type=positive_int, default=40000, help="prompts to make")
+    p.add_argument("--weights", default="",
+                   help="KIND=WEIGHT,... (default: instructions=0.20,explain=0.17,howto=0.15,"
+                        "summarize=0.15,rewrite=0.13,reasoning=0.12,t0=0.08); unnamed kinds 0")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--out", type=Path, required=True,
+                   help="the prompt file (JSON lines; its mix beside it as .mix.json)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p = add_command(group, "distill",
                     "the base's greedy answers and final hidden states on training prompts "
                     "(cached and resumable)", cmd_heads_distill)

@@ -5,6 +5,7 @@ docs/definitions.md sec. 10. Prompts are training data only (never evaluation te
 Public surface:
     MIN_PROMPTS                                2: one held out, one to train on
     read_prompts(paths) -> list[str]           ``{"source", "prompt"}`` JSON lines
+    read_prompts_with_sources(paths) -> list[(source, prompt)]
     split_prompts(n, seed, fraction, minimum) -> (train, heldout)   index arrays, disjoint
     format_prompts(tokenizer, texts) -> list[list[int]]             the chat template
     hash_prompts(prompt_ids) -> str                                 the data's identity
@@ -35,7 +36,18 @@ def read_prompts(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
         TrainingError: a missing file, a line that is not a JSON object with a string
             ``"prompt"``, or no prompts at all.
     """
-    texts: list[str] = []
+    return [prompt for _, prompt in read_prompts_with_sources(paths)]
+
+
+def read_prompts_with_sources(paths: Sequence[str | os.PathLike[str]]
+                              ) -> list[tuple[str, str]]:
+    """``(source, prompt)`` of every line of the given JSON-lines files, in order (``source``
+    is the line's ``"source"`` string, ``""`` when it has none).
+
+    Raises:
+        TrainingError: as :func:`read_prompts`.
+    """
+    items: list[tuple[str, str]] = []
     for path in paths:
         p = Path(path)
         if not p.is_file():
@@ -47,14 +59,15 @@ def read_prompts(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
                     raise TrainingError(
                         f'{p}:{number}: expected an object with a string "prompt" '
                         '(one {"source": ..., "prompt": ...} a line)')
-                texts.append(obj["prompt"])
+                source = obj.get("source")
+                items.append((source if isinstance(source, str) else "", obj["prompt"]))
         except UnicodeDecodeError as e:
             raise TrainingError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); "
                                 "re-encode the file as UTF-8") from None
-    if not texts:
+    if not items:
         raise TrainingError("no prompts in " + ", ".join(str(p) for p in paths)
                             + ' (JSON lines of {"source": ..., "prompt": ...} expected)')
-    return texts
+    return items
 
 
 def split_prompts(
