@@ -390,7 +390,7 @@ def _run(models: dict[str, Any], cases: Sequence[PromptCase], strategies: Sequen
                     errors.append({"task": case.task, "case": i, "strategy": name,
                                    "error": f"{type(e).__name__}: {e}"})
                     bar.console.print(f"{case.task} #{i}: {name} FAILED: {errors[-1]['error']}",
-                                      highlight=False)
+                                      highlight=False, markup=False)
                     bar.advance(job)
                     continue
                 own[name] = tokens
@@ -423,7 +423,7 @@ def _run(models: dict[str, Any], cases: Sequence[PromptCase], strategies: Sequen
                     + ", ".join(f"{r['strategy']} {r['speedup']:.2f}x"
                                 + ("" if r["identical"] else " (differs)")
                                 for r in rows if r["case"] == i and r["strategy"] != ref_name),
-                    highlight=False)
+                    highlight=False, markup=False)
     return {"rows": rows, "outputs": outputs, "errors": errors}
 
 

@@ -96,7 +96,6 @@ class DemoResult:
     threads: int
     signature: str
     seconds: float
-    runtime: str = "torch"
 
     def to_dict(self) -> dict[str, object]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -48,6 +48,20 @@ class FactoredHeadsLM:
             x = x[:, -1:]  # (B, 1, d)
         return model.project(model.head_states(x)), cache  # (B, T, h, V)
 
+    def heads_kept(self, heads: int | None) -> int:
+        """How many heads ``head_states(x, heads)`` keeps: ``heads``, default every one.
+
+        Raises:
+            ModelError: when ``heads`` is not an integer in ``[1, h]``.
+        """
+        from blockdraft.models.errors import ModelError
+
+        h = int(self.h)  # type: ignore[attr-defined]
+        n = h if heads is None else heads
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= h:
+            raise ModelError(f"heads must be an integer in [1, {h}], got {heads!r}")
+        return n
+
     def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
         """Same as :meth:`heads_logits` (same arguments)."""
         return self.heads_logits(*args, **kwargs)

@@ -148,6 +148,8 @@ class Verifier:
         self.h: int | None = model_limit(model, "h")
         self.criterion.check_model(self.vocab_size, self.h)
         self._heads = as_factored(model)
+        # a runtime whose tree forwards are not lossless (ONNX Runtime int8) verifies chains only
+        self._trees_ok = bool(getattr(model, "exact_trees", True)) or not self.criterion.lossless
 
     @property
     def device(self) -> torch.device:
@@ -264,6 +266,13 @@ class Verifier:
         start = time.perf_counter()
         if is_chain(tree):  # one draft: a causal forward at the next positions
             x, cache = model.hidden(tokens, past)
+        elif not self._trees_ok:
+            raise VerifyError(
+                f"{type(self.model).__name__} ({getattr(self.model, 'precision', '?')}) verifies "
+                "one draft a step losslessly but not a token tree: its integer rounding turns "
+                "the last bits of a tree's attention sums into other tokens. Draft one path a "
+                "step (vanilla heads, an n-gram rescored draft, prompt lookup), use precision "
+                "float32 for trees and p > 1, or a lossy criterion")
         else:
             positions = torch.tensor(past.length + tree.depths, device=dev)  # (N,)
             mask = torch.tensor(tree.ancestor_mask(), device=dev)  # (N, N)

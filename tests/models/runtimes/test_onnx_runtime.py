@@ -130,12 +130,17 @@ def test_chunks_are_bit_identical_to_single_tokens(kind: str, precision: str) ->
 @pytest.mark.parametrize("precision", ["float32", "int8"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_decode_is_its_own_greedy(kind: str, precision: str) -> None:
+    from blockdraft.drafts import LookupDrafter
+
     ort = on_runtime(tiny(kind, seed=2), "onnxruntime", precision)
     prompt = [5, 9, 2, 33, 7, 8, 9, 10, 11]
     want = greedy_generate(ort, prompt, 30)
-    for kw in ({"p": 1}, {"p": 3}, {"p": 3, "tree": True}, {"p": 4, "iad": True},
-               {"tree": ConfidenceTreeDrafter(k=3, budget=10)}):
-        res = decode(ort, prompt, k=4, max_new_tokens=30, **kw)  # type: ignore[arg-type]
+    chains: list[dict[str, Any]] = [{"p": 1}, {"drafter": LookupDrafter()}]
+    trees: list[dict[str, Any]] = [{"p": 3}, {"p": 3, "tree": True}, {"p": 4, "iad": True},
+                                   {"tree": ConfidenceTreeDrafter(k=3, budget=10)}]
+    for kw in chains + (trees if precision == "float32" else []):  # int8: chains only
+        res = decode(ort, prompt, max_new_tokens=30, **({"k": 4} if "drafter" not in kw
+                                                         and "tree" not in kw else {}), **kw)
         assert res.tokens == want, kw
 
 
@@ -235,3 +240,51 @@ def test_refusals() -> None:
     with pytest.raises(ModelError, match=r"not 'int8' \(precision 'int8' needs runtime "
                                          r"'onnxruntime'\)"):
         on_runtime(tiny("llama"), "torch", "int8")
+
+
+def test_traces_and_every_criterion_run_on_it(tmp_path: Path) -> None:
+    """The oracle's trace and the lossy criteria go through the same protocol."""
+    from blockdraft.drafts import HeadDrafter
+    from blockdraft.oracle import simulate
+    from blockdraft.oracle.record import record_trace
+
+    model = tiny("llama", seed=5)
+    ort = on_runtime(model, "onnxruntime", "float32")
+    prompts = [[5, 9, 2, 33], [7, 3, 1]]
+    theirs = record_trace(model, prompts, tmp_path / "torch", max_new_tokens=12, K=4)
+    ours = record_trace(ort, prompts, tmp_path / "ort", max_new_tokens=12, K=4)
+    for a, b in zip(theirs, ours, strict=True):
+        assert np.array_equal(a.greedy_ids, b.greedy_ids)
+        np.testing.assert_allclose(a.topk_logprobs, b.topk_logprobs, atol=1e-3)
+    vanilla = simulate(ours, HeadDrafter(k=1, p=1))
+    assert vanilla.block_efficiency == pytest.approx(
+        simulate(theirs, HeadDrafter(k=1, p=1)).block_efficiency)
+    online = [decode(ort, p, k=1, p=1, max_new_tokens=12) for p in prompts]
+    assert sum(len(r.tokens) for r in online) / sum(r.calls for r in online) == pytest.approx(
+        vanilla.block_efficiency)
+    for criterion in ("topk:k=3", "distance:eps=2", "min_block:l=2", "gadpp:beta=3,tau=2.0",
+                      "typical:eps=0.3,delta=0.09"):
+        want = decode(model, prompts[0], k=3, p=2, criterion=criterion, max_new_tokens=12)
+        got = decode(ort, prompts[0], k=3, p=2, criterion=criterion, max_new_tokens=12)
+        assert got.tokens == want.tokens and got.accept_lengths == want.accept_lengths, criterion
+
+
+def test_int8_verifies_chains_and_refuses_trees_with_the_exact_criterion() -> None:
+    """int8 is bit-exact per token for one draft a step, not for a tree (module docstring)."""
+    from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
+    from blockdraft.verify import VerifyError
+
+    ort = _cached_ort("llama", 1)
+    int8 = on_runtime(tiny("llama", seed=1), "onnxruntime", "int8")
+    assert ort.exact_trees and not int8.exact_trees
+    prompt = [5, 9, 2, 33, 5, 9]
+    want = greedy_generate(int8, prompt, 20)
+    for drafter in (HeadDrafter(k=1, p=1), LookupDrafter(), HeadDrafter(k=4, p=1)):
+        assert decode(int8, prompt, drafter=drafter, max_new_tokens=20).tokens == want
+    with pytest.raises(VerifyError, match="not a token tree"):
+        decode(int8, prompt, k=4, p=3, max_new_tokens=20)
+    with pytest.raises(VerifyError, match="not a token tree"):
+        decode(int8, prompt, max_new_tokens=20, drafter=CombinedDrafter(
+            HeadDrafter(k=1, p=1), LookupDrafter(lengths=(9,))))
+    lossy = decode(int8, prompt, k=4, p=3, criterion="topk:k=2", max_new_tokens=20)
+    assert len(lossy.tokens) == 20  # a lossy criterion on trees is the user's choice

@@ -387,9 +387,7 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         Raises:
             ModelError: when ``heads`` is outside ``[1, h]``.
         """
-        n = self.h if heads is None else heads
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.h:
-            raise ModelError(f"heads must be an integer in [1, {self.h}], got {heads!r}")
+        n = self.heads_kept(heads)
         if n == 1:
             return x.unsqueeze(-2)  # (..., 1, d)
         return torch.cat((x.unsqueeze(-2), self.heads(x, n - 1)), dim=-2)  # (..., n, d)
