@@ -7,7 +7,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.blockdraft-installed
 
 .PHONY: setup test test-all test-latest lock demo lint bench bench-quick bench-rescore bench-steps clean \
-	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup bench-trees
+	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup bench-trees bench-costs
 
 setup: $(STAMP) build/kenlm/.stamp
 
@@ -56,7 +56,16 @@ bench-steps: setup
 # End to end on the real model (SmolLM2 + Medusa heads), peers beside: benchmarks/results/real/.
 # llama.cpp peers only after `make bench-real-peers-setup` (compiles llama-cpp-python, ~5 min).
 bench-real: setup
-	$(PY) benchmarks/bench_real.py --full
+	$(PY) benchmarks/bench_real.py --full --k 16 --p 4 --p-verify trie --tree-budget 4 \
+		--runtimes torch:float32,onnxruntime:float32,onnxruntime:int8 \
+		--strategies vanilla,pbest0,ngram,pbest-ngram,rescored-tree,iad,vanilla-iad,lookup,vanilla-lookup \
+		--runtime-strategies "pt32=vanilla,lookup;ort8=vanilla,lookup" --threads 1
+
+# The verification cost curve per runtime (benchmarks/results/costs/).
+bench-costs: setup
+	$(PY) benchmarks/bench_costs.py --model smollm2 \
+		--variants torch:float32,onnxruntime:float32,onnxruntime:int8 --threads 1 \
+		--out benchmarks/results/costs
 
 bench-real-quick: setup
 	$(PY) benchmarks/bench_real.py
