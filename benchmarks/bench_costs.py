@@ -47,6 +47,7 @@ from real_report import save_figure, write_files  # noqa: E402
 
 from blockdraft.core.signature import environment, format_signature  # noqa: E402
 from blockdraft.core.tree import DraftTree  # noqa: E402
+from blockdraft.models.protocol import as_factored  # noqa: E402
 from blockdraft.verify import Verifier  # noqa: E402
 
 SIZES = (1, 2, 4, 6, 8, 16, 32, 64)
@@ -137,7 +138,7 @@ def _calls(verifier: Verifier, past: Any, trees: dict[int, DraftTree],
            chains: dict[int, torch.Tensor], dev: torch.device, sizes: list[int]
            ) -> list[tuple[str, Any]]:
     """One round's timed calls of a variant: ``(key, zero-argument function)``."""
-    heads = verifier._heads
+    heads = as_factored(verifier.model)
 
     def forward(ids: torch.Tensor, tree: DraftTree | None = None) -> None:
         kw = {} if tree is None else {

@@ -261,11 +261,13 @@ def test_decode_command_is_lossless_and_reports_b(tmp_path, capsys):
     base = ["decode", "--model", str(tmp_path / "m"), "--prompt", "the value of item 4",
             "--max-new-tokens", "12", "--k", "4", "--compare-greedy", "--json"]
     for extra in ([], ["--lm", str(lm), "--p", "3"],
-                  ["--rescorer-model", str(tmp_path / "r"), "--neural-backend", "torch"]):
+                  ["--rescorer-model", str(tmp_path / "r"), "--neural-backend", "torch"],
+                  ["--lookup"], ["--lm", str(lm), "--lookup", "--iad"]):
         assert main(base + extra) == 0
         out = json.loads(capsys.readouterr().out)
-        assert 1.0 <= out["block_efficiency"] <= 4.0 and out["greedy_s"] > 0
+        assert 1.0 <= out["block_efficiency"] <= 12.0 and out["greedy_s"] > 0
         assert len(out["tokens"]) <= 12
+        assert ("lookup" in out["drafter"]) == ("--lookup" in extra), out["drafter"]
     assert main(base + ["--criterion", "topk:k=0"]) == 1
     assert "blockdraft: error" in capsys.readouterr().err
     # A rescoring LM saved with another tokenizer of the same size: its ids fit the model's

@@ -359,9 +359,16 @@ def cmd_decode(args: argparse.Namespace) -> int:
         rescorer = NeuralRescorer(str(args.rescorer_model), alpha=args.alpha,
                                   backend=args.neural_backend)
     criterion = Criterion.parse(args.criterion)
+    drafter = None
+    if args.lookup:  # prompt lookup's draft beside the heads' (rescored) drafts
+        from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
+
+        drafter = CombinedDrafter(HeadDrafter(k=args.k, p=args.p, rescorer=rescorer),
+                                  LookupDrafter())
+        rescorer = None
     res = decode(model, prompt, rescorer=rescorer, k=args.k, p=args.p, criterion=criterion,
                  max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, device=args.device,
-                 iad=args.iad)
+                 iad=args.iad, drafter=drafter)
     assert not isinstance(res, list)
     greedy_s = None
     if args.compare_greedy:
@@ -543,6 +550,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--criterion", default="exact",
                    help='acceptance criterion, e.g. "exact", "topk:k=4", "gad++:beta=5,tau=3"')
     p.add_argument("--iad", action="store_true", help="add an input-guided draft")
+    p.add_argument("--lookup", action="store_true",
+                   help="add the prompt-lookup draft (the longest recent n-gram match over the "
+                        "prompt and the output) beside the heads' drafts")
     p.add_argument("--compare-greedy", action="store_true",
                    help="also time plain greedy decoding (and check losslessness)")
     p.add_argument("--device", type=device_name, default="cpu",

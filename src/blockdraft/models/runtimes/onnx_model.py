@@ -45,7 +45,7 @@ from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.inputs import check_input_ids, check_past_fits
 from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer
 from blockdraft.models.runtimes.onnx_export import ensure_export
-from blockdraft.models.runtimes.onnx_graph import EXTRA_ROWS, MASKED, GraphSpec
+from blockdraft.models.runtimes.onnx_graph import EXTRA_ROWS, MASKED
 
 
 def _session(path: Path, threads: int) -> Any:
@@ -320,7 +320,3 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         out = np.concatenate(parts, axis=1)  # (M, n, V)
         return torch.from_numpy(out).reshape(*lead, n, -1)
 
-
-def spec_of(model: OrtBlockwiseModel) -> GraphSpec:
-    """The graph sizes of a loaded model (for signatures and the GPU check)."""
-    return model.spec
