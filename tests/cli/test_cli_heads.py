@@ -218,3 +218,24 @@ def test_working_folders_of_other_files_are_refused(tmp_path: Path, capsys: Any)
                         "--resume"], 1)
     _one_line(err, "is not a distillation folder")
     assert _tree(mine) == {"notes.txt": b"mine\n"}
+
+
+def test_the_prompt_mix_is_recorded_in_the_heads(base: dict[str, Path], tmp_path: Path,
+                                                 capsys: Any) -> None:
+    """Heads trained on a `heads prompts` file name its declared mix in their README and
+    signature (the chat-heads issue: record the mix)."""
+    from blockdraft.training.heads.mix import write_mix
+
+    rows = [{"source": "explain:test", "prompt": q} for q in QUESTIONS]
+    record = {"format": "blockdraft-prompt-mix", "n": 10, "seed": 7,
+              "weights": {"explain": 0.7, "rewrite": 0.3, "t0": 0.0},
+              "counts": {"explain": 7, "rewrite": 3}}
+    prompts = tmp_path / "mix.jsonl"
+    write_mix(prompts, rows, record)
+    argv = [a if a != str(base["prompts"]) else str(prompts)
+            for a in _train_args(base, tmp_path, tmp_path / "heads")]
+    _run(capsys, argv)
+    readme = (tmp_path / "heads" / "README.md").read_text()
+    assert "Prompt mix of mix.jsonl: explain=0.70,rewrite=0.30 (10 prompts, seed 7" in readme
+    signature = json.loads((tmp_path / "heads" / "curve.json").read_text())["signature"]
+    assert "mix:explain=0.70,rewrite=0.30" in signature

@@ -24,11 +24,14 @@ Public surface:
     DEFAULT_WEIGHTS, KINDS
     build_mix(data_root, n, weights=DEFAULT_WEIGHTS, seed=0) -> (prompts, record)
     write_mix(path, prompts, record)
+    read_mix(path) -> record | None          the record beside a prompt file, if any
+    describe_mix(record) -> str              "instructions=0.20,explain=0.17,..." (signatures)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -262,3 +265,21 @@ def write_mix(path: str | Path, prompts: list[dict[str, str]], record: Mapping[s
     meta = target.with_name(target.name + ".mix.json")
     write_text_atomic(meta, json.dumps(dict(record), indent=1) + "\n")
     return meta
+
+
+def read_mix(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The record ``<path>.mix.json`` :func:`write_mix` wrote beside a prompt file, or None
+    (a prompt file made otherwise, or a record that does not parse)."""
+    meta = Path(path).with_name(Path(path).name + ".mix.json")
+    try:
+        record = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("format") == \
+        "blockdraft-prompt-mix" else None
+
+
+def describe_mix(record: Mapping[str, Any]) -> str:
+    """The mix as ``kind=weight`` pairs (kinds with a weight), for signatures."""
+    weights = record.get("weights", {})
+    return ",".join(f"{k}={float(w):.2f}" for k, w in weights.items() if float(w) > 0)

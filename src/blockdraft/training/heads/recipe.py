@@ -30,6 +30,7 @@ import torch
 from blockdraft.core.files import atomic_directory, atomic_path, cache_dir, write_text_atomic
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.training.heads.distill import distill
+from blockdraft.training.heads.mix import describe_mix, read_mix
 from blockdraft.training.heads.progress import log_line
 from blockdraft.training.heads.trainer import (
     CURVE_FILE,
@@ -181,9 +182,13 @@ def train_medusa_heads(
     folder = Path(work) if work is not None else cache_dir(
         "medusa-train", hashlib.sha256(json.dumps(
             [asdict(run), data_key(dset)], sort_keys=True).encode()).hexdigest()[:12])
+    mixes = [(Path(p).name, m) for p in prompts if (m := read_mix(p)) is not None]
+    extra: dict[str, Any] = {"base": base}
+    if mixes:  # the declared mix of the prompt files (blockdraft heads prompts)
+        extra["mix"] = "+".join(describe_mix(m) for _, m in mixes)
     t0 = time.monotonic()
     result = train_heads(dset, lm_head, folder, run, minutes=minutes, progress=progress, log=log,
-                         extra_signature={"base": base})
+                         extra_signature=extra)
     train_seconds = time.monotonic() - t0
     summary = dset.summary()
     readme = (
@@ -200,7 +205,9 @@ def train_medusa_heads(
         f"Data: {summary['train_prompts']} training prompts, {summary['train_tokens']} answer "
         f"tokens; held out {summary['heldout_prompts']} prompts, {summary['heldout_tokens']} "
         f"tokens (scored on up to {run.eval_positions} held-out positions).\n\n"
-        "Held-out accuracy against the base's greedy token at that offset (the evaluation "
+        + "".join(f"Prompt mix of {name}: {describe_mix(m)} ({m.get('n')} prompts, seed "
+                  f"{m.get('seed')}; counts {m.get('counts')}).\n\n" for name, m in mixes)
+        + "Held-out accuracy against the base's greedy token at that offset (the evaluation "
         f"at step {result.best_step}, whose heads these are: the best mean top-1):\n\n"
         + _table(result.curve, result.best_step)
         + f"\nSignature: `{result.signature}`\n\nThe learning curve: `curve.json`, `curve.png`.\n")
