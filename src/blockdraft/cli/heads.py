@@ -4,6 +4,9 @@ frozen base (docs/definitions.md sec. 10; docs/real-models.md, "Training heads")
     heads prompts   distillation prompts that look like what users ask: kinds of requests
                     mixed by declared weights over the shared data (``<out>.mix.json`` records
                     the mix)
+    heads questions questions the base writes about passages of the corpora (self-instruct)
+    heads follow-ups  multi-turn prompts: a training prompt, the base's answer (from a
+                    distillation set) and a follow-up request
     heads distill   the base's greedy answers and final hidden states on training prompts: a
                     distillation set, cached and resumable (a run stops between shards)
     heads train     the data step (or the set it left), then the heads, written in Medusa
@@ -326,11 +329,65 @@ def cmd_heads_prompts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_prompts(args: argparse.Namespace, prompts: list[dict[str, Any]],
+                   record: dict[str, Any], kind: str) -> int:
+    """Write a prompt file and its record (as ``heads prompts`` does) and report them."""
+    from blockdraft.training.heads.mix import write_mix
+
+    record["command"] = _command(args)
+    meta = write_mix(args.out, prompts, record)
+    if args.json:
+        print_json({"out": str(args.out), "record": str(meta), **record})
+        return 0
+    print_table(f"{len(prompts)} {kind}: {args.out}", ["source", "prompts"],
+                sorted(record["origins"].items()), caption=f"the record: {meta}")
+    return 0
+
+
+def cmd_heads_followups(args: argparse.Namespace) -> int:
+    from blockdraft.models.hf.loading import load_causal_lm
+    from blockdraft.training.heads.followups import build_followups
+
+    output_mode(args.out, what="a prompt file", error=CliError, overwrite=args.overwrite,
+                folder=False)
+    _, tokenizer = load_causal_lm(args.base)
+    if tokenizer is None:
+        raise CliError(f"{args.base!r} has no tokenizer: cannot apply the chat template")
+    prompts, record = build_followups(args.distill, [str(p) for p in args.prompts], tokenizer,
+                                      args.n, seed=args.seed,
+                                      min_answer_tokens=args.min_answer_tokens)
+    return _write_prompts(args, prompts, record, "follow-up conversations")
+
+
+def cmd_heads_questions(args: argparse.Namespace) -> int:
+    from blockdraft.training.heads.questions import self_instruct
+
+    output_mode(args.out, what="a prompt file", error=CliError, overwrite=args.overwrite,
+                folder=False)
+    prompts, record = self_instruct(
+        args.base, args.data, args.n, seed=args.seed, dtype=args.dtype,
+        batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+        oversample=args.oversample, threads=args.threads)
+    if not prompts:
+        raise CliError(f"the base wrote no usable question in {record['generation']['asked']} "
+                       "answers; nothing written")
+    return _write_prompts(args, prompts, record, "questions")
+
+
 # ------------------------------------------------------------------------------------ parser
 
 
+def _prompt_file_arguments(p: argparse.ArgumentParser) -> None:
+    """The options every command that writes a prompt file shares."""
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--out", type=Path, required=True,
+                   help="the prompt file (JSON lines; its record beside it as .mix.json)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+
+
 def add_parsers(sub: Any) -> None:
-    """``heads distill``, ``heads train`` and ``heads curve``."""
+    """``heads prompts|questions|follow-ups|distill|train|curve``."""
     group = add_group(sub, "heads", "Medusa heads for a Hugging Face model, by self-distillation")
     p = add_command(group, "prompts",
                     "distillation prompts that look like what users ask, kinds mixed by "
@@ -341,11 +398,35 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--weights", default="",
                    help="KIND=WEIGHT,... (default: instructions=0.20,explain=0.17,howto=0.15,"
                         "summarize=0.15,rewrite=0.13,reasoning=0.12,t0=0.08); unnamed kinds 0")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("-o", "--out", type=Path, required=True,
-                   help="the prompt file (JSON lines; its mix beside it as .mix.json)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    _prompt_file_arguments(p)
+    p = add_command(group, "questions",
+                    "questions the base writes about passages of the shared corpora "
+                    "(self-instruct prompts)", cmd_heads_questions)
+    p.add_argument("--data", type=Path, required=True,
+                   help="the shared data folder (corpus/ is read)")
+    p.add_argument("--base", default="smollm2", help="the model that writes the questions")
+    p.add_argument("-n", type=positive_int, default=2000, help="questions to collect")
+    p.add_argument("--oversample", type=float, default=1.6,
+                   help="passages asked per question wanted (some answers are dropped)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--batch-size", type=positive_int, default=32,
+                   help="requests generated together")
+    p.add_argument("--max-new-tokens", type=positive_int, default=48,
+                   help="answer cap, tokens")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads")
+    _prompt_file_arguments(p)
+    p = add_command(group, "follow-ups",
+                    "multi-turn prompts: a training prompt, the base's answer from a "
+                    "distillation set, and a follow-up request", cmd_heads_followups)
+    p.add_argument("--distill", type=Path, required=True,
+                   help="the distillation folder whose training answers are the middle turns")
+    p.add_argument("--prompts", nargs="+", required=True, type=Path,
+                   help="the prompt files that made that set, in the same order")
+    p.add_argument("--base", default="smollm2", help="the set's base model (its tokenizer)")
+    p.add_argument("-n", type=positive_int, default=4000, help="conversations to make")
+    p.add_argument("--min-answer-tokens", type=positive_int, default=16,
+                   help="shortest first answer used, tokens")
+    _prompt_file_arguments(p)
     p = add_command(group, "distill",
                     "the base's greedy answers and final hidden states on training prompts "
                     "(cached and resumable)", cmd_heads_distill)

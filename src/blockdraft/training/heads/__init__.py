@@ -7,6 +7,11 @@
     version-2 layout with its learning curve (``recipe``) -> their held-out accuracy and B
     against the amount of data (``data_curve``)
 
+The prompts themselves come from ``mix`` (kinds of requests by declared weights over the
+shared data), ``questions`` (the base's own questions about corpus passages) and
+``followups`` (a training prompt, the base's answer from a distillation set, a follow-up);
+import those modules by name.
+
 Public surface (details in each module):
     read_prompts, split_prompts, format_prompts, hash_prompts, MIN_PROMPTS         (prompts)
     greedy_batch(model, prompts, max_new_tokens, eos_id, pad_id) -> (answers, hidden)
@@ -23,7 +28,8 @@ Public surface (details in each module):
     head_topk, signature_fields                                                (data_curve)
     ProgressBar, log_line                      the jobs' progress on standard error (progress)
 
-The commands: ``blockdraft heads distill|train|curve`` (:mod:`blockdraft.cli.heads`).
+The commands: ``blockdraft heads prompts|questions|follow-ups|distill|train|curve``
+(:mod:`blockdraft.cli.heads`).
 Nothing here imports ``transformers`` until a base model is loaded.
 """
 

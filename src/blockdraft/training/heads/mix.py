@@ -23,6 +23,7 @@ mix (weights, counts per kind and origin, files read) that a heads folder's sign
 Public surface:
     DEFAULT_WEIGHTS, KINDS
     build_mix(data_root, n, weights=DEFAULT_WEIGHTS, seed=0) -> (prompts, record)
+    corpus_passages(data_root) -> {origin: [passage]}   what the passage kinds draw from
     write_mix(path, prompts, record)
     read_mix(path) -> record | None          the record beside a prompt file, if any
     describe_mix(record) -> str              "instructions=0.20,explain=0.17,..." (signatures)
@@ -34,7 +35,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,20 @@ def _paragraphs(root: Path, patterns: tuple[str, ...]) -> tuple[list[str], list[
     return passages, headings, files
 
 
+def corpus_passages(data_root: str | os.PathLike[str]) -> dict[str, list[str]]:
+    """origin -> the passages (one paragraph, ``MIN_CHARS .. MAX_CHARS`` characters) of the
+    shared data's pretraining corpora (:data:`PASSAGES`), in file order.
+
+    Raises:
+        TrainingError: no ``corpus/`` folder under ``data_root``.
+    """
+    corpus = Path(data_root) / "corpus"
+    if not corpus.is_dir():
+        raise TrainingError(f"{data_root} has no corpus/ folder; point --data at the shared "
+                            "data folder")
+    return {name: _paragraphs(corpus, patterns)[0] for name, patterns in PASSAGES.items()}
+
+
 def _scenes(path: Path, rng: np.random.Generator, n: int) -> list[str]:
     """``n`` runs of Shakespeare lines (4-10 lines, at most ``MAX_CHARS`` characters)."""
     lines = [x for x in path.read_text(encoding="utf-8").splitlines()]
@@ -179,6 +194,8 @@ def build_mix(data_root: str | Path, n: int, weights: Mapping[str, float] = DEFA
     distill = read_prompts_with_sources(prompt_files)
     by_source: dict[str, list[str]] = {"instructions": [], "reasoning": [], "t0": []}
     for source, prompt in distill:
+        if not isinstance(prompt, str):  # a conversation: not a first turn to mix
+            continue
         key = ("reasoning" if source.startswith("gsm8k") else "t0" if source.startswith("t0:")
                else "instructions")
         by_source[key].append(prompt)
@@ -252,7 +269,7 @@ def build_mix(data_root: str | Path, n: int, weights: Mapping[str, float] = DEFA
     return prompts, record
 
 
-def write_mix(path: str | Path, prompts: list[dict[str, str]], record: Mapping[str, Any]
+def write_mix(path: str | Path, prompts: Sequence[Mapping[str, Any]], record: Mapping[str, Any]
               ) -> Path:
     """The prompt file (JSON lines) and its record ``<path>.mix.json`` beside it, atomically.
 
@@ -260,7 +277,7 @@ def write_mix(path: str | Path, prompts: list[dict[str, str]], record: Mapping[s
         The record's path.
     """
     target = Path(path)
-    write_text_atomic(target, "".join(json.dumps(p, ensure_ascii=False) + "\n"
+    write_text_atomic(target, "".join(json.dumps(dict(p), ensure_ascii=False) + "\n"
                                       for p in prompts))
     meta = target.with_name(target.name + ".mix.json")
     write_text_atomic(meta, json.dumps(dict(record), indent=1) + "\n")

@@ -2,18 +2,26 @@
 
 docs/definitions.md sec. 10. Prompts are training data only (never evaluation text).
 
+A prompt file holds one JSON object a line: ``{"source": ..., "prompt": "..."}`` (one user
+turn) or ``{"source": ..., "messages": [{"role": ..., "content": ...}, ...]}`` (a conversation
+whose last turn is the user's: multi-turn follow-ups). A :data:`Prompt` is the text of the
+first or the ``(role, content)`` turns of the second.
+
 Public surface:
     MIN_PROMPTS                                2: one held out, one to train on
-    read_prompts(paths) -> list[str]           ``{"source", "prompt"}`` JSON lines
+    Prompt, ROLES                              str | tuple[(role, content), ...]
+    read_prompts(paths) -> list[Prompt]        the JSON lines above
     read_prompts_with_sources(paths) -> list[(source, prompt)]
     split_prompts(n, seed, fraction, minimum) -> (train, heldout)   index arrays, disjoint
-    format_prompts(tokenizer, texts) -> list[list[int]]             the chat template
+    as_messages(prompt) -> [{"role", "content"}]                     the chat template's input
+    format_prompts(tokenizer, prompts) -> list[list[int]]           the chat template
     hash_prompts(prompt_ids) -> str                                 the data's identity
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,26 +36,49 @@ from blockdraft.training.errors import TrainingError
 MIN_PROMPTS = 2
 """The fewest prompts a distillation set can be made of: one held out, one to train on."""
 
+Prompt = str | tuple[tuple[str, str], ...]
+"""One user turn's text, or a conversation as ``(role, content)`` turns ending with the user's."""
+ROLES = ("system", "user", "assistant")
 
-def read_prompts(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The ``"prompt"`` field of every line of the given JSON-lines files, in order.
+
+def _messages(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """A ``"messages"`` field checked: a non-empty list of ``{"role", "content"}`` objects
+    with known roles and string contents, the last one the user's."""
+    expected = (f'{where}: "messages" must be a non-empty list of {{"role": ..., "content": '
+                f'...}} objects (roles {", ".join(ROLES)}), the last one the user\'s')
+    if not isinstance(value, list) or not value:
+        raise TrainingError(expected)
+    turns: list[tuple[str, str]] = []
+    for turn in value:
+        if not (isinstance(turn, dict) and turn.get("role") in ROLES
+                and isinstance(turn.get("content"), str)):
+            raise TrainingError(f"{expected}; got {json.dumps(turn)[:80]}")
+        turns.append((turn["role"], turn["content"]))
+    if turns[-1][0] != "user":
+        raise TrainingError(f"{expected}; the last turn is the {turns[-1][0]}'s")
+    return tuple(turns)
+
+
+def read_prompts(paths: Sequence[str | os.PathLike[str]]) -> list[Prompt]:
+    """The prompt of every line of the given JSON-lines files, in order: the ``"prompt"``
+    text, or the ``"messages"`` turns.
 
     Raises:
         TrainingError: a missing file, a line that is not a JSON object with a string
-            ``"prompt"``, or no prompts at all.
+            ``"prompt"`` or valid ``"messages"``, or no prompts at all.
     """
     return [prompt for _, prompt in read_prompts_with_sources(paths)]
 
 
 def read_prompts_with_sources(paths: Sequence[str | os.PathLike[str]]
-                              ) -> list[tuple[str, str]]:
+                              ) -> list[tuple[str, Prompt]]:
     """``(source, prompt)`` of every line of the given JSON-lines files, in order (``source``
     is the line's ``"source"`` string, ``""`` when it has none).
 
     Raises:
         TrainingError: as :func:`read_prompts`.
     """
-    items: list[tuple[str, str]] = []
+    items: list[tuple[str, Prompt]] = []
     for path in paths:
         p = Path(path)
         if not p.is_file():
@@ -55,12 +86,17 @@ def read_prompts_with_sources(paths: Sequence[str | os.PathLike[str]]
                                 else f"prompt file {str(p)!r} is not a file")
         try:
             for number, obj in iter_jsonl(p, TrainingError):
-                if not isinstance(obj.get("prompt"), str):
+                prompt: Prompt
+                if "messages" in obj and "prompt" not in obj:
+                    prompt = _messages(obj["messages"], f"{p}:{number}")
+                elif isinstance(obj.get("prompt"), str):
+                    prompt = obj["prompt"]
+                else:
                     raise TrainingError(
                         f'{p}:{number}: expected an object with a string "prompt" '
-                        '(one {"source": ..., "prompt": ...} a line)')
+                        '(one {"source": ..., "prompt": ...} a line) or a "messages" list')
                 source = obj.get("source")
-                items.append((source if isinstance(source, str) else "", obj["prompt"]))
+                items.append((source if isinstance(source, str) else "", prompt))
         except UnicodeDecodeError as e:
             raise TrainingError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); "
                                 "re-encode the file as UTF-8") from None
@@ -96,9 +132,16 @@ def split_prompts(
     return order[held:], order[:held]
 
 
-def format_prompts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
-    """Each text as one user turn in the tokenizer's chat template, with the generation
-    prompt (``add_generation_prompt=True``), as token ids.
+def as_messages(prompt: Prompt) -> list[dict[str, str]]:
+    """A prompt as the chat template's ``messages``: a text is one user turn."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [{"role": role, "content": content} for role, content in prompt]
+
+
+def format_prompts(tokenizer: Any, texts: Sequence[Prompt]) -> list[list[int]]:
+    """Each prompt (a text: one user turn; or its turns) in the tokenizer's chat template,
+    with the generation prompt (``add_generation_prompt=True``), as token ids.
 
     Raises:
         TrainingError: the tokenizer has no chat template.
@@ -108,7 +151,7 @@ def format_prompts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
     out: list[list[int]] = []
     for text in texts:
         ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            as_messages(text), add_generation_prompt=True, tokenize=True
         )
         if isinstance(ids, dict) or hasattr(ids, "keys"):  # a BatchEncoding
             ids = ids["input_ids"]

@@ -194,7 +194,8 @@ def train_medusa_heads(
     readme = (
         f"# Medusa heads for {base}\n\n"
         f"{heads} Medusa heads (blockdraft heads 2..{heads + 1}, so h = {heads + 1}), "
-        f"{layers} ResBlock each, sharing the base's lm_head (Medusa version-2 layout, "
+        f"{layers} ResBlock{'' if layers == 1 else 's'} each, sharing the base's lm_head "
+        "(Medusa version-2 layout, "
         "bfloat16), trained by self-distillation: the base's own greedy answers to training "
         "prompts and its final hidden states (docs/definitions.md sec. 10).\n\n"
         f"Command:\n\n    {command or '(called from Python)'}\n\n"

@@ -18,6 +18,7 @@ Public surface:
     PLAN_FILE                                   ``plan.json``: what makes a folder a set
     Shard, write_shard(path, shard, metadata), read_shard(path)
     read_answers(path) -> [int32 array]         a shard's answers only (no hidden states)
+    read_turns(path) -> [(index, prompt, answer)]  its prompts and answers (no hidden states)
     DistillSet, open_distill_set(folder)        what a folder holds so far
     check_distill_folder(folder) -> Path        a set can be made or continued there
 """
@@ -146,6 +147,26 @@ def read_answers(path: str | os.PathLike[str]) -> list[np.ndarray]:
     except (OSError, ValueError, RuntimeError) as e:
         raise TrainingError(f"cannot read distillation shard {str(path)!r}: {e}") from e
     return [ids[offsets[p]:offsets[p + 1]] for p in range(offsets.size - 1)]
+
+
+def read_turns(path: str | os.PathLike[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """``(prompt index, prompt ids, answer ids)`` of every prompt of a shard (shard order),
+    read without the hidden states: what the base was asked and what it answered.
+
+    Raises:
+        TrainingError: a missing or unreadable file.
+    """
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as f:
+            index = f.get_tensor("prompt_index")
+            x, x_off = f.get_tensor("prompt_ids"), f.get_tensor("prompt_offsets")
+            y, y_off = f.get_tensor("answer_ids"), f.get_tensor("answer_offsets")
+    except (OSError, ValueError, RuntimeError) as e:
+        raise TrainingError(f"cannot read distillation shard {str(path)!r}: {e}") from e
+    return [(int(index[p]), x[x_off[p]:x_off[p + 1]], y[y_off[p]:y_off[p + 1]])
+            for p in range(index.size)]
 
 
 @dataclass
