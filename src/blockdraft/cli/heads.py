@@ -345,14 +345,13 @@ def _write_prompts(args: argparse.Namespace, prompts: list[dict[str, Any]],
 
 
 def cmd_heads_followups(args: argparse.Namespace) -> int:
-    from blockdraft.models.hf.loading import load_causal_lm
+    from blockdraft.models.hf.loading import resolve_base
+    from blockdraft.models.hf.tokenizer import load_hf_tokenizer
     from blockdraft.training.heads.followups import build_followups
 
     output_mode(args.out, what="a prompt file", error=CliError, overwrite=args.overwrite,
                 folder=False)
-    _, tokenizer = load_causal_lm(args.base)
-    if tokenizer is None:
-        raise CliError(f"{args.base!r} has no tokenizer: cannot apply the chat template")
+    tokenizer = load_hf_tokenizer(resolve_base(args.base)).backend  # not the weights
     prompts, record = build_followups(args.distill, [str(p) for p in args.prompts], tokenizer,
                                       args.n, seed=args.seed,
                                       min_answer_tokens=args.min_answer_tokens)

@@ -40,7 +40,7 @@ import torch
 
 from blockdraft.core.files import cache_dir, write_text_atomic
 from blockdraft.training.errors import TrainingError
-from blockdraft.training.heads.generation import greedy_batch
+from blockdraft.training.heads.generation import greedy_batch, pad_id_of
 from blockdraft.training.heads.progress import ProgressBar, log_line
 from blockdraft.training.heads.prompts import (
     format_prompts,
@@ -329,7 +329,7 @@ def distill(
     if log is not None:
         log(f"formatted {len(prompt_ids)} prompts in {time.monotonic() - t0:.1f} s")
     eos_id = tokenizer.eos_token_id
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_id or 0)
+    pad_id = pad_id_of(tokenizer)
     settings = DistillSettings(
         base=f"{base}|{resolve_base(base).name}", dtype=dtype, max_new_tokens=max_new_tokens,
         batch_size=batch_size, shard_size=shard_size, seed=seed,

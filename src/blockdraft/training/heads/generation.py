@@ -9,6 +9,7 @@ the KV cache) as soon as it has produced its EOS or ``max_new_tokens`` tokens.
 Public surface:
     final_norm(model) -> torch.nn.Module       the module whose output is ``h_j``
     greedy_batch(model, prompts, max_new_tokens, eos_id, pad_id) -> (answers, hidden)
+    pad_id_of(tokenizer) -> int                the id left padding is filled with
 """
 
 from __future__ import annotations
@@ -37,6 +38,14 @@ def final_norm(model: Any) -> torch.nn.Module:
             if isinstance(module, torch.nn.Module):
                 return module
     raise TrainingError(f"cannot find the final norm of {type(model).__name__}")
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    """The tokenizer's pad id, else its EOS id, else 0 (padding is masked out: any valid id
+    serves)."""
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    return int(tokenizer.eos_token_id or 0)
 
 
 @torch.no_grad()

@@ -211,9 +211,20 @@ def build_mix(data_root: str | Path, n: int, weights: Mapping[str, float] = DEFA
                                 "weight of 0 or point --data at the shared data folder")
         return items[int(rng.integers(len(items)))]
 
-    def passage(origins: tuple[str, ...]) -> tuple[str, str]:
+    def about_passage(kind: str, origins: tuple[str, ...]) -> dict[str, str]:
+        """A ``kind`` request around a passage of one of ``origins`` (an origin named twice
+        is drawn twice as often)."""
         origin = pick(list(origins))
-        return origin, pick(texts[origin][0])
+        p = pick(texts[origin][0])
+        return {"source": f"{kind}:{origin}", "prompt": pick(list(TEMPLATES[kind])).format(p=p)}
+
+    def about_scene_or_passage(kind: str, scene: str, origins: tuple[str, ...]
+                               ) -> dict[str, str]:
+        """A ``kind`` request around a Shakespeare scene 15% of the time, else a passage."""
+        if rng.random() < 0.15:
+            return {"source": f"{kind}:shakespeare", "prompt": pick(
+                list(TEMPLATES[f"{kind}-scene"])).format(p=scene)}
+        return about_passage(kind, origins)
 
     for _ in range(counts["instructions"]):
         if by_source["instructions"] and rng.random() < 0.25:
@@ -224,9 +235,8 @@ def build_mix(data_root: str | Path, n: int, weights: Mapping[str, float] = DEFA
             out.append({"source": f"instructions:topic-{origin}", "prompt": pick(
                 list(TEMPLATES["topic"])).format(t=pick(texts[origin][1]))})
     for _ in range(counts["explain"]):
-        origin, p = passage(("openstax", "openstax", "python-docs", "python-peps"))
-        out.append({"source": f"explain:{origin}",
-                    "prompt": pick(list(TEMPLATES["explain"])).format(p=p)})
+        out.append(about_passage("explain", ("openstax", "openstax", "python-docs",
+                                             "python-peps")))
     for _ in range(counts["howto"]):
         if rng.random() < 0.4:
             out.append({"source": "howto:topic-python-docs", "prompt": pick(
@@ -236,21 +246,11 @@ def build_mix(data_root: str | Path, n: int, weights: Mapping[str, float] = DEFA
                 list(TEMPLATES["howto"])).format(p=pick(texts["python-docs"][0]))})
     scenes = _scenes(corpus / SHAKESPEARE, rng, counts["summarize"] + counts["rewrite"])
     for i in range(counts["summarize"]):
-        if rng.random() < 0.15:
-            out.append({"source": "summarize:shakespeare", "prompt": pick(
-                list(TEMPLATES["summarize-scene"])).format(p=scenes[i])})
-        else:
-            origin, p = passage(("openstax", "openstax", "python-docs", "python-peps"))
-            out.append({"source": f"summarize:{origin}",
-                        "prompt": pick(list(TEMPLATES["summarize"])).format(p=p)})
+        out.append(about_scene_or_passage("summarize", scenes[i], (
+            "openstax", "openstax", "python-docs", "python-peps")))
     for i in range(counts["rewrite"]):
-        if rng.random() < 0.15:
-            out.append({"source": "rewrite:shakespeare", "prompt": pick(
-                list(TEMPLATES["rewrite-scene"])).format(p=scenes[-1 - i])})
-        else:
-            origin, p = passage(("openstax", "openstax", "python-peps"))
-            out.append({"source": f"rewrite:{origin}",
-                        "prompt": pick(list(TEMPLATES["rewrite"])).format(p=p)})
+        out.append(about_scene_or_passage("rewrite", scenes[-1 - i], (
+            "openstax", "openstax", "python-peps")))
     for _ in range(counts["reasoning"]):
         out.append({"source": "reasoning:gsm8k-train", "prompt": pick(
             list(TEMPLATES["reasoning"])).format(q=pick(by_source["reasoning"]))})

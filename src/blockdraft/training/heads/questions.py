@@ -31,7 +31,7 @@ import torch
 
 from blockdraft.core.checks import check_int, check_positive_int
 from blockdraft.training.errors import TrainingError
-from blockdraft.training.heads.generation import greedy_batch
+from blockdraft.training.heads.generation import greedy_batch, pad_id_of
 from blockdraft.training.heads.mix import PASSAGES, corpus_passages
 from blockdraft.training.heads.progress import ProgressBar, log_line
 from blockdraft.training.heads.prompts import format_prompts
@@ -122,7 +122,7 @@ def build_questions(
     n = check_positive_int(n, "n", TrainingError)
     batch_size = check_positive_int(batch_size, "batch_size", TrainingError)
     eos = getattr(tokenizer, "eos_token_id", None)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
+    pad = pad_id_of(tokenizer)
     seen: set[str] = set()
     out: list[dict[str, str]] = []
     counts = Counter({"asked": 0, "kept": 0, "not_a_question": 0, "duplicate": 0,

@@ -132,9 +132,8 @@ def read_shard(path: str | os.PathLike[str]) -> Shard:
     )
 
 
-def read_answers(path: str | os.PathLike[str]) -> list[np.ndarray]:
-    """The answers ``y_1 .. y_m`` of every prompt of a shard (int32 arrays, shard order),
-    read without the hidden states.
+def _tensors(path: str | os.PathLike[str], *names: str) -> list[np.ndarray]:
+    """The named tensors of a shard file, as numpy arrays, without reading the others.
 
     Raises:
         TrainingError: a missing or unreadable file.
@@ -143,9 +142,19 @@ def read_answers(path: str | os.PathLike[str]) -> list[np.ndarray]:
 
     try:
         with safe_open(str(path), framework="np") as f:
-            ids, offsets = f.get_tensor("answer_ids"), f.get_tensor("answer_offsets")
+            return [f.get_tensor(name) for name in names]
     except (OSError, ValueError, RuntimeError) as e:
         raise TrainingError(f"cannot read distillation shard {str(path)!r}: {e}") from e
+
+
+def read_answers(path: str | os.PathLike[str]) -> list[np.ndarray]:
+    """The answers ``y_1 .. y_m`` of every prompt of a shard (int32 arrays, shard order),
+    read without the hidden states.
+
+    Raises:
+        TrainingError: a missing or unreadable file.
+    """
+    ids, offsets = _tensors(path, "answer_ids", "answer_offsets")
     return [ids[offsets[p]:offsets[p + 1]] for p in range(offsets.size - 1)]
 
 
@@ -156,15 +165,8 @@ def read_turns(path: str | os.PathLike[str]) -> list[tuple[int, np.ndarray, np.n
     Raises:
         TrainingError: a missing or unreadable file.
     """
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="np") as f:
-            index = f.get_tensor("prompt_index")
-            x, x_off = f.get_tensor("prompt_ids"), f.get_tensor("prompt_offsets")
-            y, y_off = f.get_tensor("answer_ids"), f.get_tensor("answer_offsets")
-    except (OSError, ValueError, RuntimeError) as e:
-        raise TrainingError(f"cannot read distillation shard {str(path)!r}: {e}") from e
+    index, x, x_off, y, y_off = _tensors(path, "prompt_index", "prompt_ids", "prompt_offsets",
+                                         "answer_ids", "answer_offsets")
     return [(int(index[p]), x[x_off[p]:x_off[p + 1]], y[y_off[p]:y_off[p + 1]])
             for p in range(index.size)]
 
