@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from real_report import save_figure, write_files  # noqa: E402
 
-from blockdraft.core.signature import environment, format_signature  # noqa: E402
+from blockdraft.core.signature import cpu_flags, cpu_model, environment, format_signature  # noqa: E402
 from blockdraft.core.tree import DraftTree  # noqa: E402
 from blockdraft.models.protocol import as_factored  # noqa: E402
 from blockdraft.verify import Verifier  # noqa: E402
@@ -220,7 +219,7 @@ def make_report(medians: dict[str, Any], args: argparse.Namespace) -> dict[str, 
     if device.startswith("cuda") and torch.cuda.is_available():
         device_name = torch.cuda.get_device_name(torch.device(device))
     else:
-        device_name = _cpu_model()
+        device_name = cpu_model()
     env = environment(device)
     fields = {"model": args.model or f"random:{args.shape}", "prefix": args.prefix,
               "repeats": args.repeats, "threads": args.threads, "device": device_name,
@@ -233,30 +232,8 @@ def make_report(medians: dict[str, Any], args: argparse.Namespace) -> dict[str, 
     except ImportError:
         providers = []
     return {"command": " ".join(sys.argv), "signature": format_signature(fields),
-            "cpu_flags": _cpu_flags(), "ort_providers": providers, "sizes": sizes,
+            "cpu_flags": " ".join(cpu_flags()), "ort_providers": providers, "sizes": sizes,
             "rows": rows}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = line.split(":", 1)[1].split()
-                keep = [f for f in flags if f.startswith(("avx", "amx", "fma", "f16c"))]
-                return " ".join(sorted(keep))
-    except OSError:
-        pass
-    return ""
 
 
 def markdown(report: dict[str, Any]) -> str:
