@@ -231,8 +231,19 @@ class DraftTree:
         sc = np.zeros(toks.size) if scores is None else np.asarray(scores, dtype=np.float64)
         return cls(tokens=toks, parents=np.arange(-1, toks.size - 1), scores=sc, source="chain")
 
-    def _subset(self, keep: np.ndarray) -> DraftTree:
-        """The nodes ``keep`` (bool ``[N]``, closed under parents), renumbered in order."""
+    def subset(self, keep: np.ndarray) -> DraftTree:
+        """The nodes ``keep`` (bool ``[N]``, the root and every kept node's parent kept),
+        renumbered in order.
+
+        Raises:
+            DraftError: a mask of another size, without the root, or with a node whose parent
+                it drops.
+        """
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (self.num_nodes,) or not keep[0] or (
+                keep[1:] & ~keep[np.maximum(self.parents[1:], 0)]).any():
+            raise DraftError(f"a subtree's mask must be bool [{self.num_nodes}], keep the root "
+                             "and the parent of every node it keeps")
         new_index = np.cumsum(keep) - 1
         parents = np.where(self.parents[keep] >= 0, new_index[np.maximum(self.parents[keep], 0)],
                            -1)
@@ -243,7 +254,7 @@ class DraftTree:
         """The nodes of depth at most ``max_depth`` (``>= 0``), in the same order."""
         if max_depth >= self.max_depth:
             return self
-        return self._subset(self._depths <= max(int(max_depth), 0))
+        return self.subset(self._depths <= max(int(max_depth), 0))
 
     def top(self, budget: int) -> DraftTree:
         """The first ``budget`` nodes (``>= 1``; a prefix of a topological order is a tree)."""
@@ -251,7 +262,7 @@ class DraftTree:
             return self
         keep = np.zeros(self.num_nodes, dtype=bool)
         keep[: max(int(budget), 1)] = True
-        return self._subset(keep)
+        return self.subset(keep)
 
     # ---- as drafts ---------------------------------------------------------------------------
 

@@ -17,6 +17,11 @@ Token trees (docs/definitions.md sec. 11; ``DraftTree`` lives in ``core/tree.py`
     MedusaTreeDrafter(choices, budget)      a static Medusa tree (MC_SIM_7B_63 by default);
         MedusaTreeDrafter.calibrated(acc, budget): Medusa's calibrated tree
     ConfidenceTreeDrafter(k, budget)        EAGLE-2 style: the N most confident nodes
+    CostAwareTreeDrafter(cost, tables, k, p, rescorer, lookup)   the heads' chain, rescored
+                                            p-best paths and prompt lookup in one trie, cut to
+                                            the size that pays on the runtime's cost curve,
+                                            by acceptance rates measured on training answers
+                                            (AcceptanceTables)
     RescoredTreeDrafter(lm, k, budget, alpha)   best-first by head + alpha x LM score (an
         NgramLM, or a path scorer of the rescorers room: NeuralPathScorer(rescorer_lm) of
         ``blockdraft.rescorers.neural`` for a small neural LM)
@@ -24,6 +29,8 @@ Token trees (docs/definitions.md sec. 11; ``DraftTree`` lives in ``core/tree.py`
 
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.tree import DraftTree
+from blockdraft.drafts.budget import CostAwareTreeDrafter, TreeStats, select_nodes
+from blockdraft.drafts.calibration import AcceptanceTables
 from blockdraft.drafts.heads import HeadDrafter, vanilla
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
 from blockdraft.drafts.lookup import LookupDrafter
@@ -43,7 +50,8 @@ from blockdraft.drafts.trees import (
 )
 
 __all__ = [
-    "MC_SIM_7B_63", "CombinedDrafter", "ConfidenceTreeDrafter", "DraftBatch", "DraftError",
+    "MC_SIM_7B_63", "AcceptanceTables", "CombinedDrafter", "ConfidenceTreeDrafter",
+    "CostAwareTreeDrafter", "DraftBatch", "DraftError", "TreeStats", "select_nodes",
     "DraftTree", "Drafter", "HeadDrafter", "InputCopyDrafter", "LookupDrafter",
     "MedusaTreeDrafter",
     "RescoredTreeDrafter", "TreeDrafter", "TrieDrafter", "calibrated_choices",

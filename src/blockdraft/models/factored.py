@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
+
+from blockdraft.models.topk import topk_logprobs
 
 
 class FactoredHeadsLM:
@@ -47,6 +50,29 @@ class FactoredHeadsLM:
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return model.project(model.head_states(x)), cache  # (B, T, h, V)
+
+    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Heads 2..``heads``' top-``k`` at the states ``x`` (the next step's lattice slots).
+
+        The generic way: every head's logits (:meth:`project` of :meth:`head_states`), then
+        :func:`~blockdraft.models.topk.topk_logprobs`. A runtime overrides it to compute the
+        same inside its graph (and over its heads' shortlist only).
+
+        Args:
+            x: float ``[M, d]`` final hidden states.
+            k: tokens per head.
+            heads: heads kept, ``2 <= heads <= h`` (default every head).
+
+        Returns:
+            ``(ids, scores)``: int64 ``[M, heads - 1, k]`` ordered by (logit desc, id asc) and
+            float64 natural-log probabilities (``-1`` / ``-inf`` for a masked token).
+        """
+        model: Any = self
+        n = self.heads_kept(heads)
+        logits = model.project(model.head_states(x, n))[:, 1:]  # (M, n - 1, V)
+        ids, scores = topk_logprobs(logits.reshape(-1, logits.shape[-1]), k)
+        return ids.reshape(x.shape[0], n - 1, k), scores.reshape(x.shape[0], n - 1, k)
 
     def heads_kept(self, heads: int | None) -> int:
         """How many heads ``head_states(x, heads)`` keeps: ``heads``, default every one.

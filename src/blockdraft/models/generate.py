@@ -7,6 +7,7 @@ Public surface:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,8 @@ def greedy_generate(
     prompt_ids: Sequence[int] | np.ndarray | torch.Tensor,
     max_new_tokens: int,
     eos_id: int | None = None,
+    *,
+    clock: list[float] | None = None,
 ) -> list[int]:
     """Plain greedy decoding with head 1 and the KV cache: the greedy reference ``y``.
 
@@ -40,6 +43,8 @@ def greedy_generate(
         max_new_tokens: at most this many tokens are generated (``>= 0``).
         eos_id: stop after generating this token (it is included in the output); None never
             stops early.
+        clock: when given, receives the wall seconds of the prefill, then of every step (a
+            benchmark's accounting of the call; the device synchronised).
 
     Returns:
         The generated ids ``y_1 .. y_m`` (the prompt not included), ``m <= max_new_tokens``.
@@ -73,12 +78,16 @@ def greedy_generate(
         return logits[0, -1, 0], cache
 
     try:
+        start = time.perf_counter()
         ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, T)
         logits, past = base_logits(ids, None)  # (V,)
         out: list[int] = []
         while True:
             token = int(torch.argmax(logits))
             out.append(token)
+            if clock is not None:
+                clock.append(time.perf_counter() - start)
+                start = time.perf_counter()
             if len(out) >= max_new_tokens or (eos_id is not None and token == eos_id):
                 return out
             step = torch.tensor([[token]], dtype=torch.long, device=device)  # (1, 1)

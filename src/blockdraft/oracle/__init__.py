@@ -12,6 +12,7 @@ Public surface (details in each module):
     simulate_at_positions(trace, strategy, example, t) -> StepRecords               (simulate)
     tree_accept_length(tree, greedy_ids, t) -> (n, node)   token trees (sec. 11)    (simulate)
     rank_accuracies(trace, k) -> [h - 1, k]   input of Medusa's calibrated tree  (calibration)
+    fit_acceptance(trace, k, lm) -> AcceptanceTables   the cost-aware tree's rates (calibration)
     Oracle(k), accept_lengths, oracle_accept_lengths                                (acceptance)
     StepRecords, SimulationResult                                                   (results)
     repetition, head_entropy, h_max, wins_ties_losses, compare_steps, oracle_curve  (analysis)
@@ -34,7 +35,7 @@ from blockdraft.oracle.analysis import (
     repetition,
     wins_ties_losses,
 )
-from blockdraft.oracle.calibration import rank_accuracies
+from blockdraft.oracle.calibration import fit_acceptance, rank_accuracies
 from blockdraft.oracle.errors import OracleError, TraceFormatError
 from blockdraft.oracle.plots import plot_entropy_densities, plot_oracle_curve
 from blockdraft.oracle.results import SimulationResult, StepRecords
@@ -61,6 +62,7 @@ __all__ = [
     "TraceWriter",
     "WinTieLoss",
     "accept_lengths",
+    "fit_acceptance",
     "compare_steps",
     "h_max",
     "has_repetition",

@@ -55,6 +55,7 @@ from blockdraft.drafts.protocol import Drafter, TreeDrafter
 from blockdraft.drafts.trees import TrieDrafter
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.models.protocol import HeadsModel
+from blockdraft.models.topk import topk_logprobs
 from blockdraft.verify.criteria import Criterion
 from blockdraft.verify.errors import VerifyError
 from blockdraft.verify.inputs import check_decode_inputs
@@ -77,19 +78,29 @@ def head_lattice(head_logits: torch.Tensor, k: int) -> SausageLattice:
         head_logits: float ``[h, V]`` raw logits (a torch tensor on any device, or numpy).
         k: arcs per slot (slot 1 keeps the certain token alone).
     """
-    if not isinstance(head_logits, torch.Tensor) or k >= head_logits.shape[-1] or (
-            not torch.isfinite(head_logits).all()):
-        return SausageLattice.from_logits(head_logits, k, certain_first=True)  # checks, rare
-    z = head_logits.float()  # (h, V)
-    vals, ids = torch.topk(z, k + 1, dim=-1)  # (h, k + 1): one extra, to see boundary ties
-    log_z = torch.logsumexp(z.double(), dim=-1, keepdim=True)  # (h, 1)
-    v, i, lz = vals.cpu().numpy(), ids.cpu().numpy(), log_z.cpu().numpy()
-    if (v[:, k - 1] == v[:, k]).any():  # a tie across the k-th arc: the exact rule on the CPU
-        return SausageLattice.from_logits(head_logits, k, certain_first=True)
-    order = np.lexsort((i[:, :k], -v[:, :k]), axis=-1)  # (logit desc, id asc)
-    ids_k = np.take_along_axis(i[:, :k], order, axis=-1)
-    scores = np.take_along_axis(v[:, :k], order, axis=-1).astype(np.float64) - lz
-    return SausageLattice.from_topk(ids_k, scores, certain_first=True)
+    return step_lattice(head_logits, None, k)
+
+
+def step_lattice(next_logits: torch.Tensor, next_topk: tuple[np.ndarray, np.ndarray] | None,
+                 k: int) -> SausageLattice:
+    """The step's lattice from what a verification call (or the prefill) left: the base head's
+    logits (row 0 of ``next_logits [n, V]``; slot 1 is its argmax alone) and either the other
+    heads' top-k the runtime took (``next_topk``: ids and natural-log probabilities
+    ``[n - 1, >= k]``) or their rows of ``next_logits``.
+
+    Logits that are not finite (NaN, ``+inf``, a row all ``-inf``) and ``k >= V`` take
+    :meth:`SausageLattice.from_logits`, whose checks name the problem.
+    """
+    if not isinstance(next_logits, torch.Tensor) or k >= next_logits.shape[-1]:
+        return SausageLattice.from_logits(next_logits, k, certain_first=True)  # checks, rare
+    rows = next_logits if next_topk is None else next_logits[:1]
+    ids, scores = topk_logprobs(rows, k)  # (r, k)
+    if np.isnan(scores).any() or np.isposinf(scores).any():
+        return SausageLattice.from_logits(next_logits, k, certain_first=True)  # raises
+    if next_topk is not None:
+        ids = np.concatenate([ids, next_topk[0][:, :k]])
+        scores = np.concatenate([scores, next_topk[1][:, :k]])
+    return SausageLattice.from_topk(ids, scores, certain_first=True)
 
 
 def predict(
@@ -219,31 +230,32 @@ def _decode_prompt(
                             stopped="empty", criterion=str(verifier.criterion), drafter=name,
                             prefill_s=0.0, wall_s=time.perf_counter() - wall_start)
     device = verifier.device
-    start = time.perf_counter()
-    head_logits, past = verifier.prefill(prompt)  # (h, V): call 1, d_1 becomes certain
-    synchronize(device)
-    prefill_s = time.perf_counter() - start
-    tokens = [int(torch.argmax(head_logits[0]))]
-    steps: list[DecodeStep] = []
     trees = not callable(getattr(drafter, "propose", None))  # a TreeDrafter
     heads_needed = getattr(drafter, "heads_needed", None)  # None: every head
+    start = time.perf_counter()
+    head_logits, head_topk, past = verifier.prefill_heads(prompt, heads_needed, k)  # call 1
+    synchronize(device)
+    prefill_s = time.perf_counter() - start
+    tokens = [int(torch.argmax(head_logits[0]))]  # d_1 is certain
+    steps: list[DecodeStep] = []
     while not _done(tokens, max_new_tokens, eos_id):
         step_start = time.perf_counter()
         remaining = max_new_tokens - len(tokens)
         # 1. predict: lattice of the head logits -> drafter (rescorer) -> drafts or a tree
-        lattice = head_lattice(head_logits, k)
+        lattice = step_lattice(head_logits, head_topk, k)
+        lattice_s = time.perf_counter() - step_start
         proposal = _propose(drafter, trees, name, lattice, np.asarray(prompt + tokens[:-1]),
                             verifier.vocab_size)
-        draft_s = time.perf_counter() - step_start
+        draft_s = time.perf_counter() - step_start - lattice_s
         # 2. verify: every draft in one serial call, no deeper than can count
         width = _block_width(proposal.tree.max_depth + 1, remaining, past.length,
                              verifier.max_seq_len)
         tree = proposal.tree.truncate(width - 1)
         if proposal.drafts is None:
-            outcome = verifier.run(past, tree, eos_id, heads_needed)
+            outcome = verifier.run(past, tree, eos_id, heads_needed, k)
         else:
             rows = proposal.drafts.tokens[:, :width]
-            outcome = verifier.run_rows(past, tree, rows, eos_id, heads_needed)
+            outcome = verifier.run_rows(past, tree, rows, eos_id, heads_needed, k)
         # 3. accept: commit d_1 .. d_{1+n}; the next certain token comes with the same call
         new = accept(outcome, remaining, eos_id)
         steps.append(DecodeStep(
@@ -257,11 +269,14 @@ def _decode_prompt(
             tokens=new,
             forward_s=outcome.forward_s,
             draft_s=draft_s,
-            other_s=max(0.0, time.perf_counter() - step_start - draft_s - outcome.forward_s),
+            other_s=max(0.0, time.perf_counter() - step_start - lattice_s - draft_s
+                        - outcome.forward_s - outcome.heads_s),
             tree=proposal.tree if proposal.drafts is None else None,
+            lattice_s=lattice_s,
+            heads_s=outcome.heads_s,
         ))
         tokens.extend(new)
-        past, head_logits = outcome.past, outcome.next_logits
+        past, head_logits, head_topk = outcome.past, outcome.next_logits, outcome.next_topk
     stopped = "eos" if eos_id is not None and tokens[-1] == eos_id else "max_new_tokens"
     return DecodeResult(
         tokens=tokens,

@@ -24,13 +24,17 @@ class DecodeStep:
         accept_lengths: ``n`` of every draft verified.
         tokens: the tokens this call yielded: ``d_2 .. d_{1+n}`` then the next certain token,
             cut after EOS and at ``max_new_tokens`` (``min(1 + n, remaining)`` of them).
-        forward_s: wall seconds in the model's forward pass.
-        draft_s: wall seconds building the lattice and drafting (rescoring included).
+        forward_s: wall seconds in the model's forward pass (the base head at every node
+            included).
+        draft_s: wall seconds drafting from the lattice (the drafter's search and rescoring).
         other_s: wall seconds elsewhere in the step (criterion, cache selection, book-keeping).
         tree: the token tree verified, when the decode verified trees (docs/definitions.md
             sec. 11); then ``drafts`` are its root-to-leaf paths (``tree.to_drafts()``, padded
             with -1), ``winner`` is the accepted node's index in the tree and
             ``accept_lengths`` the ``n`` of every root-to-leaf path. None for a batch.
+        lattice_s: wall seconds building this step's lattice from the heads (their top-k).
+        heads_s: wall seconds in the model for the next step's heads (Medusa ResBlocks,
+            projection and top-k at the accepted node; 0 when the drafter reads head 1 only).
     """
 
     position: int
@@ -44,6 +48,13 @@ class DecodeStep:
     draft_s: float
     other_s: float
     tree: DraftTree | None = None
+    lattice_s: float = 0.0
+    heads_s: float = 0.0
+
+    @property
+    def wall_s(self) -> float:
+        """The step's wall seconds: every part above."""
+        return self.forward_s + self.heads_s + self.lattice_s + self.draft_s + self.other_s
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,4 +104,56 @@ class DecodeResult:
     @property
     def draft_s(self) -> float:
         """Wall seconds building lattices and drafting (rescoring included)."""
-        return sum(s.draft_s for s in self.steps)
+        return sum(s.lattice_s + s.draft_s for s in self.steps)
+
+    @property
+    def split(self) -> TimeSplit:
+        """Where the call's wall time went (:class:`TimeSplit`)."""
+        steps = self.steps
+        return TimeSplit(
+            wall_s=self.wall_s, prefill_s=self.prefill_s,
+            forward_s=sum(s.forward_s for s in steps), heads_s=sum(s.heads_s for s in steps),
+            lattice_s=sum(s.lattice_s for s in steps), draft_s=sum(s.draft_s for s in steps),
+            other_s=sum(s.other_s for s in steps), steps=len(steps), tokens=len(self.tokens))
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """One decode call's wall time, split (seconds; sums of one call or of several).
+
+    ``wall_s = prefill_s + steps_s + outside_s``: the prompt's forward, the verification
+    steps (each: forward, the next heads, the lattice, the drafting, the rest), and what the
+    call spent outside both (its set-up: drafter objects, checks, the result's records).
+
+    Attributes:
+        wall_s, prefill_s, forward_s, heads_s, lattice_s, draft_s, other_s: seconds.
+        steps: verification steps; tokens: tokens generated.
+    """
+
+    wall_s: float
+    prefill_s: float
+    forward_s: float
+    heads_s: float
+    lattice_s: float
+    draft_s: float
+    other_s: float
+    steps: int
+    tokens: int
+
+    @property
+    def steps_s(self) -> float:
+        """Seconds in the verification steps."""
+        return self.forward_s + self.heads_s + self.lattice_s + self.draft_s + self.other_s
+
+    @property
+    def outside_s(self) -> float:
+        """Seconds outside the prefill and the steps."""
+        return self.wall_s - self.prefill_s - self.steps_s
+
+    def __add__(self, other: TimeSplit) -> TimeSplit:
+        return TimeSplit(
+            wall_s=self.wall_s + other.wall_s, prefill_s=self.prefill_s + other.prefill_s,
+            forward_s=self.forward_s + other.forward_s, heads_s=self.heads_s + other.heads_s,
+            lattice_s=self.lattice_s + other.lattice_s, draft_s=self.draft_s + other.draft_s,
+            other_s=self.other_s + other.other_s, steps=self.steps + other.steps,
+            tokens=self.tokens + other.tokens)

@@ -37,10 +37,9 @@ import torch
 
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.tree import DraftTree
-from blockdraft.models.protocol import HeadsModel, as_factored, takes_last_only
+from blockdraft.models.protocol import HeadsModel, as_factored, factored, takes_last_only
 from blockdraft.verify.acceptance import (
     accepted_nodes,
-    internal_nodes,
     leaf_lengths,
     row_lengths,
     row_nodes,
@@ -87,16 +86,24 @@ class VerifyOutcome:
             :class:`DraftBatch` (the first with the largest ``n``: the best-scored);
             :meth:`Verifier.verify_tree`: the accepted node.
         tokens: the committed tokens ``d_1 .. d_{1+n}`` (``1 + n`` ids).
-        next_logits: float ``[h, V]``, raw logits of every head at the input position of
-            ``d_{1+n}``: the next step's lattice; ``argmax`` of row 0 is the next certain token.
+        next_logits: float ``[n, V]``, raw logits of heads ``1 .. n`` at the input position
+            of ``d_{1+n}`` (``n = h``, or the heads the call asked for): the next step's
+            lattice; ``argmax`` of row 0 is the next certain token. Only row 0 (``[1, V]``)
+            when ``next_topk`` holds the other heads.
         past: the cache of the prefix and ``tokens`` (batch 1, ``length = old + 1 + n``).
         accept_lengths: ``n`` of every draft (batch order) or of every root-to-leaf path
             (leaves in node order).
         path: the accepted path's node indices in the tree that was run (root first).
         accepted: bool per node of that tree, which nodes the criterion accepted.
         forward_s: wall seconds in the model (device synchronised): the forward over the
-            nodes and the heads at the accepted node.
+            nodes and the base head's projection at every node.
         accept_s: wall seconds applying the criterion and keeping the accepted path's cache.
+        next_topk: ``(ids int64 [n - 1, k], scores float64 [n - 1, k])``: the Medusa heads'
+            top ``k`` at that position with their natural-log probabilities (over each head's
+            vocabulary: the shortlist, when the heads have one), taken by the model's runtime;
+            None when ``next_logits`` holds every head (or the call asked for head 1 alone).
+        heads_s: wall seconds in the model for the next step's heads (the Medusa ResBlocks,
+            their projection and top-k, at the accepted node).
     """
 
     n: int
@@ -109,6 +116,8 @@ class VerifyOutcome:
     accepted: tuple[bool, ...]
     forward_s: float
     accept_s: float
+    next_topk: tuple[np.ndarray, np.ndarray] | None = None
+    heads_s: float = 0.0
 
     @property
     def next_token(self) -> int:
@@ -169,11 +178,26 @@ class Verifier:
         ``argmax z^1`` is the first certain token ``d_1``); ``past`` is the batch-1 cache of
         the prompt. The prompt is validated by the model.
         """
+        logits, _, past = self.prefill_heads(prompt_ids)
+        return logits, past
+
+    @torch.no_grad()
+    def prefill_heads(self, prompt_ids: Sequence[int] | np.ndarray, heads: int | None = None,
+                      k: int | None = None
+                      ) -> tuple[torch.Tensor, tuple[np.ndarray, np.ndarray] | None, Any]:
+        """The prompt's serial call, with the heads as a verification call gives them:
+        ``(next_logits, next_topk, past)`` (see :class:`VerifyOutcome`; ``heads`` and ``k``
+        as in :meth:`run`)."""
         ids = torch.as_tensor(np.asarray(prompt_ids, dtype=np.int64),
                               device=self.device).reshape(1, -1)  # (1, T)
+        model = self._heads
+        if factored(self.model):
+            x, past = model.hidden(ids, None)  # (1, T, d)
+            logits, topk = self._next_heads(x[0, -1], None, heads, k)
+            return logits.clone(), topk, past
         kwargs = {"last_only": True} if takes_last_only(self.model) else {}
         logits, past = self.model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
-        return logits[0, -1].clone(), past  # (h, V)
+        return logits[0, -1].clone(), None, past  # (h, V)
 
     # ---- one verification call ---------------------------------------------------------------
 
@@ -253,12 +277,18 @@ class Verifier:
 
     # ---- the trusted path (the decode loop checked its values where they entered) ------------
 
-    def run(self, past: Any, tree: DraftTree, eos_id: int | None, heads: int | None = None
-            ) -> VerifyOutcome:
+    def run(self, past: Any, tree: DraftTree, eos_id: int | None, heads: int | None = None,
+            k: int | None = None) -> VerifyOutcome:
         """:meth:`verify_tree` without its checks: ``past`` is a batch-1 cache the tree fits
-        after, and every token is in the vocabulary. ``heads``: how many heads' logits the
-        next step reads (default all ``h``; a drafter that reads only the certain token asks
-        for 1 and no Medusa head is projected)."""
+        after, and every token is in the vocabulary.
+
+        Args:
+            heads: how many heads the next step reads (default all ``h``; a drafter that reads
+                only the certain token asks for 1 and no Medusa head is projected).
+            k: the next step's lattice width, when known: a model with ``head_topk`` then
+                gives the Medusa heads' top ``k`` at the accepted node (``next_topk``, taken in
+                its runtime, over its heads' shortlist) instead of their logits over ``V``.
+        """
         n_heads = heads
         model = self._heads
         dev = self.device
@@ -278,17 +308,17 @@ class Verifier:
             mask = torch.tensor(tree.ancestor_mask(), device=dev)  # (N, N)
             x, cache = model.hidden(tokens, past, position_ids=positions, tree_mask=mask)
         states = x[0]  # (N, d): the factored state at every node
-        # the base head only where a verdict reads it: at nodes with children
-        internal, parent_rows = internal_nodes(tree)
-        if internal.size:
-            base = model.project(model.head_states(
-                states[torch.tensor(internal, device=dev)], heads=1))[:, 0]  # (I, V)
+        # the base head at every node in one projection: the verdict reads it at the nodes with
+        # children, the next certain token at the accepted node (a small projection reads the
+        # [V, d] matrix once, whatever the rows: a second one for the accepted node alone would
+        # read it again)
+        base = model.project(model.head_states(states, heads=1))[:, 0]  # (N, V)
         synchronize(dev)
         forward_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        if internal.size:
-            accepted = accepted_nodes(tree, base, parent_rows, self.criterion, eos_id)
+        if tree.num_nodes > 1:
+            accepted = accepted_nodes(tree, base, tree.parents[1:], self.criterion, eos_id)
         else:
             accepted = np.ones(1, dtype=bool)  # a lone root: nothing to check
         node = tree_winner(tree, accepted)
@@ -303,13 +333,9 @@ class Verifier:
         accept_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        row = int(np.searchsorted(internal, node))
-        if n_heads == 1 and row < internal.size and internal[row] == node:
-            next_logits = base[row][None]  # (1, V): head 1 at an internal node, already there
-        else:
-            next_logits = model.project(model.head_states(states[node], heads=n_heads))  # (n, V)
+        next_logits, next_topk = self._next_heads(states[node], base[node], n_heads, k)
         synchronize(dev)
-        forward_s += time.perf_counter() - start
+        heads_s = time.perf_counter() - start
         return VerifyOutcome(
             n=int(path.size - 1),
             winner=node,
@@ -321,13 +347,32 @@ class Verifier:
             accepted=tuple(bool(a) for a in accepted),
             forward_s=forward_s,
             accept_s=accept_s,
+            next_topk=next_topk,
+            heads_s=heads_s,
         )
 
+    def _next_heads(self, state: torch.Tensor, base: torch.Tensor | None, heads: int | None,
+                    k: int | None) -> tuple[torch.Tensor, tuple[np.ndarray, np.ndarray] | None]:
+        """The heads at one position (``state [d]``; ``base [V]``: head 1's logits there, when
+        already projected): ``(next_logits, next_topk)`` as :class:`VerifyOutcome` holds
+        them."""
+        model = self._heads
+        head_topk = getattr(model, "head_topk", None)
+        only_base = heads == 1 or self.h == 1
+        if not only_base and (k is None or not callable(head_topk)):
+            return model.project(model.head_states(state, heads=heads)), None  # (n, V)
+        if base is None:
+            base = model.project(model.head_states(state[None], heads=1))[0, 0]  # (V,)
+        if only_base or head_topk is None:
+            return base[None], None  # (1, V)
+        ids, scores = head_topk(state[None], k, heads)  # (1, n - 1, k)
+        return base[None], (ids[0], scores[0])
+
     def run_rows(self, past: Any, tree: DraftTree, rows: np.ndarray, eos_id: int | None,
-                 heads: int | None = None) -> VerifyOutcome:
+                 heads: int | None = None, k: int | None = None) -> VerifyOutcome:
         """:meth:`run` on the trie ``tree`` of the drafts ``rows [p, w]``; the verdict
         reported per row (winner: the first row with the largest ``n``)."""
-        out = self.run(past, tree, eos_id, heads)
+        out = self.run(past, tree, eos_id, heads, k)
         lengths = row_lengths(tree, np.asarray(out.accepted), row_nodes(tree, rows))
         return dataclasses.replace(out, winner=lengths.index(max(lengths)),
                                    accept_lengths=lengths)

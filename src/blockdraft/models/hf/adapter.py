@@ -33,6 +33,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -43,6 +44,7 @@ from blockdraft.models.hf.cache import HFCache
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.tokenizer import HFTokenizer
 from blockdraft.models.inputs import check_input_ids, check_past_fits
+from blockdraft.models.topk import topk_logprobs
 
 SUPPORTED = (
     "supported: decoder-only transformers causal LMs whose logits are lm_head(final hidden "
@@ -397,13 +399,15 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
 
         ``states[..., i - 1, :]`` must be head ``i``'s state (as :meth:`head_states` returns
         them, ``n <= h``): with heads that have their own projections, the position on the
-        second-to-last axis says which projection applies. Heads that share the base
-        ``lm_head`` take any ``[..., d]``.
+        second-to-last axis says which projection applies, and with a shortlist which rows
+        are Medusa heads (``-inf`` outside it). Heads that share the base ``lm_head`` without
+        a shortlist take any ``[..., d]``.
 
         Raises:
-            ModelError: own projections and ``states`` without a head axis of at most ``h``.
+            ModelError: own projections or a shortlist, and ``states`` without a head axis of
+                at most ``h``.
         """
-        if self.heads.projections is None:
+        if self.heads.projections is None and self.heads.shortlist is None:
             return self.lm_head(states)  # type: ignore[no-any-return]  # (..., n, V)
         if states.dim() < 2 or not 1 <= states.shape[-2] <= self.h:
             raise ModelError(
@@ -413,8 +417,41 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         base = self.lm_head(states[..., :1, :])  # (..., 1, V)
         if states.shape[-2] == 1:
             return base  # type: ignore[no-any-return]
-        return torch.cat((base, self.heads.logits(states[..., 1:, :])), dim=-2)  # (..., n, V)
+        medusa = self.heads.logits(states[..., 1:, :], self.lm_head)  # (..., n - 1, V)
+        return torch.cat((base, medusa), dim=-2)  # (..., n, V)
 
+    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Heads 2..``heads``' top-``k`` at ``x [M, d]``: ``(ids [M, n-1, k], scores)`` (see
+        :meth:`FactoredHeadsLM.head_topk`), projected onto the heads' shortlist alone when
+        they have one (``[Vs, d]`` rows of ``lm_head``, kept between calls)."""
+        if self.heads.projections is not None:
+            return super().head_topk(x, k, heads)
+        n = self.heads_kept(heads)
+        weight, bias, ids = self._shortlist_projection()
+        states = self.heads(x, n - 1)  # (M, n - 1, d)
+        logits = nn.functional.linear(states, weight, bias)  # (M, n - 1, Vs)
+        top, scores = topk_logprobs(logits.reshape(-1, logits.shape[-1]), k, ids)
+        return top.reshape(x.shape[0], n - 1, k), scores.reshape(x.shape[0], n - 1, k)
+
+    def _shortlist_projection(self) -> tuple[torch.Tensor, torch.Tensor | None,
+                                             torch.Tensor | None]:
+        """``(weight [Vs, d], bias [Vs] or None, ids [Vs] or None)`` of the heads'
+        projection, cached until the shortlist or ``lm_head``'s weight changes."""
+        lm_head = self.lm_head
+        shortlist = self.heads.shortlist
+        key = (id(shortlist), lm_head.weight.data_ptr(), lm_head.weight._version,
+               lm_head.weight.dtype, lm_head.weight.device)
+        cached = getattr(self, "_shortlist_cache", None)
+        if cached is None or cached[0] != key:
+            if shortlist is None:
+                cached = (key, lm_head.weight, lm_head.bias, None)
+            else:
+                rows = shortlist.to(lm_head.weight.device)
+                bias = None if lm_head.bias is None else lm_head.bias[rows]
+                cached = (key, lm_head.weight[rows].contiguous(), bias, shortlist)
+            self._shortlist_cache = cached
+        return cached[1], cached[2], cached[3]
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The Medusa heads' parameters (what head training updates)."""

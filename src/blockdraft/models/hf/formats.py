@@ -55,6 +55,9 @@ Public surface:
     read_heads_config(path) -> HeadsConfig       its sizes and the base it names
     read_heads(path, layout=None) -> MedusaHeads
     write_heads(heads, path, layout="medusa-v2", *, base_model=None, lm_head=None, base=None)
+
+Shortlist. Version-2 heads may carry a draft vocabulary (:mod:`.shortlist`): read with them,
+written with them (``shortlist.safetensors`` and a ``config.json`` entry other tools ignore).
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ from blockdraft.core.digest import sha256_arrays
 from blockdraft.core.files import atomic_directory, write_text_atomic
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.medusa import MedusaHeads
+from blockdraft.models.hf.shortlist import CONFIG_KEY as SHORTLIST_KEY
+from blockdraft.models.hf.shortlist import read_shortlist, shortlist_files
 
 LAYOUTS = ("medusa-heads", "medusa-full", "medusa-v2", "vllm")
 CONFIG_FILE = "config.json"
@@ -421,7 +426,11 @@ def read_heads(path: str | os.PathLike[str], layout: str | None = None) -> Medus
     own = None if cfg.layout == "medusa-v2" else {h: f"{h}.{L}.weight" for h in range(n)}
     if sealed:
         _check_sealed_keys(state, _keys(blocks, own), where)
-    return _build(cfg, blocks, own, state, where)
+    heads = _build(cfg, blocks, own, state, where)
+    found = read_shortlist(folder) if cfg.layout == "medusa-v2" else None
+    if found is not None:
+        heads.set_shortlist(found[0], info=found[1])
+    return heads
 
 
 def _keys(blocks: dict[tuple[int, int], tuple[str, str | None]],
@@ -524,10 +533,15 @@ def write_heads(
                 "Medusa version-2 heads share the base lm_head, but these heads have their own "
                 "projections; write layout 'medusa-heads' or 'vllm' instead"
             )
+        config: dict[str, Any] = {**medusa_config, "version": "2"}
         with atomic_directory(folder) as tmp:
             _save_safetensors(_medusa_state(heads, None, projections=False),
                               tmp / "medusa_lm_head.safetensors")
-            _write_json(tmp / CONFIG_FILE, {**medusa_config, "version": "2"})
+            if heads.shortlist is not None:
+                tensors, entry = shortlist_files(heads.shortlist, heads.shortlist_info)
+                _save_safetensors(tensors, tmp / entry["file"])
+                config[SHORTLIST_KEY] = entry
+            _write_json(tmp / CONFIG_FILE, config)
         return folder
     if layout == "medusa-heads":
         state = _medusa_state(heads, lm_head, projections=True)

@@ -17,6 +17,16 @@ Public surface:
                 bias=True, tie_layers=False)
         heads(x [..., d], heads=None) -> [..., n, d]     pre-projection states
         heads.logits(states [..., n, d], lm_head) -> [..., n, V]
+    heads.set_shortlist(token_ids) / heads.shortlist                 the heads' draft vocabulary
+
+Shortlist (a draft vocabulary, FR-Spec's frequency-ranked subset). Heads that share the base's
+``lm_head`` may project onto a subset of the vocabulary only: ``shortlist`` holds its token
+ids (int64 ``[Vs]``, sorted ascending, distinct), and :meth:`logits` then gives ``-inf`` to
+every other token, so such a token never gets an arc in a lattice and a head's log-probs are
+normalised over the shortlist. The base head (head 1) always projects onto the whole
+vocabulary: verification stays exact. A runtime computes the same thing from the ``[Vs, d]``
+rows of ``lm_head`` alone (:meth:`shortlist_weight`), which is the point: ``Vs / V`` of the
+projection's multiply-adds and memory reads.
 
 Tied layers. Medusa's own code builds a head as ``nn.Sequential(*([ResBlock(d)] * L), ...)``:
 ONE block listed ``L`` times, applied ``L`` times with the same weights, and its files repeat
@@ -26,6 +36,8 @@ layer its own block (TGI, vLLM). With ``L = 1`` the two are the same.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -108,6 +120,8 @@ class MedusaHeads(nn.Module):
             return nn.Sequential(*(ResBlock(d_model, bias) for _ in range(num_layers)))
 
         self.blocks = nn.ModuleList(head() for _ in range(num_heads))
+        self.shortlist: torch.Tensor | None = None  # int64 [Vs], sorted; see set_shortlist
+        self.shortlist_info: dict[str, Any] = {}  # what it was counted on (its file's record)
         self.projections = (
             nn.ModuleList(
                 nn.Linear(d_model, vocab_size, bias=False)  # type: ignore[arg-type]
@@ -147,8 +161,51 @@ class MedusaHeads(nn.Module):
             return hidden.new_zeros(*hidden.shape[:-1], 0, hidden.shape[-1])  # (..., 0, d)
         return torch.stack([self.blocks[j](hidden) for j in range(n)], dim=-2)  # (..., n, d)
 
+    def set_shortlist(self, token_ids: torch.Tensor | None, vocab_size: int | None = None,
+                      info: dict[str, Any] | None = None) -> None:
+        """Draft over ``token_ids`` only (see the module docstring); None drafts over the whole
+        vocabulary again.
+
+        Args:
+            token_ids: int ``[Vs]`` distinct token ids, any order (kept sorted ascending).
+            vocab_size: the base's ``V``, when known: every id must lie in ``[0, V)``.
+            info: what the shortlist was counted on (kept with it, written beside it).
+
+        Raises:
+            ModelError: heads with their own projections, an empty or non-integer list, a
+                repeated id, or an id outside the vocabulary.
+        """
+        if token_ids is None:
+            self.shortlist, self.shortlist_info = None, {}
+            return
+        if self.projections is not None:
+            raise ModelError("a shortlist applies to heads that share the base lm_head; these "
+                             "heads have their own projections")
+        ids = torch.as_tensor(token_ids)
+        if ids.dim() != 1 or ids.numel() == 0 or ids.dtype.is_floating_point or (
+                ids.dtype == torch.bool):
+            raise ModelError(f"a shortlist must be a non-empty 1-D list of token ids, got "
+                             f"{tuple(ids.shape)} {ids.dtype}")
+        ids = torch.sort(ids.to(torch.int64).cpu()).values
+        if bool((ids[1:] == ids[:-1]).any()):
+            raise ModelError("a shortlist must not repeat a token id")
+        hi = vocab_size if vocab_size is not None else self.vocab_size
+        if int(ids[0]) < 0 or (hi is not None and int(ids[-1]) >= hi):
+            raise ModelError(f"shortlist ids must lie in [0, {hi}), got {int(ids[0])}.."
+                             f"{int(ids[-1])}")
+        self.shortlist, self.shortlist_info = ids, dict(info or {})
+
+    def shortlist_weight(self, lm_head: nn.Linear) -> torch.Tensor:
+        """The shortlist's rows of ``lm_head``: ``[Vs, d]`` (the whole ``[V, d]`` without a
+        shortlist)."""
+        weight = lm_head.weight
+        if self.shortlist is None:
+            return weight
+        return weight[self.shortlist.to(weight.device)]
+
     def logits(self, states: torch.Tensor, lm_head: nn.Module | None = None) -> torch.Tensor:
-        """``states [..., n, d]`` of heads ``0 .. n-1`` -> raw logits ``[..., n, V]``.
+        """``states [..., n, d]`` of heads ``0 .. n-1`` -> raw logits ``[..., n, V]``
+        (``-inf`` outside the shortlist, when there is one).
 
         Raises:
             ModelError: the heads share the base ``lm_head`` and none was passed.
@@ -156,7 +213,12 @@ class MedusaHeads(nn.Module):
         if self.projections is None:
             if lm_head is None:
                 raise ModelError("these heads share the base lm_head: pass it as lm_head")
-            return lm_head(states)  # type: ignore[no-any-return]  # (..., n, V)
+            out = lm_head(states)  # (..., n, V)
+            if self.shortlist is not None:
+                keep = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
+                keep[self.shortlist.to(out.device)] = True
+                out = out.masked_fill(~keep, float("-inf"))
+            return out  # type: ignore[no-any-return]
         return torch.stack(
             [self.projections[j](states[..., j, :]) for j in range(states.shape[-2])], dim=-2
         )  # (..., n, V)
@@ -164,4 +226,15 @@ class MedusaHeads(nn.Module):
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_layers={self.num_layers}, "
                 f"own_projection={self.own_projection}, bias={self.bias}, "
-                f"tie_layers={self.tie_layers}")
+                f"tie_layers={self.tie_layers}"
+                + ("" if self.shortlist is None else f", shortlist={self.shortlist.numel()}@"
+                   f"{shortlist_digest(self.shortlist)}"))
+
+
+def shortlist_digest(token_ids: torch.Tensor) -> str:
+    """12 hex digits of the SHA-256 of a shortlist's sorted int64 ids (in ``extra_repr``, so
+    caches keyed by the heads' description change with the shortlist's content)."""
+    import hashlib
+
+    raw = torch.as_tensor(token_ids, dtype=torch.int64).cpu().contiguous().numpy().tobytes()
+    return hashlib.sha256(raw).hexdigest()[:12]

@@ -22,6 +22,15 @@ causal mask is by row, which a tree in topological order never contradicts.
 ``resblocks``: ``x [M, d] -> states [M, h - 1, d]``, every Medusa head's ResBlocks.
 ``projection``: ``states [M, d] -> logits [M, V]``, the base ``lm_head`` (and, for heads with
 their own projections, ``own [M, h - 1, d] -> [M, h - 1, V]``).
+``drafts`` (heads that share ``lm_head``): the next step's lattice slots in one run::
+
+    inputs   x float [M, d] (final hidden states), k int64 [1]
+    outputs  ids int64 [M, h - 1, k]    each Medusa head's top k, (logit desc, id asc)
+             scores float [M, h - 1, k] their log_softmax over the head's vocabulary
+
+the ResBlocks, the projection onto the heads' shortlist (its ``[Vs, d]`` rows of ``lm_head``;
+the whole vocabulary without one), ``TopK`` (ties to the lower column: the shortlist ascends,
+so to the smaller id), ``ReduceLogSumExp`` and the column -> token id ``Gather``.
 
 Families: Llama-style decoders (``llama``, ``mistral``, ``qwen2``: RMSNorm, rotary, grouped
 query attention, gated SiLU MLP, optional q/k/v biases) and ``gpt2`` (LayerNorm, learned
@@ -54,7 +63,7 @@ from blockdraft.models.errors import ModelError
 FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gpt2": "gpt2"}
 """``config.model_type`` -> the graph family that builds it."""
 PRECISIONS = ("float32", "int8")
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2
 """The graphs' format; a change re-exports every cached model."""
 OPSET = 21
 """The default-domain opset (ONNX Runtime >= 1.17 runs it); contrib ops are com.microsoft v1."""
@@ -375,10 +384,8 @@ def _gpt2_body(g: _Builder, spec: GraphSpec, base: Any) -> None:
              f"l{i}.resid2"], domain="com.microsoft", epsilon=eps)
 
 
-def _resblocks(spec: GraphSpec, heads: Any, precision: str) -> Any:
-    g = _Builder(precision)
-    f = g.TensorProto.FLOAT
-    x = g.input("x", f, ["M", spec.d_model])
+def _medusa_states(g: _Builder, x: str, heads: Any) -> str:
+    """Every Medusa head's ResBlocks on ``x [M, d]``: the node ``states [M, h - 1, d]``."""
     states = []
     for j in range(heads.num_heads):
         y = x
@@ -390,9 +397,41 @@ def _resblocks(spec: GraphSpec, heads: Any, precision: str) -> Any:
             y = g.op("Add", [y, silu], f"h{j}.b{layer}.res")
         states.append(g.op("Unsqueeze", [y, g.const(f"h{j}.axis", np.array([1], np.int64))],
                            f"h{j}.state"))  # (M, 1, d)
-    g.op("Concat", states, "states", axis=1)  # (M, h - 1, d)
+    return g.op("Concat", states, "states", axis=1)  # type: ignore[no-any-return]
+
+
+def _resblocks(spec: GraphSpec, heads: Any, precision: str) -> Any:
+    g = _Builder(precision)
+    f = g.TensorProto.FLOAT
+    _medusa_states(g, g.input("x", f, ["M", spec.d_model]), heads)  # (M, h - 1, d)
     g.output("states", f, ["M", spec.h - 1, spec.d_model])
     return g.model("resblocks")
+
+
+def _drafts(spec: GraphSpec, heads: Any, lm_head: Any, precision: str) -> Any:
+    g = _Builder(precision)
+    f, i64 = g.TensorProto.FLOAT, g.TensorProto.INT64
+    g.input("k", i64, [1])
+    stacked = _medusa_states(g, g.input("x", f, ["M", spec.d_model]), heads)  # (M, h - 1, d)
+    rows = heads.shortlist
+    weight = _numpy(lm_head.weight if rows is None else lm_head.weight[rows])  # (Vs, d)
+    bias = _bias(lm_head)
+    logits = g.op("MatMul", [stacked, g.const("short.weight", weight.T)], "short.mm")
+    if bias is not None:
+        keep = bias if rows is None else bias[rows.numpy()]
+        logits = g.op("Add", [logits, g.const("short.bias", keep)], "short.logits")
+    values, cols = g.op("TopK", [logits, "k"], ["short.values", "short.cols"], axis=-1,
+                        largest=1, sorted=1)  # (M, h - 1, k)
+    log_z = g.op("ReduceLogSumExp", [logits, g.const("short.axes", np.array([-1], np.int64))],
+                 "short.logz", keepdims=1)  # (M, h - 1, 1)
+    g.op("Sub", [values, log_z], "scores")
+    if rows is None:
+        g.op("Identity", [cols], "ids")
+    else:
+        g.op("Gather", [g.const("short.ids", rows.numpy().astype(np.int64)), cols], "ids")
+    g.output("ids", i64, ["M", spec.h - 1, "k"])
+    g.output("scores", f, ["M", spec.h - 1, "k"])
+    return g.model("drafts")
 
 
 def _projection(spec: GraphSpec, lm_head: Any) -> Any:
@@ -425,8 +464,8 @@ def build_graphs(model: Any, precision: str = "float32") -> dict[str, Any]:
         precision: ``"float32"`` or ``"int8"``.
 
     Returns:
-        ``{"body", "resblocks", "projection"}`` (+ ``"own"`` for heads with their own
-        projections) -> ``onnx.ModelProto``.
+        ``{"body", "resblocks", "projection"}`` and ``"drafts"`` (``"own"`` instead, for heads
+        with their own projections) -> ``onnx.ModelProto``.
 
     Raises:
         ModelError: an unsupported architecture or precision.
@@ -442,4 +481,6 @@ def build_graphs(model: Any, precision: str = "float32") -> dict[str, Any]:
               "projection": _projection(spec, model.lm_head)}
     if spec.own_projection:
         graphs["own"] = _own_projection(spec, model.heads)
+    else:
+        graphs["drafts"] = _drafts(spec, model.heads, model.lm_head, precision)
     return graphs

@@ -5,9 +5,11 @@ The same model protocol as :class:`~blockdraft.models.hf.HFBlockwiseModel`
 ``heads_logits`` composed from them), so the verifier, the decode loop, tree verification,
 ``greedy_generate``, traces and every criterion run on it unchanged. Behind it:
 
-- the graphs of :mod:`.onnx_graph`, exported once (:mod:`.onnx_export`) and run by three ONNX
-  Runtime sessions (the decoder, the Medusa ResBlocks, the vocabulary projection), whose
-  constant weights ORT pre-packs when the session starts;
+- the graphs of :mod:`.onnx_graph`, exported once (:mod:`.onnx_export`) and run by ONNX
+  Runtime sessions (the decoder, the Medusa ResBlocks, the vocabulary projection, and the
+  next step's lattice slots: ResBlocks, the projection onto the heads' shortlist and the top-k
+  in one graph, :meth:`head_topk`), whose constant weights ORT pre-packs when the session
+  starts;
 - the key/value cache in pre-allocated buffers (:mod:`.kv_buffer`) that the decoder session
   reads and writes in place through IO binding: a forward copies no cache, and a verification
   keeps its accepted path by moving ``1 + n`` rows.
@@ -103,6 +105,9 @@ class OrtBlockwiseModel(FactoredHeadsLM):
             self._open_sessions()
         self.config = dataclasses.replace(model.config, dtype=precision)
         self.tokenizer = model.tokenizer
+        shortlist = model.heads.shortlist
+        self.shortlist: np.ndarray | None = (None if shortlist is None
+                                             else shortlist.numpy().astype(np.int64))
         self._buffer = KVBuffer(self.spec.n_layer, self.spec.n_kv_head, self.spec.head_dim,
                                 capacity=256)
         self._binding = self._body.io_binding()
@@ -115,6 +120,8 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         self._projection = _session(folder / "projection.onnx", self.threads)
         self._own = (_session(folder / "own.onnx", self.threads)
                      if self.spec.own_projection else None)
+        self._drafts = (None if self.spec.own_projection
+                        else _session(folder / "drafts.onnx", self.threads))
 
     @property
     def chunk_invariant(self) -> bool:
@@ -298,13 +305,20 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         """The vocabulary projection of head states: ``[..., n, d] -> [..., n, V]`` (raw).
 
         ``states[..., i - 1, :]`` is head ``i``'s state (as :meth:`head_states` gives them);
-        with heads that share the base ``lm_head``, any ``[..., d]`` is accepted.
+        with heads that share the base ``lm_head``, any ``[..., d]`` is accepted, and with a
+        shortlist the rows after the first of a head axis (``[..., n > 1, d]``) are Medusa
+        heads: ``-inf`` outside the shortlist.
         """
         d = states.shape[-1]
         if self._own is None:
             flat = np.ascontiguousarray(states.detach().reshape(-1, d).numpy(), np.float32)
             logits = self._projection.run(["logits"], {"states": flat})[0]
-            return torch.from_numpy(logits).reshape(*states.shape[:-1], -1)
+            out = torch.from_numpy(logits).reshape(*states.shape[:-1], -1)
+            if self.shortlist is not None and states.dim() >= 2 and states.shape[-2] > 1:
+                outside = torch.ones(out.shape[-1], dtype=torch.bool)
+                outside[torch.from_numpy(self.shortlist)] = False
+                out[..., 1:, :].masked_fill_(outside, float("-inf"))  # Medusa rows: shortlist
+            return out
         if states.dim() < 2 or not 1 <= states.shape[-2] <= self.h:
             raise ModelError(
                 f"project needs states [..., n, d] with 1 <= n <= h = {self.h} heads on the "
@@ -317,6 +331,26 @@ class OrtBlockwiseModel(FactoredHeadsLM):
             padded = np.zeros((flat.shape[0], self.h - 1, d), dtype=np.float32)
             padded[:, : n - 1] = flat[:, 1:]
             parts.append(self._own.run(["logits"], {"states": padded})[0][:, : n - 1])
-        out = np.concatenate(parts, axis=1)  # (M, n, V)
-        return torch.from_numpy(out).reshape(*lead, n, -1)
+        joined = np.concatenate(parts, axis=1)  # (M, n, V)
+        return torch.from_numpy(joined).reshape(*lead, n, -1)
 
+    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Heads 2..``heads``' top-``k`` at ``x [M, d]`` in one run of the ``drafts`` graph
+        (ResBlocks, projection onto the shortlist, TopK, log-normaliser): ``(ids [M, n-1, k]
+        int64, scores float64)``, as :meth:`FactoredHeadsLM.head_topk` (scores rounded in
+        float32)."""
+        if self._drafts is None:
+            return super().head_topk(x, k, heads)
+        n = self.heads_kept(heads)
+        flat = np.ascontiguousarray(x.detach().reshape(-1, x.shape[-1]).numpy(), np.float32)
+        width = min(int(k), self.spec.vocab_size if self.shortlist is None
+                    else int(self.shortlist.size))
+        ids, scores = self._drafts.run(["ids", "scores"], {
+            "x": flat, "k": np.array([width], dtype=np.int64)})
+        ids, scores = ids[:, : n - 1], scores[:, : n - 1].astype(np.float64)
+        if width < k:  # a shortlist narrower than k: the rest is padding
+            pad = ((0, 0), (0, 0), (0, k - width))
+            ids = np.pad(ids, pad, constant_values=-1)
+            scores = np.pad(scores, pad, constant_values=-np.inf)
+        return ids, scores

@@ -1,0 +1,88 @@
+"""The cost-aware tree in the decode loop: lossless (every output equals greedy, with every
+source on and a lookup that finds copies), and its offline simulation equals the online decode
+step by step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from test_offline_online import teacher_forced_logits
+
+from blockdraft.drafts import AcceptanceTables, CostAwareTreeDrafter, HeadDrafter
+from blockdraft.models import greedy_generate
+from blockdraft.models.cost import CostCurve, measure_cost_curve
+from blockdraft.oracle import Trace, simulate
+from blockdraft.verify import decode
+
+
+def curve(slope: float) -> CostCurve:
+    nodes = (1, 2, 4, 8, 16, 32)
+    return CostCurve(nodes=nodes, step_ms=tuple(10 + slope * (n - 1) for n in nodes),
+                     heads_ms=0.5, greedy_ms=10.0)
+
+
+def const_tables(h: int, q: float) -> AcceptanceTables:
+    """Every lattice token and every copied token accepted with rate ``q``."""
+    base = AcceptanceTables.uniform(h)
+    return AcceptanceTables(heads=np.full(base.heads.shape, q),
+                            marginal=np.full(base.marginal.shape, q), copy=np.full((4, 16), q))
+
+
+def drafter(h: int, slope: float = 0.3, p: int = 3, max_nodes: int = 16,
+            q: float | None = None) -> Any:
+    tables = AcceptanceTables.uniform(h, 0.9) if q is None else const_tables(h, q)
+    return CostAwareTreeDrafter(cost=curve(slope), tables=tables, k=4, p=p,
+                                max_nodes=max_nodes)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("slope", [0.05, 0.5, 3.0])
+def test_lossless(random_model: Any, seed: int, slope: float) -> None:
+    model = random_model(seed=seed, vocab=64, h=4, scale=1.0 if seed == 0 else 10.0)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+    want = greedy_generate(model, prompt, 48)
+    for q in (None, 0.7):
+        tree = drafter(4, slope, q=q)
+        res = decode(model, prompt, tree=tree, max_new_tokens=48)
+        assert res.tokens == want
+        sizes = [s.tree.num_nodes for s in res.steps if s.tree is not None]
+        assert max(sizes) <= tree.max_nodes
+        if q is not None and slope <= 0.05:  # likely nodes that are nearly free: big trees
+            assert max(sizes) > 6
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_online_equals_offline(random_model: Any, tmp_path: Any, seed: int) -> None:
+    model = random_model(seed=seed, vocab=64, h=4, scale=10.0)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    y = greedy_generate(model, prompt, 40)
+    tree = drafter(4, 0.2)
+    online = decode(model, prompt, tree=tree, max_new_tokens=40)
+    assert online.tokens == y
+    trace = Trace.from_head_logits(tmp_path / "trace",
+                                   [(prompt, y, teacher_forced_logits(model, prompt, y))], K=8)
+    offline = simulate(trace, tree)
+    assert online.accept_lengths == offline.steps.n.tolist()
+    assert online.block_efficiency == pytest.approx(offline.block_efficiency)
+
+
+def test_beats_the_chain_it_contains_on_a_looping_model(chain_model: Any) -> None:
+    """A model whose heads are useless but whose output copies the prompt: the tree's lookup
+    copy is accepted, the vanilla chain alone is not."""
+    model, order = chain_model(vocab=64, h=4)
+    prompt = [int(t) for t in order] + [int(order[0])]  # the chain, then its start again
+    want = greedy_generate(model, prompt, 30)
+    tree = decode(model, prompt, tree=drafter(4, 0.1), max_new_tokens=30)
+    chain = decode(model, prompt, drafter=HeadDrafter(k=1, p=1), max_new_tokens=30)
+    assert tree.tokens == chain.tokens == want
+    assert tree.block_efficiency > chain.block_efficiency + 0.5
+
+
+def test_measured_curve_is_a_curve(random_model: Any) -> None:
+    model = random_model(seed=0, vocab=64, h=4)
+    cost = measure_cost_curve(model, nodes=(1, 2, 4), prefix=16, repeats=2)
+    assert cost.nodes == (1, 2, 4) and cost.greedy_ms > 0
+    assert cost.relative(1, heads=False) == pytest.approx(1.0)
+    assert np.isfinite(cost.step(40))
