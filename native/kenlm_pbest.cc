@@ -25,6 +25,18 @@
 // misses overlap instead of adding up. The results are KenLM's own; only the order in which
 // the lookups are made changes.
 //
+// A context LM (bd_ctx_*, bd_pbest_ctx): n-gram counts over the committed text, interpolated
+// with KenLM inside the search, P = lam * P_ctx + (1 - lam) * P_kenlm. Futures then depend on
+// the context-LM state too, so buckets are keyed by (KenLM state, context-LM state). What
+// concerns KenLM alone stays as it is: the batched, prefetched lookups, the unigram-match
+// shortcut, the beam pass's memo of lookups (which also keeps the interpolated terms, reused
+// by a bucket of the same pair). The unigram-match bucket of an arc is remembered together
+// with its context state (one arc no longer leads to one bucket). The future bounds bound the
+// interpolated term, ln(lam + (1 - lam) exp(ub_kenlm)) (P_ctx <= 1): exact, they prune less.
+// The context LM's estimates of one context state are computed once per slot, however many
+// KenLM states share it. Without a context LM the search is compiled as before, with the same
+// operations.
+//
 // Units: head scores and all outputs are natural-log probabilities; alpha weights the LM part.
 
 #include "lm/enumerate_vocab.hh"
@@ -214,8 +226,170 @@ struct Bucket {
   int32_t begin;
   int32_t end;
   int32_t last_arc;
-  uint64_t hash;  // lm::ngram::hash_value(state)
+  int32_t ctx;    // context-LM state (a CtxLM node); always 0 without a context LM
+  uint64_t hash;  // lm::ngram::hash_value(state): the KenLM state's alone
 };
+
+// The context LM (blockdraft.rescorers.ngram.context, whose docstring defines it): interpolated
+// Witten-Bell counts over the raw token ids of the committed text, grown token by token.
+//
+// Nodes are the distinct token sequences u of length 0..n-1 seen in the text (node 0 is the
+// empty one), each with c(u) (the times u is followed by a token), t(u) (distinct followers),
+// its suffix link (u without its oldest token) and its length. An edge (u, w) holds c(u w)
+// and, when |u w| <= n-1, the node of u w. A search state is the node of the longest suffix
+// of the history with c > 0 (at most n-1 tokens).
+constexpr int kMaxCtxOrder = 16;
+
+struct CtxLM {
+  struct Node {
+    uint32_t hist;      // c(u)
+    uint32_t distinct;  // t(u)
+    int32_t link;       // node of u without its oldest token (-1 for the root)
+    int32_t len;        // |u|
+  };
+  struct Entry {
+    uint64_t key;   // (node << 32 | w) + 1; 0 = empty
+    uint32_t count;  // c(u w)
+    int32_t child;   // node of u w, or -1 (|u w| = n, or not made yet)
+  };
+  int order;
+  std::vector<Node> nodes{Node{0, 0, -1, 0}};
+  std::vector<Entry> table = std::vector<Entry>(1024, Entry{0, 0, -1});
+  uint64_t mask = 1023;
+  uint64_t used = 0;
+  std::vector<int32_t> tail{0}, tail_next;  // tail[L]: node of the text's last L tokens
+  int32_t tail_state = 0;                   // the state after the whole text
+
+  explicit CtxLM(int n) : order(n) {}
+
+  static uint64_t Key(int32_t node, uint32_t w) {
+    return ((static_cast<uint64_t>(node) << 32) | w) + 1;
+  }
+  void Prefetch(int32_t node, uint32_t w) const {
+    __builtin_prefetch(&table[Bounds::Mix(Key(node, w)) & mask]);
+  }
+  const Entry *Find(int32_t node, uint32_t w) const {
+    const uint64_t key = Key(node, w);
+    uint64_t i = Bounds::Mix(key) & mask;
+    while (true) {
+      const Entry &e = table[i];
+      if (e.key == key) return &e;
+      if (e.key == 0) return nullptr;
+      i = (i + 1) & mask;
+    }
+  }
+  // The entry of (node, w), inserted (count 0) when absent; an index: inserting may grow.
+  size_t Insert(int32_t node, uint32_t w) {
+    if (2 * (used + 1) > table.size()) {
+      std::vector<Entry> old(table.size() * 2, Entry{0, 0, -1});
+      old.swap(table);
+      mask = table.size() - 1;
+      for (const Entry &e : old) {
+        if (!e.key) continue;
+        uint64_t i = Bounds::Mix(e.key) & mask;
+        while (table[i].key) i = (i + 1) & mask;
+        table[i] = e;
+      }
+    }
+    const uint64_t key = Key(node, w);
+    uint64_t i = Bounds::Mix(key) & mask;
+    while (table[i].key && table[i].key != key) i = (i + 1) & mask;
+    if (!table[i].key) {
+      table[i] = Entry{key, 0, -1};
+      ++used;
+    }
+    return i;
+  }
+  // Append one token: the n-grams (orders 1..n) ending at it. O(n) table operations.
+  void Extend(uint32_t w) {
+    const int top = static_cast<int>(tail.size()) - 1;  // min(n - 1, tokens so far)
+    tail_next.assign(1, 0);
+    for (int L = 0; L <= top; ++L) {
+      const int32_t u = tail[L];
+      const size_t at = Insert(u, w);
+      if (table[at].count++ == 0) ++nodes[u].distinct;
+      ++nodes[u].hist;
+      if (L + 1 <= order - 1) {
+        if (table[at].child < 0) {
+          table[at].child = static_cast<int32_t>(nodes.size());
+          nodes.push_back(Node{0, 0, tail_next[L], L + 1});
+        }
+        tail_next.push_back(table[at].child);
+      }
+    }
+    tail.swap(tail_next);
+    tail_state = 0;
+    for (int L = static_cast<int>(tail.size()) - 1; L >= 1; --L)
+      if (nodes[tail[L]].hist > 0) {
+        tail_state = tail[L];
+        break;
+      }
+  }
+  // The suffixes of state s, shortest first: chain[1..len] (chain[len] = s), with their
+  // c(u) and t(u). Returns len.
+  int Chain(int32_t s, int32_t *chain, uint32_t *hist, uint32_t *distinct) const {
+    const int len = nodes[s].len;
+    for (int j = len, u = s; j >= 1; --j, u = nodes[u].link) {
+      chain[j] = u;
+      hist[j] = nodes[u].hist;
+      distinct[j] = nodes[u].distinct;
+    }
+    return len;
+  }
+  // Whether the node an entry leads to (u w, |u w| = L) is a state, i.e. c(u w) > 0: u w
+  // occurs other than as the text's suffix (no look-up of the node itself).
+  bool Followed(const Entry &e, int L) const {
+    return e.child >= 0 && (e.count > 1 || e.child != tail[L]);
+  }
+  // P_ctx(w | state s) and the state after w ...
+  void Step(int32_t s, uint32_t w, double &p, int32_t &next) const {
+    int32_t chain[kMaxCtxOrder];
+    uint32_t hist[kMaxCtxOrder], distinct[kMaxCtxOrder];
+    const int len = Chain(s, chain, hist, distinct);
+    StepFrom(chain, hist, distinct, len, Find(0, w), w, p, next);
+  }
+  // ... given the state's chain and w's entry at the root (null when w is not in the text).
+  // The same floating-point operations, in the same order, as ContextLM.prob in Python: from
+  // the unigram ML estimate up the suffixes of s.
+  void StepFrom(const int32_t *chain, const uint32_t *hist, const uint32_t *distinct, int len,
+                const Entry *e, uint32_t w, double &p, int32_t &next) const {
+    next = 0;
+    if (!e) {  // w is not in the text: no n-gram ends in it
+      p = 0.0;
+      return;
+    }
+    p = static_cast<double>(e->count) / static_cast<double>(nodes[0].hist);
+    if (Followed(*e, 1)) next = e->child;
+    for (int j = 1; j <= len; ++j) {
+      if (hist[j] == 0) continue;  // c(u) = 0: backs off (never so for a state)
+      // u w occurs only if its suffix does: after a miss, no longer suffix is looked up.
+      e = e ? Find(chain[j], w) : nullptr;
+      double c_uw = 0.0;
+      if (e) {
+        c_uw = static_cast<double>(e->count);
+        if (Followed(*e, j + 1)) next = e->child;
+      }
+      p = (c_uw + static_cast<double>(distinct[j]) * p) /
+          (static_cast<double>(hist[j]) + static_cast<double>(distinct[j]));
+    }
+  }
+};
+
+// The context LM's part of one search: P = lam * P_ctx + (1 - lam) * P_kenlm.
+struct CtxArgs {
+  const CtxLM *lm;
+  const uint32_t *raw;  // [h*k] raw token ids of the lattice's arcs
+  double lam;
+  double one_m_lam;     // 1 - lam
+  double log1m_lam;     // log1p(-lam): the LM term where P_ctx = 0 is this plus ln P_kenlm
+};
+
+// ln(lam * P_ctx + (1 - lam) * exp(kenlm_ln)): the same operations as interpolate_one in
+// Python (blockdraft.rescorers.ngram.context).
+BD_ALWAYS_INLINE double Interpolate(const CtxArgs &cx, double pc, double kenlm_ln) {
+  if (pc == 0.0) return cx.log1m_lam + kenlm_ln;
+  return std::log(cx.lam * pc + cx.one_m_lam * std::exp(kenlm_ln));
+}
 
 void SetError(char *err, int errlen, const std::string &msg) {
   if (err && errlen > 0) {
@@ -372,6 +546,32 @@ int bd_has_bounds(void *handle) { return static_cast<Handle *>(handle)->bounds !
 
 }  // extern "C"
 
+// With a context LM, a bound r (nats) of ln P_kenlm becomes the bound
+// f(r) = ln(lam + (1 - lam) exp(r)) of the interpolated term (P_ctx <= 1). f is convex, so on
+// a grid of r its chords lie above it: a table of f on the grid, linearly interpolated (plus a
+// rounding margin), bounds it with no exp or log per bound. Built once per lam and thread.
+constexpr double kWrapLo = -32.0;   // nats; below it f is computed directly
+constexpr int kWrapPerNat = 16;
+constexpr int kWrapSize = 32 * kWrapPerNat + 1;
+struct WrapTable {
+  double lam = -1.0;
+  std::vector<double> f;
+  void Build(const CtxArgs &cx) {
+    if (lam == cx.lam) return;
+    f.resize(kWrapSize);
+    for (int j = 0; j < kWrapSize; ++j)
+      f[j] = std::log(cx.lam + cx.one_m_lam * std::exp(kWrapLo + double(j) / kWrapPerNat));
+    lam = cx.lam;
+  }
+  // An upper bound of f(r).
+  double Bound(const CtxArgs &cx, double r) const {
+    if (r < kWrapLo || r > 0.0) return std::log(cx.lam + cx.one_m_lam * std::exp(r));
+    const double x = (r - kWrapLo) * kWrapPerNat;
+    const int j = std::min(static_cast<int>(x), kWrapSize - 2);
+    return f[j] + (x - j) * (f[j + 1] - f[j]) + 1e-12;
+  }
+};
+
 // One search pass over the lattice. With beam > 0 only the `beam` most promising buckets
 // survive each slot: a cheap pass whose complete paths give a lower bound on the p-th best
 // score. With lower_bound > -inf, partial paths that cannot reach it are dropped (see top).
@@ -408,6 +608,14 @@ struct Workspace {
   std::vector<lm::ngram::State> uni_out;
   std::vector<int32_t> uni_bucket;          // per arc: the bucket of its unigram-match state
   std::vector<std::vector<uint64_t>> memo_hashes;  // per slot: the memo states' hashes
+  // With a context LM, also per memo entry its bucket's context state and, per arc, the
+  // interpolated LM term and next context state: reused by a bucket of the same pair.
+  std::vector<std::vector<int32_t>> memo_ctx, memo_ctx_next;
+  std::vector<std::vector<double>> memo_lm;
+  std::vector<uint8_t> memo_same;           // per expanded bucket: its memo entry has its pair
+  std::vector<uint64_t> uni_hash;           // kCtx, per arc: hash of its unigram-match state
+  std::vector<int32_t> uni_bucket_ctx;      // kCtx, per arc: the context state of uni_bucket
+  WrapTable wrap;                           // kCtx: the bounds' table (see WrapTable)
   std::vector<Edge> best_edge;              // per new bucket, its best incoming edge
   std::vector<size_t> table_used;           // slots of `table` filled for this slot
   // The KenLM probes of one slot, in the order the main loop consumes them: the source
@@ -433,6 +641,17 @@ struct Workspace {
     bool started = false;
   };
   std::vector<std::vector<LazyNode>> lazy;
+  // With a context LM: per slot, each context state met gets a row of every arc's P_ctx and
+  // next context state, computed once however many buckets (KenLM states) share the state.
+  std::vector<int32_t> ctx_row_of;  // per CtxLM node: its row for the current slot, or -1
+  std::vector<int32_t> ctx_rows;    // the nodes given a row this slot
+  std::vector<double> ctx_p;        // [row * k + a]
+  std::vector<int32_t> ctx_next;    // [row * k + a]; kCtxTodo until computed (on first use)
+  std::vector<int32_t> ctx_chain;   // [row * kMaxCtxOrder + j]: the row's state's suffixes
+  std::vector<uint32_t> ctx_hist, ctx_distinct;  // ... and their c(u), t(u)
+  std::vector<int32_t> ctx_len;     // [row]: its length
+  std::vector<const CtxLM::Entry *> ctx_root;  // per arc of the slot: its token's root entry
+  std::vector<uint32_t> ctx_word;                // ... and its raw token id
 };
 
 // The probing model's hash tables, read for prefetching only: where KenLM will look for the
@@ -501,12 +720,17 @@ struct ProbingScorer {
   const LongestTable *longest;
 };
 
-// Fill ws.ub / ws.any / ws.future for one lattice (see Workspace).
+// Fill ws.ub / ws.any / ws.future for one lattice (see Workspace). With a context LM (cx),
+// the bounds are those of the interpolated term (see WrapTable): still exact, they only
+// prune less.
 static void ComputeBounds(Handle *hd, Workspace &ws, const lm::ngram::State &start, int h,
                           int k, const uint32_t *words, const int32_t *counts,
-                          const double *head, double alpha, bool penalize_unk, double unk_ln) {
+                          const double *head, double alpha, bool penalize_unk, double unk_ln,
+                          const CtxArgs *cx) {
   Bounds *b = hd->bounds;
   const double scale = alpha * kLn10;
+  if (cx) ws.wrap.Build(*cx);
+  auto wrap = [&](double r) { return alpha * ws.wrap.Bound(*cx, r); };
   ws.ub.resize(h);
   ws.any.resize(h);
   ws.future.resize(h);
@@ -525,12 +749,14 @@ static void ComputeBounds(Handle *hd, Workspace &ws, const lm::ngram::State &sta
     for (int a = 0; a < na; ++a) {
       const uint32_t w = words[i * k + a];
       if (penalize_unk && w == 0) {
-        for (int x = 0; x < np; ++x) ws.ub[i][x * k + a] = alpha * unk_ln;
-        ws.any[i][a] = alpha * unk_ln;
+        const double v = cx ? wrap(unk_ln) : alpha * unk_ln;
+        for (int x = 0; x < np; ++x) ws.ub[i][x * k + a] = v;
+        ws.any[i][a] = v;
         continue;
       }
       if (!b) continue;  // LM log-probs are <= 0: the zero bound
-      ws.any[i][a] = scale * std::min(0.f, b->uni[w]);
+      ws.any[i][a] = cx ? wrap(kLn10 * std::min(0.f, b->uni[w]))
+                        : scale * std::min(0.f, b->uni[w]);
       for (int x = 0; x < np; ++x) {
         uint32_t prev_word;
         if (i == 0) {
@@ -543,7 +769,8 @@ static void ComputeBounds(Handle *hd, Workspace &ws, const lm::ngram::State &sta
           prev_word = words[(i - 1) * k + x];
         }
         bool ends = true;
-        ws.ub[i][x * k + a] = scale * std::min(0.f, b->After(prev_word, w, ends));
+        const float bound = std::min(0.f, b->After(prev_word, w, ends));
+        ws.ub[i][x * k + a] = cx ? wrap(kLn10 * bound) : scale * bound;
         ws.ends[i][x * k + a] = ends;
       }
     }
@@ -566,16 +793,60 @@ static void ComputeBounds(Handle *hd, Workspace &ws, const lm::ngram::State &sta
   }
 }
 
-template <class Scorer>
+// The row of ws.ctx_p / ws.ctx_next for context state s in the current slot, made on first
+// use; its entries are computed on first use too (CtxArc): arcs pruned before their LM
+// lookup never need them.
+constexpr int32_t kCtxTodo = -2;
+static int32_t CtxRow(Workspace &ws, const CtxArgs &cx, int32_t s, int k) {
+  int32_t &row = ws.ctx_row_of[s];
+  if (row >= 0) return row;
+  row = static_cast<int32_t>(ws.ctx_rows.size());
+  ws.ctx_rows.push_back(s);
+  ws.ctx_p.resize(ws.ctx_rows.size() * k);
+  ws.ctx_next.resize(ws.ctx_rows.size() * k);
+  std::fill(ws.ctx_next.end() - k, ws.ctx_next.end(), kCtxTodo);
+  const size_t c = static_cast<size_t>(row) * kMaxCtxOrder;
+  ws.ctx_chain.resize(c + kMaxCtxOrder);
+  ws.ctx_hist.resize(c + kMaxCtxOrder);
+  ws.ctx_distinct.resize(c + kMaxCtxOrder);
+  const int len = cx.lm->Chain(s, &ws.ctx_chain[c], &ws.ctx_hist[c], &ws.ctx_distinct[c]);
+  ws.ctx_len.push_back(len);
+  // The first look-up of each arc of the text is (shortest suffix, token): fetch them ahead.
+  if (len > 0)
+    for (size_t a = 0; a < ws.ctx_root.size(); ++a)
+      if (ws.ctx_root[a]) cx.lm->Prefetch(ws.ctx_chain[c + 1], ws.ctx_word[a]);
+  return row;
+}
+
+// Entry `at` = row * k + a of the current slot's rows: P_ctx and the next context state.
+BD_ALWAYS_INLINE void CtxArc(Workspace &ws, const CtxArgs &cx, size_t at, int32_t row, int a,
+                             uint32_t w) {
+  if (ws.ctx_next[at] != kCtxTodo) return;
+  const size_t c = static_cast<size_t>(row) * kMaxCtxOrder;
+  cx.lm->StepFrom(&ws.ctx_chain[c], &ws.ctx_hist[c], &ws.ctx_distinct[c], ws.ctx_len[row],
+                  ws.ctx_root[a], w, ws.ctx_p[at], ws.ctx_next[at]);
+}
+
+// The bucket table's key of a (KenLM state, context state) pair.
+BD_ALWAYS_INLINE uint64_t PairHash(uint64_t kenlm_hash, int32_t ctx) {
+  return kenlm_hash ^ Bounds::Mix(static_cast<uint64_t>(ctx) + 0x9e3779b97f4a7c15ULL);
+}
+
+// kCtx: buckets are keyed by (KenLM state, context state) and the LM term is interpolated
+// with the context LM (cx); without it the search is the plain KenLM one (cx unused).
+template <bool kCtx, class Scorer>
 static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State &start, int h,
                   int k, const uint32_t *words, const int32_t *counts, const double *head,
                   double alpha, bool penalize_unk, double unk_ln, int p, int beam,
-                  double lower_bound, int64_t *stats) {
+                  double lower_bound, int64_t *stats, const CtxArgs &cx) {
   ws.slots.resize(h);
   ws.edges_by_slot.resize(h);
   ws.offsets_by_slot.resize(h);
   ws.cur.clear();
-  ws.cur.push_back(Bucket{start, 0, 1, start.length ? 0 : -1, lm::ngram::hash_value(start)});
+  ws.cur.push_back(Bucket{start, 0, 1, start.length ? 0 : -1, kCtx ? cx.lm->tail_state : 0,
+                          lm::ngram::hash_value(start)});
+  if (kCtx && ws.ctx_row_of.size() < cx.lm->nodes.size())
+    ws.ctx_row_of.resize(cx.lm->nodes.size(), -1);  // every entry is -1 between slots
   const bool record = beam > 0;  // the beam pass records its lookups for the main pass
   const std::vector<Hyp> *prev = &ws.root;
   const bool bounded = lower_bound > -std::numeric_limits<double>::infinity();
@@ -591,6 +862,17 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
     ws.uni_bucket.assign(k, -1);
     for (int a = 0; a < n_arcs; ++a)
       ws.uni_prob[a] = score_fn(null_state, words[i * k + a], ws.uni_out[a]);
+    if (kCtx) {  // each arc's token at the context LM's root: one probe per arc and slot
+      ws.ctx_root.resize(n_arcs);
+      ws.ctx_word.assign(cx.raw + i * k, cx.raw + i * k + n_arcs);
+      ws.uni_hash.resize(k);
+      ws.uni_bucket_ctx.assign(k, -1);
+      for (int a = 0; a < n_arcs; ++a) cx.lm->Prefetch(0, ws.ctx_word[a]);
+      for (int a = 0; a < n_arcs; ++a) {
+        ws.ctx_root[a] = cx.lm->Find(0, ws.ctx_word[a]);
+        ws.uni_hash[a] = lm::ngram::hash_value(ws.uni_out[a]);
+      }
+    }
     const uint8_t *ends = ws.ends[i].data();
     const double *fut = ws.future[i].data();
     const double *ub = ws.ub[i].data();
@@ -614,6 +896,7 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
     // Lookups the beam pass already made from a bucket's state, if any (hashes first).
     const size_t n_order = ws.order.size();
     ws.memo_of.assign(n_order, -1);
+    if (kCtx) ws.memo_same.assign(n_order, 0);
     if (!record) {
       const std::vector<uint64_t> &hashes = ws.memo_hashes[i];
       const std::vector<lm::ngram::State> &seen = ws.memo_in[i];
@@ -621,8 +904,14 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
         const Bucket &bk = ws.cur[ws.order[o].second];
         for (size_t m = 0; m < seen.size(); ++m)
           if (hashes[m] == bk.hash && seen[m] == bk.state) {
-            ws.memo_of[o] = static_cast<int32_t>(m);
-            break;
+            // With a context LM, an entry of the same pair is preferred (see memo_lm).
+            if (ws.memo_of[o] < 0) ws.memo_of[o] = static_cast<int32_t>(m);
+            if (!kCtx) break;
+            if (ws.memo_ctx[i][m] == bk.ctx) {
+              ws.memo_of[o] = static_cast<int32_t>(m);
+              ws.memo_same[o] = 1;
+              break;
+            }
           }
       }
     }
@@ -670,11 +959,19 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
       const uint8_t *ends_row = x >= 0 ? ends + static_cast<size_t>(x) * k : nullptr;
       const lm::ngram::State &in_state = ws.cur[b].state;
       const int memo = ws.memo_of[o];
+      const int32_t ctx_row = kCtx ? CtxRow(ws, cx, ws.cur[b].ctx, k) : 0;
+      const size_t ctx_at = static_cast<size_t>(ctx_row) * k;
+      const bool memo_same = kCtx && memo >= 0 && ws.memo_same[o];
       if (record) {
         ws.memo_in[i].push_back(in_state);
         ws.memo_hashes[i].push_back(ws.cur[b].hash);
         ws.memo_prob[i].resize(ws.memo_in[i].size() * k);
         ws.memo_out[i].resize(ws.memo_in[i].size() * k);
+        if (kCtx) {
+          ws.memo_ctx[i].push_back(ws.cur[b].ctx);
+          ws.memo_lm[i].resize(ws.memo_in[i].size() * k);
+          ws.memo_ctx_next[i].resize(ws.memo_in[i].size() * k);
+        }
       }
       for (int a = 0; a < n_arcs; ++a) {
         const double hs = head[i * k + a];
@@ -706,37 +1003,67 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
         }
         double lm_ln = static_cast<double>(prob) * kLn10;
         if (penalize_unk && w == 0) lm_ln = unk_ln;
-        const double delta = hs + alpha * lm_ln;
+        int32_t out_ctx = 0;
+        double delta;
+        if (kCtx) {
+          if (memo_same) {  // the beam pass scored this very pair and arc
+            lm_ln = ws.memo_lm[i][memo * k + a];
+            out_ctx = ws.memo_ctx_next[i][memo * k + a];
+          } else {
+            CtxArc(ws, cx, ctx_at + a, ctx_row, a, cx.raw[i * k + a]);
+            out_ctx = ws.ctx_next[ctx_at + a];
+            lm_ln = Interpolate(cx, ws.ctx_p[ctx_at + a], lm_ln);  // -inf: lam = 1, P_ctx = 0
+          }
+          if (record) {
+            const size_t at = (ws.memo_in[i].size() - 1) * k + a;
+            ws.memo_lm[i][at] = lm_ln;
+            ws.memo_ctx_next[i][at] = out_ctx;
+          }
+          delta = alpha != 0.0 ? hs + alpha * lm_ln : hs;  // never 0 * -inf
+        } else {
+          delta = hs + alpha * lm_ln;
+        }
         if (bounded && best_in + delta + fut[a] < lower_bound) continue;
-        int32_t nb = unigram_match ? ws.uni_bucket[a] : -1;
+        // Every unigram match of an arc leads to one KenLM state: its bucket is remembered
+        // (with a context LM, for the last context state it was met with).
+        int32_t nb = -1;
+        if (unigram_match && (!kCtx || ws.uni_bucket_ctx[a] == out_ctx)) nb = ws.uni_bucket[a];
         if (nb < 0) {
           if (unigram_match) out_state = ws.uni_out[a];
-          const uint64_t hash = lm::ngram::hash_value(out_state);
-          size_t slot = hash & (cap - 1);
+          const uint64_t hash =
+              kCtx && unigram_match ? ws.uni_hash[a] : lm::ngram::hash_value(out_state);
+          size_t slot = (kCtx ? PairHash(hash, out_ctx) : hash) & (cap - 1);
           while (true) {
             const int32_t t = ws.table[slot];
             if (t < 0) {
               nb = static_cast<int32_t>(ws.next.size());
               ws.table[slot] = nb;
               ws.table_used.push_back(slot);
-              ws.next.push_back(Bucket{out_state, 0, 0, out_state.length ? a : -1, hash});
+              ws.next.push_back(
+                  Bucket{out_state, 0, 0, out_state.length ? a : -1, out_ctx, hash});
               break;
             }
-            if (ws.next[t].hash == hash && ws.next[t].state == out_state) {
+            if (ws.next[t].hash == hash && (!kCtx || ws.next[t].ctx == out_ctx) &&
+                ws.next[t].state == out_state) {
               nb = t;
               break;
             }
             slot = (slot + 1) & (cap - 1);
           }
-          // Every unigram match of this arc leaves the same state: remember its bucket.
-          if (unigram_match) ws.uni_bucket[a] = nb;
+          if (unigram_match) {
+            ws.uni_bucket[a] = nb;
+            if (kCtx) ws.uni_bucket_ctx[a] = out_ctx;
+          }
         }
         const Edge edge{ws.cur[b].begin, ws.cur[b].end, a, delta, lm_ln, best_in + delta};
         // Each bucket's best partial path comes from its best edge (the first of equals); for
-        // p > 1 every edge is kept too, for the lazy k-best enumeration at the end.
+        // p > 1 every edge is kept too, for the lazy k-best enumeration at the end. With a
+        // context LM an edge may score -inf (lam = 1, a token not in the text): the first
+        // edge is taken all the same.
         if (static_cast<size_t>(nb) >= ws.best_edge.size())
           ws.best_edge.resize(nb + 1, Edge{0, 0, -1, 0.0, 0.0, neg_inf});
-        if (edge.first > ws.best_edge[nb].first) ws.best_edge[nb] = edge;
+        if (edge.first > ws.best_edge[nb].first || (kCtx && ws.best_edge[nb].arc < 0))
+          ws.best_edge[nb] = edge;
         if (p > 1) {
           ws.edges.push_back(edge);
           ws.edge_to.push_back(nb);
@@ -746,6 +1073,11 @@ static int Search(const Scorer &score_fn, Workspace &ws, const lm::ngram::State 
     // Leave the bucket table empty for the next slot (cheaper than clearing all of it).
     for (size_t slot : ws.table_used) ws.table[slot] = -1;
     ws.table_used.clear();
+    if (kCtx) {
+      for (int32_t node : ws.ctx_rows) ws.ctx_row_of[node] = -1;
+      ws.ctx_rows.clear();
+      ws.ctx_len.clear();
+    }
     // p > 1: group every edge by its target bucket (counting sort), kept for the k-best pass.
     const size_t nbk = ws.next.size();
     if (p > 1) {
@@ -894,8 +1226,6 @@ static std::vector<int32_t> FinalBest(Workspace &ws, int h, int p) {
   return best;
 }
 
-extern "C" {
-
 // Exact p-best search over a sausage lattice.
 //   words  [h*k]  KenLM word indices, row-major by slot; only the first counts[i] of slot i
 //                 are arcs (the rest are padding); arcs sorted by head score, best first
@@ -908,11 +1238,12 @@ extern "C" {
 //   out_total/out_head/out_lm [p]
 //   stats [2*h]   per slot: LM states kept after it, LM lookups (both passes)
 // Returns the number of paths written (min(p, number of paths)), or -1 on error.
-int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
-             const uint32_t *words, const int32_t *counts, const double *head, double alpha,
-             double unk_ln, int p, int beam, int32_t *out_arcs, double *out_total,
-             double *out_head, double *out_lm, int64_t *stats) {
-  Handle *hd = static_cast<Handle *>(handle);
+//   cx            kCtx only: the context LM and the arcs' raw token ids (see CtxArgs)
+template <bool kCtx>
+static int PBest(Handle *hd, const CtxArgs &cx, int bos, const uint32_t *ctx, int nctx, int h,
+                 int k, const uint32_t *words, const int32_t *counts, const double *head,
+                 double alpha, double unk_ln, int p, int beam, int32_t *out_arcs,
+                 double *out_total, double *out_head, double *out_lm, int64_t *stats) {
   if (h <= 0 || k <= 0 || p <= 0 || alpha < 0) return -1;
   for (int i = 0; i < h; ++i)
     if (counts[i] <= 0 || counts[i] > k) return -1;
@@ -924,17 +1255,24 @@ int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
   Workspace &ws = *ws_owner;
   if (stats) std::fill(stats, stats + 2 * h, 0);
   const lm::ngram::State start = StartState(hd, bos, ctx, nctx);
-  ComputeBounds(hd, ws, start, h, k, words, counts, head, alpha, penalize_unk, unk_ln);
+  ComputeBounds(hd, ws, start, h, k, words, counts, head, alpha, penalize_unk, unk_ln,
+                kCtx ? &cx : nullptr);
   // No lookups are shared from an earlier lattice: the memo is filled by this call's beam pass.
   ws.memo_in.resize(h);
   ws.memo_hashes.resize(h);
   ws.memo_out.resize(h);
   ws.memo_prob.resize(h);
+  ws.memo_ctx.resize(h);
+  ws.memo_ctx_next.resize(h);
+  ws.memo_lm.resize(h);
   for (int i = 0; i < h; ++i) {
     ws.memo_hashes[i].clear();
     ws.memo_in[i].clear();
     ws.memo_out[i].clear();
     ws.memo_prob[i].clear();
+    ws.memo_ctx[i].clear();
+    ws.memo_ctx_next[i].clear();
+    ws.memo_lm[i].clear();
   }
 
   const double neg_inf_d = -std::numeric_limits<double>::infinity();
@@ -942,11 +1280,11 @@ int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
   const auto *probing = dynamic_cast<const lm::ngram::ProbingModel *>(hd->model);
   auto run = [&](int run_beam, double bound) {
     if (probing) {
-      return Search(ProbingScorer(probing), ws, start, h, k, words, counts, head, alpha,
-                    penalize_unk, unk_ln, p, run_beam, bound, stats);
+      return Search<kCtx>(ProbingScorer(probing), ws, start, h, k, words, counts, head, alpha,
+                          penalize_unk, unk_ln, p, run_beam, bound, stats, cx);
     }
-    return Search(VirtualScorer{hd->model}, ws, start, h, k, words, counts, head, alpha,
-                  penalize_unk, unk_ln, p, run_beam, bound, stats);
+    return Search<kCtx>(VirtualScorer{hd->model}, ws, start, h, k, words, counts, head, alpha,
+                        penalize_unk, unk_ln, p, run_beam, bound, stats, cx);
   };
   if (beam > 0) {
     if (run(beam, lower_bound) > 0) {
@@ -983,6 +1321,71 @@ int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
     }
   }
   return static_cast<int>(best.size());
+}
+
+extern "C" {
+
+// bd_pbest: the search above, KenLM alone (arguments as listed there).
+int bd_pbest(void *handle, int bos, const uint32_t *ctx, int nctx, int h, int k,
+             const uint32_t *words, const int32_t *counts, const double *head, double alpha,
+             double unk_ln, int p, int beam, int32_t *out_arcs, double *out_total,
+             double *out_head, double *out_lm, int64_t *stats) {
+  return PBest<false>(static_cast<Handle *>(handle), CtxArgs{nullptr, nullptr, 0.0, 1.0, 0.0},
+                      bos, ctx, nctx, h, k, words, counts, head, alpha, unk_ln, p, beam,
+                      out_arcs, out_total, out_head, out_lm, stats);
+}
+
+// bd_pbest_ctx: the search with the LM term ln(lam * P_ctx + (1 - lam) * P_kenlm), P_ctx from
+// the context LM `ctx_lm` (bd_ctx_new) after its whole text; `raw` [h*k] are the arcs' raw
+// token ids (padding is never read); lam in (0, 1]. The other arguments are bd_pbest's; `out_lm`
+// is the interpolated LM's log-prob (nats). Returns as bd_pbest.
+int bd_pbest_ctx(void *handle, void *ctx_lm, double lam, const uint32_t *raw, int bos,
+                 const uint32_t *ctx, int nctx, int h, int k, const uint32_t *words,
+                 const int32_t *counts, const double *head, double alpha, double unk_ln, int p,
+                 int beam, int32_t *out_arcs, double *out_total, double *out_head,
+                 double *out_lm, int64_t *stats) {
+  if (!ctx_lm || !(lam > 0.0 && lam <= 1.0)) return -1;
+  const CtxArgs cx{static_cast<const CtxLM *>(ctx_lm), raw, lam, 1.0 - lam, std::log1p(-lam)};
+  return PBest<true>(static_cast<Handle *>(handle), cx, bos, ctx, nctx, h, k, words, counts,
+                     head, alpha, unk_ln, p, beam, out_arcs, out_total, out_head, out_lm,
+                     stats);
+}
+
+// The context LM: a new empty one of order n (1..16; null otherwise or out of memory) ...
+void *bd_ctx_new(int order) {
+  if (order < 1 || order > kMaxCtxOrder) return nullptr;
+  try {
+    return new CtxLM(order);
+  } catch (const std::exception &) {
+    return nullptr;
+  }
+}
+
+void bd_ctx_free(void *ctx_lm) { delete static_cast<CtxLM *>(ctx_lm); }
+
+// ... grown by n tokens (the n-grams ending at each); 0, or -1 when out of memory ...
+int bd_ctx_extend(void *ctx_lm, const uint32_t *tokens, int64_t n) {
+  CtxLM *c = static_cast<CtxLM *>(ctx_lm);
+  try {
+    for (int64_t i = 0; i < n; ++i) c->Extend(tokens[i]);
+    return 0;
+  } catch (const std::exception &) {
+    return -1;
+  }
+}
+
+// ... its number of nodes (histories of up to n-1 tokens) and of n-gram entries ...
+int64_t bd_ctx_size(void *ctx_lm, int64_t *entries) {
+  const CtxLM *c = static_cast<const CtxLM *>(ctx_lm);
+  if (entries) *entries = static_cast<int64_t>(c->used);
+  return static_cast<int64_t>(c->nodes.size());
+}
+
+// ... and P_ctx (a probability) of each of n tokens after its text and the tokens before it.
+void bd_ctx_probs(void *ctx_lm, const uint32_t *tokens, int n, double *out) {
+  const CtxLM *c = static_cast<const CtxLM *>(ctx_lm);
+  int32_t s = c->tail_state;
+  for (int i = 0; i < n; ++i) c->Step(s, tokens[i], out[i], s);
 }
 
 }  // extern "C"

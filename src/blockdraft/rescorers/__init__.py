@@ -4,12 +4,14 @@ from typing import Any
 
 from blockdraft.rescorers.base import Rescorer, RescorerError
 
-__all__ = ["NeuralRescorer", "NgramLM", "NgramRescorer", "Rescorer", "RescorerError"]
+__all__ = [
+    "ContextLM", "NeuralRescorer", "NgramLM", "NgramRescorer", "Rescorer", "RescorerError",
+]
 
 
 def __getattr__(name: str) -> Any:
     # The backends load a native library (n-gram) or torch (neural): import on first use.
-    if name in ("NgramLM", "NgramRescorer"):
+    if name in ("ContextLM", "NgramLM", "NgramRescorer"):
         from blockdraft.rescorers import ngram
 
         return getattr(ngram, name)

@@ -1,7 +1,9 @@
 """Global n-gram rescoring: `NgramLM` (KenLM over token ids), `NgramRescorer` (exact p-best
-search or WFST composition), `NgramPathScorer` (the LM scoring token-tree paths, one lookup per
-child) and `train_ngram` (lmplz + build_binary)."""
+search or WFST composition, optionally interpolated with a `ContextLM`, the n-gram counts of the
+committed text), `NgramPathScorer` (the LM scoring token-tree paths, one lookup per child) and
+`train_ngram` (lmplz + build_binary)."""
 
+from blockdraft.rescorers.ngram.context import ContextLM
 from blockdraft.rescorers.ngram.lm import (
     NgramLM,
     read_vocab_mapping,
@@ -14,6 +16,7 @@ from blockdraft.rescorers.ngram.train import NgramTrainResult, find_kenlm_tool, 
 
 __all__ = [
     "BACKENDS",
+    "ContextLM",
     "NgramLM",
     "NgramPathScorer",
     "NgramRescorer",

@@ -6,7 +6,9 @@ the location. When it is absent, :func:`available` is False and the exact backen
 the (much slower, equally exact) pure-Python search over the ``kenlm`` module.
 
 Units: every score crossing this boundary is a natural-log probability; KenLM's log10 values
-are converted inside the C++ code, once per lookup.
+are converted inside the C++ code, once per lookup. :class:`NativeContextLM` returns plain
+probabilities (:meth:`NativeContextLM.continuation_probs`), as its Python twin
+:class:`~blockdraft.rescorers.ngram.context.ContextLM` does.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import numpy as np
 from blockdraft.rescorers.base import RescorerError
 
 _LIB_NAME = "libbdkenlm.so"
+MAX_RAW_ID = 2**32
+"""Token ids the native context LM holds (as uint32) are below this."""
 
 _u32p = np.ctypeslib.ndpointer(dtype=np.uint32, flags="C_CONTIGUOUS")
 _f64p = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
@@ -73,6 +77,21 @@ def _load() -> ctypes.CDLL | None:
         ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.c_int,  # alpha, unk_ln, p, beam
         ptr, ptr, ptr, ptr, ptr,  # out: arcs int32, total, head, lm float64, stats int64
     ]
+    if not hasattr(lib, "bd_pbest_ctx"):  # built before the context LM: the search alone
+        return lib
+    lib.bd_pbest_ctx.restype = ctypes.c_int
+    lib.bd_pbest_ctx.argtypes = [
+        ptr, ptr, ctypes.c_double, ptr,  # handle, context LM, lam, raw token ids uint32
+        *lib.bd_pbest.argtypes[1:],
+    ]
+    lib.bd_ctx_new.restype = ctypes.c_void_p
+    lib.bd_ctx_new.argtypes = [ctypes.c_int]
+    lib.bd_ctx_free.argtypes = [ctypes.c_void_p]
+    lib.bd_ctx_extend.restype = ctypes.c_int
+    lib.bd_ctx_extend.argtypes = [ctypes.c_void_p, _u32p, ctypes.c_int64]
+    lib.bd_ctx_size.restype = ctypes.c_int64
+    lib.bd_ctx_size.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
+    lib.bd_ctx_probs.argtypes = [ctypes.c_void_p, _u32p, ctypes.c_int, _f64p]
     return lib
 
 
@@ -167,6 +186,9 @@ class NativeModel:
         unk_ln: float | None,
         p: int,
         beam: int = 8,
+        context_lm: NativeContextLM | None = None,
+        context_weight: float = 0.0,
+        raw: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Exact p-best paths of a lattice given as KenLM indices.
 
@@ -181,11 +203,18 @@ class NativeModel:
             p: paths wanted.
             beam: width of the bounding pre-pass (0 disables pruning; the result is exact
                 either way, only the work differs).
+            context_lm: a context LM to interpolate, ``P = lam * P_ctx + (1 - lam) *
+                P_kenlm``, with its counts and history those of its whole text (which must be
+                the committed prefix ``context`` ends). None: KenLM alone.
+            context_weight: ``lam`` in ``(0, 1]`` (with ``context_lm``).
+            raw: with ``context_lm``: the lattice's raw token ids ``[h, k]`` (int64 ids below
+                ``2**32``; padding is never read).
 
         Returns:
             ``(arcs [n, h] int32, total [n], head [n], lm [n], stats [h, 2] int64)`` with
-            ``n = min(p, paths)``; ``stats[i] = (LM states kept after slot i, LM lookups made
-            for slot i)``, summed over the pre-pass and the main pass.
+            ``n = min(p, paths)``; ``lm`` the (interpolated) LM's log-prob of each path;
+            ``stats[i] = (LM states kept after slot i, LM lookups made for slot i)``, summed
+            over the pre-pass and the main pass (with a context LM a state is a pair).
         """
         h, k = words.shape
         sc = self._scratch(h * k, h, p, int(np.size(context)))
@@ -196,12 +225,19 @@ class NativeModel:
         sc.counts[:h] = counts
         sc.head[: h * k] = head.reshape(-1)  # padding (-inf) is never read
         a = sc.addr
-        n = self._lib.bd_pbest(
-            self._handle, int(bos), a["ctx"], int(np.size(context)), h, k, a["words"],
+        args = (
+            int(bos), a["ctx"], int(np.size(context)), h, k, a["words"],
             a["counts"], a["head"], float(alpha),
             float("nan") if unk_ln is None else float(unk_ln), int(p), int(beam),
             a["arcs"], a["total"], a["head_out"], a["lm"], a["stats"],
         )
+        if context_lm is None:
+            n = self._lib.bd_pbest(self._handle, *args)
+        else:
+            assert raw is not None
+            sc.raw[: h * k] = raw.reshape(-1)  # padding -1 wraps around: never read
+            n = self._lib.bd_pbest_ctx(self._handle, context_lm.handle, float(context_weight),
+                                       a["raw"], *args)
         if n < 0:
             raise RescorerError(f"native p-best search rejected a lattice of shape {(h, k)}")
         return (sc.arcs[: n * h].reshape(n, h).copy(), sc.total[:n].copy(),
@@ -222,7 +258,8 @@ class _Scratch:
 
     def __init__(self, hk: int, h: int, p: int, nctx: int) -> None:
         self.sizes = (hk, h, p, nctx)
-        layout = [("words", np.uint32, hk), ("ctx", np.uint32, nctx), ("counts", np.int32, h),
+        layout = [("words", np.uint32, hk), ("raw", np.uint32, hk), ("ctx", np.uint32, nctx),
+                  ("counts", np.int32, h),
                   ("head", np.float64, hk), ("arcs", np.int32, p * h), ("total", np.float64, p),
                   ("head_out", np.float64, p), ("lm", np.float64, p), ("stats", np.int64, 2 * h)]
         offsets, at = {}, 0
@@ -238,6 +275,7 @@ class _Scratch:
             setattr(self, name, view)
 
     words: np.ndarray
+    raw: np.ndarray
     ctx: np.ndarray
     counts: np.ndarray
     head: np.ndarray
@@ -250,3 +288,79 @@ class _Scratch:
     def fits(self, hk: int, h: int, p: int, nctx: int) -> bool:
         return (hk <= self.sizes[0] and h <= self.sizes[1] and p <= self.sizes[2]
                 and nctx <= self.sizes[3])
+
+
+class NativeContextLM:
+    """The context LM of :mod:`blockdraft.rescorers.ngram.context` in the native library: the
+    same counts and estimates (the same floating-point operations), held where the native
+    search reads them.
+
+    Args:
+        order: ``n``, 1 to 16.
+
+    Token ids must lie in ``[0, 2**32)``. Not thread-safe (:meth:`extend` mutates it).
+
+    Raises:
+        RescorerError: the library is not built, a bad order.
+    """
+
+    def __init__(self, order: int) -> None:
+        lib = _load()
+        if lib is None or not hasattr(lib, "bd_ctx_new"):
+            state = "is not built" if lib is None else "predates the context LM"
+            raise RescorerError(
+                f"the native KenLM library {state} ({library_path()}); run `make setup` "
+                "(scripts/build_kenlm.sh) or use engine='kenlm'"
+            )
+        self._lib = lib
+        handle = lib.bd_ctx_new(int(order))
+        if not handle:
+            raise RescorerError(f"context LM order must be 1 to 16, got {order}")
+        self.handle: ctypes.c_void_p | None = ctypes.c_void_p(handle)
+        self.order = int(order)
+        self._size = 0
+
+    def __del__(self) -> None:
+        handle = getattr(self, "handle", None)
+        if handle is not None and handle.value:
+            self._lib.bd_ctx_free(handle)
+            self.handle = None
+
+    def __len__(self) -> int:
+        """Tokens of the text so far."""
+        return self._size
+
+    def extend(self, tokens: np.ndarray) -> None:
+        """Append token ids (non-negative ints, already validated) to the text.
+
+        Raises:
+            RescorerError: an id ``>= 2**32`` (nothing is counted then).
+        """
+        _check_raw(tokens)
+        t = np.ascontiguousarray(tokens, dtype=np.uint32)
+        if self._lib.bd_ctx_extend(self.handle, t, t.size) != 0:
+            raise RescorerError(f"out of memory growing the context LM by {t.size} tokens")
+        self._size += int(t.size)
+
+    def sizes(self) -> tuple[int, int]:
+        """``(histories, n-gram entries)`` held: the state's size."""
+        entries = ctypes.c_int64(0)
+        nodes = self._lib.bd_ctx_size(self.handle, ctypes.byref(entries))
+        return int(nodes), int(entries.value)
+
+    def continuation_probs(self, tokens: np.ndarray) -> np.ndarray:
+        """float64 ``[n]``: ``P_ctx`` (a probability) of each token after the text and the
+        tokens before it (the counts stay those of the text)."""
+        _check_raw(tokens)
+        t = np.ascontiguousarray(tokens, dtype=np.uint32)
+        out = np.zeros(t.size, dtype=np.float64)
+        self._lib.bd_ctx_probs(self.handle, t, t.size, out)
+        return out
+
+
+def _check_raw(tokens: np.ndarray) -> None:
+    if np.size(tokens) and int(np.max(tokens)) >= MAX_RAW_ID:
+        raise RescorerError(
+            f"token id {int(np.max(tokens))} is too large for the native context LM (ids must "
+            f"be < {MAX_RAW_ID})"
+        )

@@ -18,11 +18,24 @@ The exact search: slot by slot, partial paths are grouped by their KenLM right s
 states have identical futures, so only the p best partial paths of a state can reach the global
 top p); expanding a state costs one LM lookup per arc of the next slot, and the partial paths
 of a new state are a p-way merge of its incoming sorted lists.
+
+The context LM (``context_weight = lam > 0``): the rescorer keeps a
+:class:`~blockdraft.rescorers.ngram.context.ContextLM` of the committed text (the ``context``
+argument of each call; when it extends the previous call's context only the new tail is
+counted, else it is rebuilt) and the LM of the score above becomes
+
+    P_LM(w | h) = lam * P_ctx(w | h) + (1 - lam) * P_kenlm(w | h),
+
+so that n-grams the answer copies from its prompt (or from itself) and the heads' guesses
+compete in one search. The exact backend interpolates inside the search (states are then
+pairs: KenLM state, context-LM state), exactly; the WFST backend cannot (the tropical semiring
+has no sum) and re-ranks its n-best list instead (:mod:`blockdraft.rescorers.ngram.wfst.context`).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +46,16 @@ from blockdraft.core.batch import DraftBatch
 from blockdraft.core.checks import check_int
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.rescorers.base import RescorerError, as_context, check_p
+from blockdraft.rescorers.ngram.context import (
+    DEFAULT_ORDER,
+    MAX_ORDER,
+    ContextLM,
+    check_weight,
+    interpolate_ln,
+    interpolate_one,
+)
 from blockdraft.rescorers.ngram.lm import LN10, NgramLM
+from blockdraft.rescorers.ngram.native import MAX_RAW_ID, NativeContextLM
 
 BACKENDS = ("exact", "wfst")
 
@@ -63,9 +85,18 @@ class NgramRescorer:
         prune_beam: native exact search only: width of a cheap beam pre-pass whose p-th best
             complete path bounds the main search (a partial path whose score plus the best
             possible future falls below it is dropped). Exact for any value; 0 disables it.
+        context_weight: ``lam`` in ``[0, 1]``, the weight of the context LM (see the module
+            docstring); ``0`` (default) turns it off: then the results are bit for bit those
+            of the rescorer without it. ``1`` scores with the context LM alone (a draft with
+            a token never seen in the context scores ``-inf``).
+        context_order: the context LM's order ``n`` (1 to 16, default 4); ``0`` also turns
+            it off.
 
     The LM context is the last ``order - 1`` tokens of ``context``; an empty context starts
-    from ``<s>``.
+    from ``<s>``. The context LM counts all of ``context``.
+
+    Not thread-safe with a context LM (it is updated by each call); use one rescorer per
+    thread and per text.
     """
 
     def __init__(
@@ -76,6 +107,8 @@ class NgramRescorer:
         *,
         wfst_cache: Any = None,
         prune_beam: int = 8,
+        context_weight: float = 0.0,
+        context_order: int = DEFAULT_ORDER,
     ) -> None:
         if not isinstance(lm, NgramLM):
             raise RescorerError(f"lm must be an NgramLM, got {type(lm).__name__}")
@@ -88,6 +121,13 @@ class NgramRescorer:
         self.alpha = alpha
         self.backend = backend
         self.prune_beam = check_int(prune_beam, "prune_beam", RescorerError, minimum=0)
+        self.context_weight = check_weight(context_weight)
+        self.context_order = check_int(context_order, "context_order", RescorerError,
+                                       minimum=0, maximum=MAX_ORDER)
+        # The context LM and the text it holds (a growing buffer: _text[:_text_len]).
+        self._context_lm: ContextLM | NativeContextLM | None = None
+        self._text = np.zeros(0, dtype=np.int64)
+        self._text_len = 0
         self._wfst: Any = None
         if backend == "wfst":
             from blockdraft.rescorers.ngram.wfst import WfstRescorer
@@ -103,7 +143,14 @@ class NgramRescorer:
         self.last_stats: SearchStats | None = None
 
     def __repr__(self) -> str:
-        return f"NgramRescorer({self.lm!r}, alpha={self.alpha}, backend={self.backend!r})"
+        extra = (f", context_weight={self.context_weight}, context_order={self.context_order}"
+                 if self.uses_context else "")
+        return f"NgramRescorer({self.lm!r}, alpha={self.alpha}, backend={self.backend!r}{extra})"
+
+    @property
+    def uses_context(self) -> bool:
+        """Whether the context LM is on (``context_weight > 0`` and ``context_order > 0``)."""
+        return self.context_weight > 0.0 and self.context_order > 0
 
     def rescore(
         self, lattice: SausageLattice, context: Sequence[int] | np.ndarray = (), p: int = 1
@@ -118,17 +165,85 @@ class NgramRescorer:
 
         Returns:
             A :class:`DraftBatch`: ``tokens`` int64 ``[p, h]``, ``scores`` = head + alpha * lm
-            (nats), ``lm_scores`` the unweighted LM log-prob of each draft given the context.
+            (nats), ``lm_scores`` the unweighted LM log-prob (nats) of each draft given the
+            context: with the context LM, of the interpolated LM ``lam * P_ctx + (1 - lam) *
+            P_kenlm``, token by token (the context LM's counts are those of ``context``; its
+            history runs on into the draft).
+
+        Raises:
+            RescorerError: a bad argument; with the native context LM, a token id ``>= 2**32``.
         """
         if not isinstance(lattice, SausageLattice):
             raise RescorerError(f"expected a SausageLattice, got {type(lattice).__name__}")
         p = check_p(p)
         ctx = as_context(context)
+        if self.uses_context:
+            self._sync_context(ctx)
+            if self.backend == "wfst":
+                from blockdraft.rescorers.ngram.wfst.context import rerank_nbest
+
+                return rerank_nbest(self._wfst, lattice, ctx, p,
+                                    lambda tokens: self.draft_lm_scores(tokens, ctx))
         if self.backend == "wfst":
             return self._wfst.rescore_checked(lattice, ctx, p)
         if self.lm.native_model is not None:
             return self._rescore_native(lattice, ctx, p)
         return self._rescore_python(lattice, ctx, p)
+
+    # ------------------------------------------------------------------ context LM
+    def _sync_context(self, ctx: np.ndarray) -> None:
+        """Bring the context LM to the text ``ctx``: count only its new tail when it extends
+        the text held (checked exactly), else rebuild it from ``ctx``."""
+        n = self._text_len
+        held = self._context_lm
+        if held is not None and ctx.size >= n and np.array_equal(ctx[:n], self._text[:n]):
+            new = ctx[n:]
+        else:
+            native = self.backend == "exact" and self.lm.native_model is not None
+            held = NativeContextLM(self.context_order) if native else ContextLM(
+                self.context_order)
+            self._context_lm, self._text_len, n, new = held, 0, 0, ctx
+        if new.size == 0:
+            return
+        try:
+            if isinstance(held, NativeContextLM):
+                held.extend(new)
+            else:
+                held.extend_checked(new)
+        except RescorerError:
+            self._context_lm = None  # counted nothing of it: rebuilt on the next call
+            raise
+        if self._text.size < ctx.size:  # grow the buffer geometrically: O(1) per token
+            grown = np.zeros(max(ctx.size, 2 * self._text.size, 256), dtype=np.int64)
+            grown[:n] = self._text[:n]
+            self._text = grown
+        self._text[n:ctx.size] = new
+        self._text_len = int(ctx.size)
+
+    def draft_lm_scores(self, tokens: np.ndarray, context: Sequence[int] | np.ndarray
+                        ) -> np.ndarray:
+        """float64 ``[p]``: the LM log-prob (nats) of each draft row of ``tokens`` ``[p, h]``
+        given ``context``, scored directly (no search): KenLM's with this LM's ``unknown``
+        policy, interpolated with the context LM when it is on (its counts those of
+        ``context``).
+
+        Raises:
+            RescorerError: a bad argument (as :meth:`rescore`).
+        """
+        ctx = as_context(context)
+        rows = np.asarray(tokens, dtype=np.int64).reshape(-1, np.shape(tokens)[-1])
+        out = np.zeros(rows.shape[0])
+        if self.uses_context:
+            self._sync_context(ctx)
+        cl = self._context_lm if self.uses_context else None
+        for j, row in enumerate(rows):
+            kenlm_ln = self.lm.score(row, ctx)
+            if cl is None:
+                out[j] = float(kenlm_ln.sum())
+            else:
+                probs = cl.continuation_probs(row)
+                out[j] = float(interpolate_ln(kenlm_ln, probs, self.context_weight).sum())
+        return out
 
     # ------------------------------------------------------------------ exact, native
     def _rescore_native(self, lattice: SausageLattice, ctx: np.ndarray, p: int) -> DraftBatch:
@@ -140,9 +255,17 @@ class NgramRescorer:
         # The search returns min(p, paths) rows; the paths are counted only for a p so large
         # that its output arrays would matter.
         n = p if p <= 4096 else min(p, lattice.num_paths)
+        cl = self._context_lm if self.uses_context else None
+        if cl is not None and int(lattice.tokens.max()) >= MAX_RAW_ID:
+            raise RescorerError(
+                f"lattice token id {int(lattice.tokens.max())} is too large for the native "
+                f"context LM (ids must be < {MAX_RAW_ID})"
+            )
+        assert cl is None or isinstance(cl, NativeContextLM)
         arcs, total, head, lm_ln, stats = lm.native_model.pbest(
             words, lattice.counts, lattice.scores, ctx_idx, bos, self.alpha, lm.unk_ln(), n,
-            beam=self.prune_beam,
+            beam=self.prune_beam, context_lm=cl, context_weight=self.context_weight,
+            raw=lattice.tokens,
         )
         self.last_stats = SearchStats(states=stats[:, 0], lookups=stats[:, 1])
         h, k = tokens.shape
@@ -154,10 +277,17 @@ class NgramRescorer:
 
     # ------------------------------------------------------------------ exact, Python
     def _rescore_python(self, lattice: SausageLattice, ctx: np.ndarray, p: int) -> DraftBatch:
-        """The same search as the native code, over the ``kenlm`` module (slow, exact)."""
+        """The same search as the native code, over the ``kenlm`` module (slow, exact).
+
+        With the context LM a bucket's key is the pair (KenLM state, context-LM state) and
+        each LM term is :func:`~blockdraft.rescorers.ngram.context.interpolate_one`."""
         import kenlm
 
         lm = self.lm
+        cl = self._context_lm if self.uses_context else None
+        assert cl is None or isinstance(cl, ContextLM)
+        lam = self.context_weight
+        log1m = math.log1p(-lam) if lam < 1.0 else -math.inf
         model = lm.kenlm_model()
         bos, _ = lm.start(ctx)
         lm.indices(np.where(lattice.tokens >= 0, lattice.tokens, 0))  # unknown='error' check
@@ -171,20 +301,21 @@ class NgramRescorer:
                 nxt = kenlm.State()
                 model.BaseScore(state, lm.word(int(t)), nxt)
                 state = nxt
-        # A bucket: (state, list of partial paths best first); a path is
-        # (total, head, lm, arcs tuple).
-        buckets: list[tuple[Any, list[tuple[float, float, float, tuple[int, ...]]]]] = [
-            (state, [(0.0, 0.0, 0.0, ())])
+        # A bucket: (KenLM state, context-LM state, list of partial paths best first); a path
+        # is (total, head, lm, arcs tuple).
+        buckets: list[tuple[Any, Any, list[tuple[float, float, float, tuple[int, ...]]]]] = [
+            (state, cl.state(cl.tail) if cl is not None else None, [(0.0, 0.0, 0.0, ())])
         ]
         n_states, n_lookups = [], []
         for i in range(lattice.h):
             toks, scs = lattice.slot(i)
             words = [lm.word(int(t)) for t in toks.tolist()]
+            raw = toks.tolist()
             known = lm.known(toks)
             incoming: dict[Any, list[list[tuple[float, float, float, tuple[int, ...]]]]] = {}
-            states: dict[Any, Any] = {}
+            states: dict[Any, tuple[Any, Any]] = {}
             lookups = 0
-            for st, paths in buckets:
+            for st, cst, paths in buckets:
                 for a, w in enumerate(words):
                     out = kenlm.State()
                     lm_ln = model.BaseScore(st, w, out) * LN10
@@ -192,20 +323,29 @@ class NgramRescorer:
                     if unk is not None and not known[a]:
                         lm_ln = unk
                     hs = float(scs[a])
-                    delta = hs + self.alpha * lm_ln
+                    key: Any = out
+                    cnext = None
+                    if cl is None:
+                        delta = hs + self.alpha * lm_ln
+                    else:
+                        pc, cnext = cl.step(cst, raw[a])
+                        lm_ln = interpolate_one(lm_ln, pc, lam, log1m)
+                        delta = hs + self.alpha * lm_ln if self.alpha else hs  # no 0 * -inf
+                        key = (out, cnext)
                     ext = [
                         (tot + delta, hd + hs, lmp + lm_ln, arcs + (a,))
                         for tot, hd, lmp, arcs in paths
                     ]
-                    states.setdefault(out, out)
-                    incoming.setdefault(out, []).append(ext)
+                    states.setdefault(key, (out, cnext))
+                    incoming.setdefault(key, []).append(ext)
             buckets = [
-                (states[key], heapq.nlargest(p, _merge(lists), key=lambda x: x[0]))
+                (*states[key], heapq.nlargest(p, _merge(lists), key=lambda x: x[0]))
                 for key, lists in incoming.items()
             ]
             n_states.append(len(buckets))
             n_lookups.append(lookups)
-        finals = heapq.nlargest(p, _merge([paths for _, paths in buckets]), key=lambda x: x[0])
+        finals = heapq.nlargest(p, _merge([paths for _, _, paths in buckets]),
+                                key=lambda x: x[0])
         self.last_stats = SearchStats(
             states=np.array(n_states, dtype=np.int64), lookups=np.array(n_lookups, dtype=np.int64)
         )

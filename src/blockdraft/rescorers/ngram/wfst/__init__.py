@@ -9,6 +9,8 @@ strings of the result are the drafts. One module per concept:
     :mod:`.cache`      the on-disk cache of compiled LMs
     :mod:`.rescorer`   the rescorer (composition, p shortest paths; how it differs from the
                        exact backend)
+    :mod:`.context`    the context LM here: the n-best list re-ranked with the interpolated
+                       LM (approximate)
 
 Public surface (all importable from here):
     arpa_to_fst(arpa_path) -> pywrapfst.VectorFst
@@ -25,6 +27,9 @@ Public surface (all importable from here):
     WfstRescorer.from_arpa(path, alpha=1.0, cache_dir=None, unknown="unk")
         ``.rescore(lattice, context, p) -> DraftBatch`` (the Rescorer protocol, source
         ``"ngram-wfst"``), for the ARPA LM or any tropical WFST over token labels.
+    nbest_size(p) -> int, rerank_nbest(wfst, lattice, ctx, p, lm_scores) -> DraftBatch
+        the context LM on this backend: the WFST's ``max(4 p, 16)`` best drafts re-scored
+        exactly with the interpolated LM and re-ranked (:mod:`.context`).
     agreement(exact_batch, wfst_batch) -> bool
         True when two batches hold the same token rows in the same order (defined in
         :mod:`blockdraft.rescorers.base`).
@@ -44,6 +49,7 @@ from blockdraft.rescorers.ngram.wfst.compiler import (
     arpa_to_fst,
     build_ngram_wfst,
 )
+from blockdraft.rescorers.ngram.wfst.context import nbest_size, rerank_nbest
 from blockdraft.rescorers.ngram.wfst.history import BOS_CODE, EOS_CODE, UNK_CODE, ContextStates
 from blockdraft.rescorers.ngram.wfst.openfst import MAX_TOKEN_ID, UNK_LABEL
 from blockdraft.rescorers.ngram.wfst.rescorer import WfstRescorer
@@ -65,4 +71,6 @@ __all__ = [
     "build_ngram_wfst",
     "default_cache_dir",
     "load_ngram_wfst",
+    "nbest_size",
+    "rerank_nbest",
 ]
