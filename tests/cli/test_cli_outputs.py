@@ -83,7 +83,7 @@ def test_ngram_train(tmp_path: Path, capsys: Any) -> None:
     before = {p.name: p.read_bytes() for p in tmp_path.glob("lm.*")}
     assert {"lm.arpa", "lm.bin", "lm.fingerprint.json"} <= set(before)
     assert main(["ngram", "train", "--ids", str(ids), "--order", "3", "-o", str(prefix)]) == 1
-    _refused(capsys, f"-o {prefix}.arpa already exists")
+    _refused(capsys, f"-o {prefix}: {prefix}.arpa already exists")
     assert {p.name: p.read_bytes() for p in tmp_path.glob("lm.*")} == before
     # any one file of an LM at the prefix is enough to refuse
     (tmp_path / "other.fingerprint.json").write_text("{}")
@@ -113,5 +113,11 @@ def test_demo_output_folder(blockwise: bool, tmp_path: Path, capsys: Any,
     assert main(argv) == 1
     _refused(capsys, f"--out {out} already holds files")
     assert (out / "notes.txt").read_text() == "mine"
+    # issue 28: --overwrite replaces the demo's own files, never the user's: refused by name
+    assert main([*argv, "--overwrite"]) == 1
+    _refused(capsys, "holds files that are not part of the demo's output (notes.txt)")
+    assert (out / "notes.txt").read_text() == "mine"
+    (out / "notes.txt").unlink()
+    (out / "demo.json").write_text("{}")
     main([*argv, "--overwrite"])  # goes on to the demo (the double stops it there)
     assert "the demo ran" in capsys.readouterr().err

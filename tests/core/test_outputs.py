@@ -1,4 +1,6 @@
-"""The output rule: nothing already there is replaced unless the user says so."""
+"""The output rule (core/outputs.py): nothing already there is replaced unless the user says so;
+only what the command writes is ever replaced; under --overwrite the old output stays until a
+complete new one replaces it, and a run stopped early never replaces it."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from blockdraft.core.errors import BlockdraftError
-from blockdraft.core.outputs import output_mode
+from blockdraft.core.outputs import claim_output
 
 
 class RoomError(BlockdraftError):
@@ -15,7 +17,12 @@ class RoomError(BlockdraftError):
 
 
 def mode(path: Path, **kw: object) -> str:
-    return output_mode(path, what="a thing", error=RoomError, **kw)  # type: ignore[arg-type]
+    return claim_output(path, what="a thing", error=RoomError, **kw).mode  # type: ignore[arg-type]
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
 
 
 def test_folders(tmp_path: Path) -> None:
@@ -52,3 +59,79 @@ def test_files(tmp_path: Path) -> None:
     assert mode(out, folder=False, overwrite=True) == "overwrite"
     with pytest.raises(RoomError, match="is a folder"):
         mode(tmp_path, folder=False, overwrite=True)
+
+
+def test_a_sidecar_is_an_output_too(tmp_path: Path) -> None:
+    """Issue 28 finding 5: `heads prompts -o P` rewrote an existing P.mix.json."""
+    out = tmp_path / "p.jsonl"
+    (tmp_path / "p.jsonl.mix.json").write_text("{}")
+    with pytest.raises(RoomError, match=r"p.jsonl already has p.jsonl.mix.json beside it; pass "
+                                        r"--overwrite"):
+        mode(out, folder=False, sidecars=(".mix.json",))
+    assert mode(out, folder=False, sidecars=(".mix.json",), overwrite=True) == "overwrite"
+    (tmp_path / "q.jsonl.mix.json").mkdir()
+    with pytest.raises(RoomError, match="q.jsonl.mix.json is a folder"):
+        mode(tmp_path / "q.jsonl", folder=False, sidecars=(".mix.json",), overwrite=True)
+
+
+@pytest.mark.parametrize("flag", ["overwrite", "resume"])
+def test_files_the_command_does_not_write_are_refused_by_name(tmp_path: Path, flag: str
+                                                              ) -> None:
+    """Issue 28 finding 4: --overwrite deleted a notes.txt it had not written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.json").write_text("{}")
+    (out / "train-00000.safetensors").write_text("")
+    flags = {"resume": flag == "resume", "overwrite": flag == "overwrite"}
+    own = ("plan.json", "train-*.safetensors")
+    assert mode(out, own=own, **flags) == flag
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(RoomError, match=r"holds files that are not part of a thing \(notes.txt\), "
+                                        "and blockdraft never replaces what it did not write"):
+        mode(out, own=own, **flags)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def _claim(path: Path, **kw: object) -> object:
+    return claim_output(path, what="a thing", error=RoomError, resume=False,
+                        **kw)  # type: ignore[arg-type]
+
+
+def test_overwrite_replaces_only_with_a_complete_output(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a").write_text("old")
+    before = _tree(out)
+    # complete: the new folder replaces the old one, and the handle names the final path
+    with _claim(out, overwrite=True).writing() as w:  # type: ignore[attr-defined]
+        assert w.path != out and w.path.parent == out.parent
+        (w.path / "a").write_text("new")
+        assert _tree(out) == before  # the old one stays while the new one is written
+        assert w.final(w.path / "a") == out / "a"
+    assert _tree(out) == {"a": b"new"} and w.complete
+    # stopped early: the old output stays and the partial one is dropped, with an error
+    with pytest.raises(RoomError, match=r"stopped at 1 of 3: -o .*out was left as it was.*"
+                                        "continue it with --resume"):
+        with _claim(out, overwrite=True).writing() as w:  # type: ignore[attr-defined]
+            (w.path / "a").write_text("partial")
+            w.stopped("stopped at 1 of 3")
+    assert _tree(out) == {"a": b"new"}
+    # an interrupt: the old output stays, the interrupt goes on
+    with pytest.raises(KeyboardInterrupt):
+        with _claim(out, overwrite=True).writing() as w:  # type: ignore[attr-defined]
+            (w.path / "a").write_text("half")
+            raise KeyboardInterrupt
+    assert _tree(out) == {"a": b"new"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary left
+
+
+def test_a_new_output_that_stopped_early_is_kept_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "new"
+    with _claim(out).writing() as w:  # type: ignore[attr-defined]
+        assert w.path == out
+        out.mkdir()
+        (out / "a").write_text("part")
+        w.stopped("stopped at 1 of 3")
+    assert not w.complete and _tree(out) == {"a": b"part"}
+    assert w.partial_message() == (f"stopped at 1 of 3: -o {out} holds a partial thing; the "
+                                   "same command with --resume goes on from there")

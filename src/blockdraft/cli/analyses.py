@@ -14,11 +14,12 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_overwrite,
+    finite_float,
     int_list,
     print_json,
     print_table,
 )
-from blockdraft.core.outputs import output_mode
+from blockdraft.core.outputs import claim_output
 
 
 def _trace(path: Path) -> Any:
@@ -34,8 +35,8 @@ def _check_plot(args: argparse.Namespace) -> None:
 
     if args.plot:
         plot_format(args.plot)
-        output_mode(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
-                    folder=False, flag="--plot")
+        claim_output(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
+                     folder=False, flag="--plot")
 
 
 def _sig_caption(trace: Any) -> str:
@@ -156,7 +157,7 @@ def add_parsers(sub: Any) -> None:
                    help="an n-gram LM: also report the 1-best of the rescored lattice")
     p.add_argument("--k", type=int, default=None,
                    help="lattice width for rescoring, in [1, K] (default min(16, K))")
-    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--alpha", type=finite_float, default=1.0)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
 
     p = add_command(sub, "entropy", "head entropies, their means and h_max", cmd_entropy)

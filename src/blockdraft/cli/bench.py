@@ -14,6 +14,7 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_group,
+    finite_float,
     int_list,
     positive_int,
     print_json,
@@ -102,7 +103,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--heldout", type=Path, default=None,
                    help="held-out token ids (whitespace-separated) for --kind hits")
     p.add_argument("--backends", default="exact,wfst", help="comma-separated (default exact,wfst)")
-    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--alpha", type=finite_float, default=1.0)
     p.add_argument("--n", type=positive_int, default=100, help="lattices per (h, k) (default 100)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -187,9 +187,13 @@ def read_id_lines(path: Path) -> list[np.ndarray]:
         if not parts:
             continue
         try:
-            out.append(np.array([int(x) for x in parts], dtype=np.int64))
-        except ValueError as e:
+            ids = np.array([int(x) for x in parts], dtype=np.int64)
+        except (ValueError, OverflowError) as e:
             raise CliError(f"{path}:{lineno}: not a line of integer token ids ({e})") from e
+        if int(ids.min()) < 0:
+            raise CliError(f"{path}:{lineno}: token id {int(ids.min())} is negative; token ids "
+                           "are >= 0")
+        out.append(ids)
     return out
 
 
@@ -223,6 +227,63 @@ def add_group(sub: Any, name: str, help_: str) -> Any:
     its own subparsers, for :func:`add_command`. The chosen action is ``args.NAME_command``."""
     return sub.add_parser(name, help=help_).add_subparsers(
         dest=f"{name}_command", required=True, metavar="ACTION")
+
+
+STOPPED_EARLY = 3
+"""The exit code of a command whose output a limit (``--max-tokens``, ``--minutes``) left
+partial: sound, and continued by ``--resume`` (0 is for a complete output only)."""
+
+
+def stopped_early(message: str) -> int:
+    """Say on stderr, in one line, that the output is partial and how to go on; returns
+    :data:`STOPPED_EARLY` (a command's exit code)."""
+    import sys
+
+    print(f"blockdraft: stopped early: {' '.join(message.split())}", file=sys.stderr)
+    return STOPPED_EARLY
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A finite number (argparse type): ``nan`` and ``inf`` are refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system tells)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def thread_count(text: str) -> int:
+    """A thread count from 1 to the cores this process may use (argparse type): more threads
+    than cores only make each step slower (a spinning pool starves the others)."""
+    value = positive_int(text)
+    cores = available_cores()
+    if value > cores:
+        raise argparse.ArgumentTypeError(
+            f"expected 1 to {cores} (the CPU cores this process may use), got {text!r}")
+    return value
 
 
 def positive_int(text: str) -> int:

@@ -7,6 +7,7 @@ strategy), one answer and one step's lattice; with ``--blockwise``,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,11 +22,14 @@ from blockdraft.cli.common import (
     print_json,
     print_table,
     progress_bar,
+    thread_count,
     utf8_argument,
 )
-from blockdraft.core.outputs import output_mode
+from blockdraft.core.outputs import claim_output
 from blockdraft.demo.config import REAL_MAX_NEW_TOKENS
 
+DEMO_FILES = ("demo.json", "demo_lattice.png", "trace")
+"""What the demo writes in --out (the trace: --blockwise only)."""
 _BLOCKWISE_ONLY = ("examples", "seed", "stop_at_eos")
 _REAL_ONLY = ("model", "heads", "dtype", "runtime", "precision", "prompt", "max_new_tokens")
 
@@ -41,28 +45,51 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if given:
         raise CliError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply "
                        f"{'with' if args.blockwise else 'without'} --blockwise")
-    output_mode(args.out, what="this run's demo.json and drawing", error=CliError,
-                overwrite=args.overwrite, flag="--out")
-    return _blockwise(args) if args.blockwise else _real(args)
+    if args.precision is not None and args.runtime == "torch":
+        raise CliError(f"--precision {args.precision} is for --runtime onnxruntime; PyTorch's "
+                       "precision is --dtype")
+    prompts = ([utf8_argument(q, "--prompt") for q in args.prompt] if args.prompt
+               else None)
+    output = claim_output(args.out, what="the demo's output", error=CliError,
+                          overwrite=args.overwrite, flag="--out", own=DEMO_FILES)
+    # --overwrite: the demo writes beside --out, and its files replace the old ones together
+    with output.writing() as writing:
+        res = (_blockwise if args.blockwise else _real)(args, writing.path, prompts)
+        if writing.path != output.path:  # what it reports and records names --out
+            from blockdraft.demo.prepare import write_json
+
+            res = dataclasses.replace(res, **{
+                f.name: writing.final(getattr(res, f.name)) for f in dataclasses.fields(res)
+                if isinstance(getattr(res, f.name), Path)})
+            write_json(writing.path / "demo.json", res.to_dict())
+    if args.json:
+        print_json(res.to_dict())
+    elif args.blockwise:
+        print_blockwise(res)
+    else:
+        print_real(res)
+    return 0
 
 
-def _real(args: argparse.Namespace) -> int:
+def _real(args: argparse.Namespace, out: Path, prompts: list[str] | None) -> Any:
     """``demo``: a real model (SmolLM2 by default)."""
     from blockdraft.demo import REAL_MODEL, REAL_PROMPTS, REAL_RUNTIME, run_real_demo
 
-    prompts = ([utf8_argument(q, "--prompt") for q in args.prompt] if args.prompt
-               else list(REAL_PROMPTS))
-    res = run_real_demo(args.model or REAL_MODEL, args.out, heads=args.heads,
-                        dtype=args.dtype or "float32", runtime=args.runtime or REAL_RUNTIME,
-                        precision=args.precision or "float32", corpus=args.corpus,
-                        prompts=prompts,
-                        max_new_tokens=args.max_new_tokens or REAL_MAX_NEW_TOKENS,
-                        threads=args.threads, progress=progress_bar, log=_log)
-    if args.json:
-        print_json(res.to_dict())
-        return 0
-    print_real(res)
-    return 0
+    return run_real_demo(args.model or REAL_MODEL, out, heads=args.heads,
+                         dtype=args.dtype or "float32", runtime=args.runtime or REAL_RUNTIME,
+                         precision=args.precision or "float32", corpus=args.corpus,
+                         prompts=prompts or list(REAL_PROMPTS),
+                         max_new_tokens=args.max_new_tokens or REAL_MAX_NEW_TOKENS,
+                         threads=args.threads, progress=progress_bar, log=_log)
+
+
+def _blockwise(args: argparse.Namespace, out: Path, prompts: list[str] | None) -> Any:
+    """``demo --blockwise``: the small self-trained BlockwiseLM."""
+    from blockdraft.demo import run_demo
+
+    return run_demo(args.corpus, out, num_examples=args.examples or 8, seed=args.seed or 0,
+                    stop_at_eos=args.stop_at_eos, threads=args.threads,
+                    progress=sys.stderr.isatty(), log=_log)
 
 
 def print_real(res: Any) -> None:
@@ -168,16 +195,8 @@ def _esc(text: str) -> str:
     return str(escape(text))
 
 
-def _blockwise(args: argparse.Namespace) -> int:
-    """``demo --blockwise``: the small self-trained BlockwiseLM."""
-    from blockdraft.demo import run_demo
-
-    res = run_demo(args.corpus, args.out, num_examples=args.examples or 8, seed=args.seed or 0,
-                   stop_at_eos=args.stop_at_eos, threads=args.threads,
-                   progress=sys.stderr.isatty(), log=_log)
-    if args.json:
-        print_json(res.to_dict())
-        return 0
+def print_blockwise(res: Any) -> None:
+    """The blockwise demo's two tables: the models on held-out text, B per strategy."""
     h = len(res.heldout_loss)
     model_rows: list[tuple[object, ...]] = [
         (f"head {i + 1}", res.heldout_loss[i], f"{100 * res.heldout_accuracy[i]:.1f}%")
@@ -214,7 +233,6 @@ def _blockwise(args: argparse.Namespace) -> int:
         f"signature: {res.signature}|<row settings>{settings}\n"
         f"{res.seconds:.1f} s ({res.train_s:.1f} s training), {res.threads} torch thread(s)",
     )
-    return 0
 
 
 def add_parser(sub: Any) -> None:
@@ -254,7 +272,7 @@ def add_parser(sub: Any) -> None:
                    help="where the lattice drawing, demo.json (and with --blockwise the "
                         "trace) go (default ./demo-output)")
     add_overwrite(p, "the demo's files in --out (an earlier run's)")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="torch threads (default: the cores not already busy)")
     p.add_argument("--blockwise", action="store_true",
                    help="the model-free quick look: train (once, cached) a small blockwise LM, "

@@ -16,10 +16,14 @@ frozen base (docs/definitions.md sec. 10; docs/real-models.md, "Training heads")
 
 ``blockdraft train --mode medusa`` runs ``heads train`` (:func:`train_namespace`,
 :func:`cmd_heads_train`). Every output follows the one rule of
-:func:`blockdraft.core.outputs.output_mode`: an existing target is refused unless
-``--overwrite`` (or, where the work can go on, ``--resume``), and what is written appears
-complete or not at all. The working folders (``--folder``/``--data``, ``--work``) are only
-ever continued with the settings that made them, and a folder of other files is refused.
+:func:`blockdraft.core.outputs.claim_output`: an existing target is refused unless
+``--overwrite`` (or, where the work can go on, ``--resume``), a folder of files the command
+does not write is refused, naming them, and what is written appears complete or not at all:
+under ``--overwrite`` the old output stays until a complete new one replaces it (a run stopped
+by ``--minutes``, ``--max-tokens`` or ``--max-prompts`` leaves it as it was). A new or
+continued output that such a limit stopped early is kept, and the command exits with 3. The
+working folders (``--folder``/``--data``, ``--work``) are only ever continued with the settings
+that made them, and a folder of other files is refused.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ from blockdraft.cli.common import (
     positive_int,
     print_json,
     print_table,
+    stopped_early,
+    thread_count,
 )
-from blockdraft.core.outputs import output_mode
+from blockdraft.core.outputs import claim_output
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -68,18 +74,7 @@ def _threads(args: argparse.Namespace) -> None:
 
 
 def cmd_heads_distill(args: argparse.Namespace) -> int:
-    from blockdraft.core.files import atomic_directory
     from blockdraft.training import heads
-
-    mode = "new"
-    if args.folder is not None:
-        mode = output_mode(args.folder, what="a distillation set", error=CliError,
-                           overwrite=args.overwrite, resume=args.resume)
-        if mode == "resume":
-            heads.check_distill_folder(args.folder)
-    elif args.overwrite or args.resume:
-        raise CliError("--overwrite and --resume apply to a --folder; the default folder in the "
-                       "cache is keyed by the settings and always continued")
 
     def run(folder: Path | None) -> Any:
         return heads.distill(
@@ -90,27 +85,54 @@ def cmd_heads_distill(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens, minutes=args.minutes, threads=args.threads,
             reverse=args.reverse)
 
-    if mode == "overwrite":  # built beside it; the old set stays until this run ends
-        with atomic_directory(args.folder) as tmp:
-            dset = run(tmp)
-        folder = Path(args.folder)
-    else:
-        dset = run(args.folder)
-        folder = dset.folder
+    if args.folder is None:  # the cache's folder, keyed by the settings: always continued
+        if args.overwrite or args.resume:
+            raise CliError("--overwrite and --resume apply to a --folder; the default folder "
+                           "in the cache is keyed by the settings and always continued")
+        dset = run(None)
+        _report_distill(args, dset)
+        if dset.complete:
+            return 0
+        return stopped_early(f"{_distill_stop(args, dset)}: the set in {dset.folder} is "
+                             "partial; the same command goes on from there")
+    if args.resume:
+        heads.check_distill_folder(args.folder)  # a folder of other files: not a set
+    output = claim_output(args.folder, what="a distillation set", error=CliError,
+                          overwrite=args.overwrite, resume=args.resume, flag="--folder",
+                          own=heads.SET_FILES)
+    with output.writing() as writing:  # --overwrite: built beside it, swapped in if complete
+        dset = run(writing.path)
+        if not dset.complete:
+            writing.stopped(_distill_stop(args, dset))
+    _report_distill(args, heads.open_distill_set(output.path))  # where it lies now
+    return 0 if writing.complete else stopped_early(writing.partial_message())
+
+
+def _distill_stop(args: argparse.Namespace, dset: Any) -> str:
+    """Where a distillation run stopped: its limits and the shards done."""
+    limits = [f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
+              for flag, value in (("--max-prompts", args.max_prompts),
+                                  ("--max-tokens", args.max_tokens),
+                                  ("--minutes", args.minutes)) if value is not None]
+    return (f"stopped by {' / '.join(limits) or 'a limit'} after {len(dset.done)} of "
+            f"{len(dset.plan['shards'])} shards")
+
+
+def _report_distill(args: argparse.Namespace, dset: Any) -> None:
+    """The set's table (or JSON) on stdout."""
     summary = dset.summary()
     done, planned = len(dset.done), len(dset.plan["shards"])
     if args.json:
-        print_json({"folder": str(folder), **summary, "shards_done": done,
-                    "shards_planned": planned})
-        return 0
+        print_json({"folder": str(dset.folder), **summary, "shards_done": done,
+                    "shards_planned": planned, "complete": dset.complete})
+        return
     print_table("distillation set", ["", "value"], [
         ("shards done", f"{done} of {planned}"),
         ("training prompts", summary["train_prompts"]),
         ("training answer tokens", summary["train_tokens"]),
         ("held-out prompts", summary["heldout_prompts"]),
         ("held-out answer tokens", summary["heldout_tokens"]),
-    ], caption=f"folder: {folder}")
-    return 0
+    ], caption=f"folder: {dset.folder}")
 
 
 def _data_arguments(p: argparse.ArgumentParser) -> None:
@@ -141,7 +163,7 @@ def _data_arguments(p: argparse.ArgumentParser) -> None:
                    help="training prompts to distil (default: all)")
     p.add_argument("--seed", type=int, default=0,
                    help="seeds the held-out split (and, for heads train, the heads)")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="torch threads (default: 1 when the machine is busy, else every core)")
 
 
@@ -168,41 +190,48 @@ def cmd_heads_train(args: argparse.Namespace) -> int:
 
     settings = heads_settings(args)
     out = Path(args.out)
-    mode = output_mode(out, what="Medusa heads", error=CliError, overwrite=args.overwrite,
-                       resume=args.resume)
-    if mode == "resume" and not (out / heads.CURVE_FILE).is_file():
+    if (args.resume and not args.overwrite and out.is_dir() and any(out.iterdir())
+            and not (out / heads.CURVE_FILE).is_file()):
         raise CliError(f"-o {out} holds no heads written by blockdraft heads train (no "
                        f"{heads.CURVE_FILE}), so there is no run to continue; pass --overwrite "
                        "to replace it, or choose a new path")
+    output = claim_output(out, what="Medusa heads", error=CliError, overwrite=args.overwrite,
+                          resume=args.resume, own=heads.HEADS_FILES)
     if args.data is not None:
         heads.check_distill_folder(args.data)
     if args.work is not None:
         heads.check_training_folder(args.work)
-    # the heads are written only at the end, built beside -o and swapped into place complete:
-    # an interrupted or failed run leaves -o as it was
-    result = heads.train_medusa_heads(
-        args.base, [str(p) for p in args.prompts], out, heads=settings.heads,
-        layers=settings.layers, max_prompts=args.max_prompts, minutes=args.minutes,
-        distill_minutes=args.distill_minutes, seed=settings.seed, threads=args.threads,
-        dtype=args.dtype, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-        shard_size=args.shard_size, heldout_fraction=args.heldout_fraction,
-        heldout_min=args.heldout_min, data=args.data, work=args.work, settings=settings,
-        command=_command(args), progress=not args.json)
+    # the heads are written only at the end, complete; under --overwrite they replace -o
+    # only when the training finished (an interrupted, failed or time-boxed run leaves it)
+    with output.writing() as writing:
+        result = heads.train_medusa_heads(
+            args.base, [str(p) for p in args.prompts], writing.path, heads=settings.heads,
+            layers=settings.layers, max_prompts=args.max_prompts, minutes=args.minutes,
+            distill_minutes=args.distill_minutes, seed=settings.seed, threads=args.threads,
+            dtype=args.dtype, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+            shard_size=args.shard_size, heldout_fraction=args.heldout_fraction,
+            heldout_min=args.heldout_min, data=args.data, work=args.work, settings=settings,
+            command=_command(args), progress=not args.json)
+        if not result.finished:
+            limit = "a limit" if args.minutes is None else f"--minutes {args.minutes:g}"
+            writing.stopped(f"the training stopped by {limit} at step {result.step} of "
+                            f"{settings.steps} (these heads are those of step "
+                            f"{result.best_step})")
     last = result.curve[-1] if result.curve else None
     if args.json:
         print_json({"out": str(out), "step": result.step, "finished": result.finished,
                     "best_step": result.best_step, "last": last})
-        return 0
-    rows: list[tuple[str, object]] = [("steps", result.step), ("finished", result.finished),
-                                      ("heads of the evaluation at step", result.best_step)]
-    if last:
-        rows += [(str(key), value) for key, value in last.items()
-                 if isinstance(value, (int, float, str))]
-        rows += [(f"held-out top-1, head {i + 2}", float(v))
-                 for i, v in enumerate(last.get("top1", ()))]
-    print_table(f"trained {settings.heads} Medusa heads on {args.base}", ["", "value"], rows,
-                caption=f"heads: {out}")
-    return 0
+    else:
+        rows: list[tuple[str, object]] = [("steps", result.step), ("finished", result.finished),
+                                          ("heads of the evaluation at step", result.best_step)]
+        if last:
+            rows += [(str(key), value) for key, value in last.items()
+                     if isinstance(value, (int, float, str))]
+            rows += [(f"held-out top-1, head {i + 2}", float(v))
+                     for i, v in enumerate(last.get("top1", ()))]
+        print_table(f"trained {settings.heads} Medusa heads on {args.base}", ["", "value"],
+                    rows, caption=f"heads: {out}")
+    return 0 if writing.complete else stopped_early(writing.partial_message())
 
 
 def _train_arguments(p: argparse.ArgumentParser) -> None:
@@ -277,7 +306,8 @@ def cmd_heads_curve(args: argparse.Namespace) -> int:
     from blockdraft.training import heads
 
     out = Path(args.out)
-    output_mode(out, what="a data curve", error=CliError, overwrite=args.overwrite)
+    output = claim_output(out, what="a data curve", error=CliError, overwrite=args.overwrite,
+                          own=heads.CURVE_FILES)
     runs = [heads.read_run(p) for p in args.runs]
     dset = heads.open_distill_set(args.data)
     _threads(args)
@@ -287,7 +317,8 @@ def cmd_heads_curve(args: argparse.Namespace) -> int:
     lm_head = heads.lm_head_weight(model)
     del model
     rows = heads.score_runs(runs, dset, lm_head)
-    heads.write_data_curve(rows, out, command=_command(args))
+    with output.writing() as writing:
+        heads.write_data_curve(rows, writing.path, command=_command(args))
     if args.json:
         print_json({"out": str(out), "runs": rows})
         return 0
@@ -300,12 +331,20 @@ def cmd_heads_curve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prompt_output(args: argparse.Namespace) -> Any:
+    """``-o``, a prompt file, and its record beside it (``.mix.json``): claimed before any
+    work (:func:`~blockdraft.core.outputs.claim_output`)."""
+    from blockdraft.training.heads.mix import MIX_SUFFIX
+
+    return claim_output(args.out, what="a prompt file", error=CliError,
+                        overwrite=args.overwrite, folder=False, sidecars=(MIX_SUFFIX,))
+
+
 def cmd_heads_prompts(args: argparse.Namespace) -> int:
     from blockdraft.training.heads.mix import DEFAULT_WEIGHTS, build_mix, write_mix
 
     out = Path(args.out)
-    output_mode(out, what="a prompt file", error=CliError, overwrite=args.overwrite,
-                folder=False)
+    output = _prompt_output(args)
     weights = dict(DEFAULT_WEIGHTS)
     if args.weights:
         weights = {k: 0.0 for k in weights}
@@ -318,7 +357,8 @@ def cmd_heads_prompts(args: argparse.Namespace) -> int:
                                f"{', '.join(DEFAULT_WEIGHTS)})") from None
     prompts, record = build_mix(args.data, args.n, weights, seed=args.seed)
     record["command"] = _command(args)
-    meta = write_mix(out, prompts, record)
+    with output.writing() as writing:  # the file and its record, renamed in together
+        meta = writing.final(write_mix(writing.path, prompts, record))
     if args.json:
         print_json({"out": str(out), "record": str(meta), **record})
         return 0
@@ -329,13 +369,14 @@ def cmd_heads_prompts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_prompts(args: argparse.Namespace, prompts: list[dict[str, Any]],
+def _write_prompts(args: argparse.Namespace, output: Any, prompts: list[dict[str, Any]],
                    record: dict[str, Any], kind: str) -> int:
     """Write a prompt file and its record (as ``heads prompts`` does) and report them."""
     from blockdraft.training.heads.mix import write_mix
 
     record["command"] = _command(args)
-    meta = write_mix(args.out, prompts, record)
+    with output.writing() as writing:
+        meta = writing.final(write_mix(writing.path, prompts, record))
     if args.json:
         print_json({"out": str(args.out), "record": str(meta), **record})
         return 0
@@ -349,20 +390,18 @@ def cmd_heads_followups(args: argparse.Namespace) -> int:
     from blockdraft.models.hf.tokenizer import load_hf_tokenizer
     from blockdraft.training.heads.followups import build_followups
 
-    output_mode(args.out, what="a prompt file", error=CliError, overwrite=args.overwrite,
-                folder=False)
+    output = _prompt_output(args)
     tokenizer = load_hf_tokenizer(resolve_base(args.base)).backend  # not the weights
     prompts, record = build_followups(args.distill, [str(p) for p in args.prompts], tokenizer,
                                       args.n, seed=args.seed,
                                       min_answer_tokens=args.min_answer_tokens)
-    return _write_prompts(args, prompts, record, "follow-up conversations")
+    return _write_prompts(args, output, prompts, record, "follow-up conversations")
 
 
 def cmd_heads_questions(args: argparse.Namespace) -> int:
     from blockdraft.training.heads.questions import self_instruct
 
-    output_mode(args.out, what="a prompt file", error=CliError, overwrite=args.overwrite,
-                folder=False)
+    output = _prompt_output(args)
     prompts, record = self_instruct(
         args.base, args.data, args.n, seed=args.seed, dtype=args.dtype,
         batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
@@ -370,7 +409,7 @@ def cmd_heads_questions(args: argparse.Namespace) -> int:
     if not prompts:
         raise CliError(f"the base wrote no usable question in {record['generation']['asked']} "
                        "answers; nothing written")
-    return _write_prompts(args, prompts, record, "questions")
+    return _write_prompts(args, output, prompts, record, "questions")
 
 
 # ------------------------------------------------------------------------------------ parser
@@ -412,7 +451,7 @@ def add_parsers(sub: Any) -> None:
                    help="requests generated together")
     p.add_argument("--max-new-tokens", type=positive_int, default=48,
                    help="answer cap, tokens")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch threads")
+    p.add_argument("--threads", type=thread_count, default=None, help="torch threads")
     _prompt_file_arguments(p)
     p = add_command(group, "follow-ups",
                     "multi-turn prompts: a training prompt, the base's answer from a "
@@ -461,7 +500,7 @@ def add_parsers(sub: Any) -> None:
                    help="the base model whose lm_head the heads share (default smollm2)")
     p.add_argument("-o", "--out", required=True, type=Path,
                    help="the folder for data_curve.{json,md,png}")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch threads")
+    p.add_argument("--threads", type=thread_count, default=None, help="torch threads")
     p.add_argument("--overwrite", action="store_true",
                    help="replace what -o holds (only once the new curve is complete)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -15,11 +15,12 @@ from blockdraft.cli.common import (
     add_command,
     add_group,
     add_overwrite,
+    finite_float,
     id_list,
     print_json,
     print_table,
 )
-from blockdraft.core.outputs import output_mode
+from blockdraft.core.outputs import claim_output
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
@@ -54,8 +55,8 @@ def cmd_lattice_draw(args: argparse.Namespace) -> int:
     from blockdraft.lattice.draw import draw_lattice
     from blockdraft.lattice.io import load_lattice
 
-    output_mode(args.output, what="the drawing", error=CliError, overwrite=args.overwrite,
-                folder=False)
+    claim_output(args.output, what="the drawing", error=CliError, overwrite=args.overwrite,
+                 folder=False)
     lf = load_lattice(args.lattice)
     reference = lf.reference if args.reference is None else np.asarray(args.reference)
     labels = None
@@ -79,7 +80,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("lattice", type=Path, help="lattice file (blockdraft.lattice JSON)")
     p.add_argument("--lm", required=True, type=Path, help="ARPA file or KenLM binary")
     p.add_argument("--p", type=int, default=16, help="drafts wanted (default 16)")
-    p.add_argument("--alpha", type=float, default=1.0, help="LM weight (default 1.0)")
+    p.add_argument("--alpha", type=finite_float, default=1.0, help="LM weight (default 1.0)")
     p.add_argument("--backend", choices=["exact", "wfst"], default="exact")
     p.add_argument("--context", type=id_list, default=None,
                    help="comma-separated context token ids (default: the file's context)")

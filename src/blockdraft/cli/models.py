@@ -25,14 +25,18 @@ from blockdraft.cli.common import (
     add_command,
     check_device,
     device_name,
+    finite_float,
+    non_negative_int,
+    positive_int,
     print_json,
     print_table,
     progress_bar,
     read_id_lines,
     read_texts,
+    thread_count,
     utf8_argument,
 )
-from blockdraft.core.outputs import output_mode
+from blockdraft.core.outputs import claim_output
 
 NO_TOKENS = ("undefined: no token was generated (--max-new-tokens 0), so B = tokens / serial "
              "calls has nothing to measure")
@@ -44,17 +48,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_device(args.device)
     if args.mode == "medusa":  # heads train, its output rule included
         return _train_medusa(args)
-    out = Path(args.out)
-    mode = output_mode(out, what="a trained model", error=CliError,
-                       overwrite=args.overwrite, resume=args.resume)
-    if mode != "overwrite":
-        return _train(args)
-    # --overwrite: train in a folder beside it, swapped in only when training succeeded; the
-    # old model stays as it was if this run fails or is interrupted.
-    from blockdraft.core.files import atomic_directory
+    from blockdraft.training.blockwise.recipe import MODEL_FILES
 
-    with atomic_directory(out) as tmp:
-        args.out = tmp
+    out = Path(args.out)
+    output = claim_output(out, what="a trained model", error=CliError, overwrite=args.overwrite,
+                          resume=args.resume, own=MODEL_FILES)
+    # --overwrite: trained in a folder beside it, swapped in only when training succeeded; the
+    # old model stays as it was if this run fails or is interrupted
+    with output.writing() as writing:
+        args.out = writing.path
         try:
             code = _train(args, shown_out=out)
         finally:
@@ -287,12 +289,21 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
     if args.ids and args.chat:
         raise CliError("--chat wraps text prompts in the chat template; --ids prompts are ids")
+    from blockdraft.oracle.trace.format import TRACE_FILES
+
     check_device(args.device)
     out = Path(args.output)
-    output_mode(out, what="a trace", error=CliError, overwrite=args.overwrite)
+    output = claim_output(out, what="a trace", error=CliError, overwrite=args.overwrite,
+                          own=TRACE_FILES)
+    id_lines = read_id_lines(Path(args.prompts)) if args.ids else []  # checked before the load
     model = _load(args)
     if args.ids:
-        prompts = [p.tolist() for p in read_id_lines(Path(args.prompts))]
+        vocab = _vocab_size(model)
+        for i, line in enumerate(id_lines):
+            if line.size and int(line.max()) >= vocab:
+                raise CliError(f"{args.prompts}: prompt {i + 1} holds token id "
+                               f"{int(line.max())}, outside the model's vocabulary [0, {vocab})")
+        prompts = [p.tolist() for p in id_lines]
         eos = args.eos_id
     else:
         tok = _tokenizer(model, args)
@@ -309,9 +320,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.chat:
         sig["chat"] = True
     sig.update({"max_new_tokens": args.max_new_tokens, **environment(args.device)})
-    trace = record_trace(model, prompts, args.output, max_new_tokens=args.max_new_tokens,
-                         eos_id=eos, K=args.K, signature=sig, overwrite=args.overwrite,
-                         progress=progress_bar("tracing"))
+    with output.writing() as writing:  # --overwrite: the old trace stays until this one is
+        trace = record_trace(model, prompts, writing.path,  # complete
+                             max_new_tokens=args.max_new_tokens, eos_id=eos, K=args.K,
+                             signature=sig, progress=progress_bar("tracing"))
     print(f"wrote {args.output}: {trace.num_examples} examples, {trace.num_positions} "
           f"positions, h={trace.h}, K={trace.K}")
     return 0
@@ -359,12 +371,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
         rescorer = NeuralRescorer(str(args.rescorer_model), alpha=args.alpha,
                                   backend=args.neural_backend)
     criterion = Criterion.parse(args.criterion)
-    drafter = None
-    if args.lookup:  # prompt lookup's draft beside the heads' (rescored) drafts
-        from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
-
-        drafter = CombinedDrafter(HeadDrafter(k=args.k, p=args.p, rescorer=rescorer),
-                                  LookupDrafter())
+    drafter = _lookup_drafter(model, criterion, rescorer, args) if args.lookup else None
+    if drafter is not None:
         rescorer = None
     res = decode(model, prompt, rescorer=rescorer, k=args.k, p=args.p, criterion=criterion,
                  max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, device=args.device,
@@ -419,6 +427,39 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lookup_drafter(model: Any, criterion: Any, rescorer: Any, args: argparse.Namespace) -> Any:
+    """``--lookup``: prompt lookup's draft beside the heads' (rescored) drafts; on a runtime
+    that verifies one draft a step losslessly but not a token tree (ONNX Runtime int8, under
+    a lossless criterion: the verifier's rule), prompt lookup's draft alone, said in a
+    warning, or a refusal when the heads' draft was asked for explicitly (``--p``, ``--lm``).
+
+    Raises:
+        CliError: ``--lookup`` with ``--p`` > 1, ``--lm``, ``--rescorer-model`` or ``--iad``
+            on such a runtime.
+    """
+    import warnings
+
+    from blockdraft.core.errors import BlockdraftWarning
+    from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
+
+    if bool(getattr(model, "exact_trees", True)) or not criterion.lossless:
+        return CombinedDrafter(HeadDrafter(k=args.k, p=args.p, rescorer=rescorer),
+                               LookupDrafter())
+    precision = getattr(model, "precision", "this precision")
+    asked = [flag for flag, given in (("--p", args.p > 1), ("--lm", args.lm),
+                                      ("--rescorer-model", args.rescorer_model),
+                                      ("--iad", args.iad)) if given]
+    if asked:
+        raise CliError(f"--lookup with {', '.join(asked)}: {precision} verifies one draft a "
+                       "step losslessly, not the heads' drafts beside prompt lookup's (a token "
+                       f"tree); drop {' and '.join(asked)} to decode with prompt lookup alone, "
+                       "or use --precision float32")
+    warnings.warn(f"--lookup on {precision}: one draft a step is verified losslessly, not two, "
+                  "so prompt lookup drafts alone (the heads' draft is not verified beside it)",
+                  BlockdraftWarning, stacklevel=2)
+    return LookupDrafter()
+
+
 def _model_arguments(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--heads``, ``--dtype`` and ``--chat`` of ``trace`` and ``decode``."""
     p.add_argument("--model", required=True,
@@ -438,7 +479,7 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["float32", "int8"], default=None,
                    help="--runtime onnxruntime: float32 (default) or int8 (per-row int8 "
                         "activations, chunk-invariant: still lossless against its own greedy)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="intra-op threads of the runtime (default: torch's setting)")
     p.add_argument("--chat", action="store_true",
                    help="wrap each prompt in the model's chat template as one user turn "
@@ -512,7 +553,7 @@ def add_parsers(sub: Any) -> None:
                    help="replace what --out holds (without it an existing model is refused)")
     p.add_argument("--checkpoint-interval", type=int, default=200,
                    help="steps between resumable checkpoints (0: only at the end; default 200)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--threads", type=thread_count, default=None, help="torch intra-op threads")
     p.add_argument("--device", type=device_name, default="cpu",
                    help="cpu (default), cuda, cuda:N, mps or xpu")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -525,10 +566,10 @@ def add_parsers(sub: Any) -> None:
                    help="one prompt per line (text, or token ids with --ids)")
     p.add_argument("-o", "--output", required=True, type=Path, help="trace directory")
     p.add_argument("--ids", action="store_true", help="prompts are token ids")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--eos-id", type=int, default=None,
+    p.add_argument("--max-new-tokens", type=positive_int, default=64)
+    p.add_argument("--eos-id", type=non_negative_int, default=None,
                    help="end-of-text id (default: the tokenizer's)")
-    p.add_argument("--K", type=int, default=16, help="top-K kept per head (default 16)")
+    p.add_argument("--K", type=positive_int, default=16, help="top-K kept per head (default 16)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing trace in -o (only once the new one is complete)")
     p.add_argument("--device", type=device_name, default="cpu",
@@ -537,22 +578,24 @@ def add_parsers(sub: Any) -> None:
     p = add_command(sub, "decode", "decode a prompt with blockwise parallel decoding", cmd_decode)
     _model_arguments(p)
     p.add_argument("--prompt", required=True, help="prompt text")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--k", type=int, default=16, help="lattice width (default 16)")
-    p.add_argument("--p", type=int, default=1, help="drafts verified per step (default 1)")
+    p.add_argument("--max-new-tokens", type=non_negative_int, default=64)
+    p.add_argument("--k", type=positive_int, default=16, help="lattice width (default 16)")
+    p.add_argument("--p", type=positive_int, default=1,
+                   help="drafts verified per step (default 1)")
     rescoring = p.add_mutually_exclusive_group()
     rescoring.add_argument("--lm", type=Path, default=None,
                            help="n-gram LM for global rescoring (not with --rescorer-model)")
     rescoring.add_argument("--rescorer-model", type=Path, default=None,
                            help="RescorerLM checkpoint for local neural rescoring (not with --lm)")
     p.add_argument("--neural-backend", choices=["torch", "onnx"], default="onnx")
-    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--alpha", type=finite_float, default=1.0)
     p.add_argument("--criterion", default="exact",
                    help='acceptance criterion, e.g. "exact", "topk:k=4", "gad++:beta=5,tau=3"')
     p.add_argument("--iad", action="store_true", help="add an input-guided draft")
     p.add_argument("--lookup", action="store_true",
                    help="add the prompt-lookup draft (the longest recent n-gram match over the "
-                        "prompt and the output) beside the heads' drafts")
+                        "prompt and the output) beside the heads' drafts (on int8, which "
+                        "verifies one draft a step losslessly: prompt lookup alone)")
     p.add_argument("--compare-greedy", action="store_true",
                    help="also time plain greedy decoding (and check losslessness)")
     p.add_argument("--device", type=device_name, default="cpu",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +23,18 @@ from blockdraft.cli.common import (
 
 
 def cmd_ngram_train(args: argparse.Namespace) -> int:
-    from blockdraft.core.outputs import output_mode
+    from blockdraft.core.outputs import claim_output
     from blockdraft.core.signature import human_count
     from blockdraft.rescorers.ngram import train_ngram
-    from blockdraft.rescorers.ngram.train import output_files
+    from blockdraft.rescorers.ngram.train import LM_SUFFIXES
 
     if not (args.text or args.ids or args.distilled):
         raise CliError("give the training sequences: --text FILE..., --ids FILE... and/or "
                        "--distilled FOLDER")
-    for file in output_files(args.output):  # an LM at the prefix is replaced only when told
-        output_mode(file, what="a new n-gram LM", error=CliError, overwrite=args.overwrite,
-                    folder=False)
+    # an LM at the prefix (any of its files) is replaced only when told, and as a whole
+    output = claim_output(args.output, what="a new n-gram LM", error=CliError,
+                          overwrite=args.overwrite, folder=False, prefix=True,
+                          sidecars=LM_SUFFIXES)
     info = None
     if args.tokenizer:
         from blockdraft.models import load_tokenizer
@@ -60,8 +62,12 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
             raise CliError(f"the distillation set {args.distilled} has no finished training "
                            "shard; run blockdraft heads distill first")
         seqs += [a.astype(np.int64) for a in answers]
-    r = train_ngram(seqs, args.output, order=args.order, prune=args.prune, memory=args.memory,
-                    binary=not args.no_binary, tokenizer=info)
+    with output.writing() as writing:  # built beside it, its files renamed in together
+        r = train_ngram(seqs, writing.path, order=args.order, prune=args.prune,
+                        memory=args.memory, binary=not args.no_binary, tokenizer=info)
+    r = dataclasses.replace(r, arpa=writing.final(r.arpa), binary=(
+        None if r.binary is None else writing.final(r.binary)), vocab_record=(
+        None if r.vocab_record is None else writing.final(r.vocab_record)))
     if args.json:
         print_json({"arpa": r.arpa, "binary": r.binary, "order": r.order, "counts": r.counts,
                     "tokens": r.tokens, "discount_fallback": r.discount_fallback,

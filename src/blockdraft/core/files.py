@@ -10,6 +10,10 @@ Public surface:
     atomic_path(path) -> context manager yielding a temporary Path for writers that take a path
         (safetensors, ONNX, OpenFst, numpy); it is renamed onto ``path`` when the block exits
     write_bytes_atomic(path, data), write_text_atomic(path, text)
+    write_files_atomic({path: data, ...}): files that belong together (a file and its record
+        beside it), all written before any is renamed into place
+    replace_together(moves, remove=()): a group of finished files renamed into place (and
+        old members deleted) with interrupts held back
     atomic_directory(path) -> context manager yielding a fresh temporary folder, swapped into
         place (replacing an existing folder) when the block exits
     new_temporary_directory(path), replace_directory(tmp, path): the same in two steps, for
@@ -19,6 +23,9 @@ Public surface:
     publish_modes(path): the modes of an ordinary new file or folder, for what a writer made
         private
     cache_dir(*parts) -> Path        ``$BLOCKDRAFT_CACHE`` (default ``~/.cache/blockdraft``)
+    writable_cache_dir(*parts, error, what) -> Path   the same, created and checked writable
+        before a slow build fills it (an error naming it and what to do otherwise)
+    write_advice(e) -> str           what to do about an OSError of a cache write
 
 Errors name the destination the caller asked for, never the hidden temporary.
 
@@ -31,10 +38,11 @@ rename keeps the mode.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -94,19 +102,22 @@ def pid_alive(pid: int) -> bool:
 
 
 def sweep_stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
-    """Remove the hidden temporaries of ``path`` (``.NAME.<pid>-<hex>.{tmp,partial,old}``)
-    whose writing process no longer exists; returns what was removed. Every atomic writer
-    calls it before it starts."""
+    """Remove the hidden temporaries of ``path`` (``.NAME.<pid>-<hex>.{tmp,partial,old}``, and
+    those of a writer inside one of them, ``..NAME.<pid>-...``) whose writing process no longer
+    exists; returns what was removed. Every atomic writer calls it before it starts."""
     dest = Path(path)
     removed: list[Path] = []
-    prefix = f".{dest.name}."
+    # a writer inside another's temporary leaves ``..NAME.<pid>-<hex>.partial.<pid>-...``:
+    # it belongs to the outer writer, whose pid comes first
+    prefixes = (f".{dest.name}.", f"..{dest.name}.")
     try:
         entries = list(os.scandir(dest.parent))
     except OSError:
         return removed
     for entry in entries:
         name = entry.name
-        if not name.startswith(prefix):
+        prefix = next((p for p in prefixes if name.startswith(p)), None)
+        if prefix is None:
             continue
         pid, dash, rest = name[len(prefix):].partition("-")
         if not (dash and pid.isdigit() and rest.endswith((".tmp", ".partial", ".old"))):
@@ -233,6 +244,65 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+def write_files_atomic(contents: Mapping[str | os.PathLike[str], bytes]) -> None:
+    """Write files that belong together (a prompt file and its record beside it): each to its
+    temporary sibling first, then all renamed into place one after the other with SIGINT and
+    SIGTERM held back, so an interrupt never leaves a new file beside an old one. On a failure
+    or an interrupt before the renames every destination is as it was."""
+    temps: list[tuple[Path, Path]] = []
+    try:
+        for path, data in contents.items():
+            dest = Path(path)
+            _check_parent(dest)
+            sweep_stale_temporaries(dest)
+            tmp = _temporary_sibling(dest)
+            with _naming(dest):
+                f = open(tmp, "xb")
+            temps.append((tmp, dest))
+            with f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        replace_together(temps)
+    except BaseException:
+        for tmp, _ in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+
+
+def replace_together(moves: Sequence[tuple[Path, Path]], remove: Sequence[Path] = ()) -> None:
+    """Rename each finished ``(source, destination)`` of a group of files into place and
+    delete the ``remove`` files (an old member of the group the new one lacks), with SIGINT
+    and SIGTERM held back, so an interrupt lands before or after the group, never inside."""
+    with _signals_held():
+        for src, dest in moves:
+            with _naming(dest):
+                os.replace(src, dest)
+        for stale in remove:
+            with contextlib.suppress(FileNotFoundError), _naming(stale):
+                os.unlink(stale)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back (delivered when the block ends), where this thread can
+    hold them (POSIX, the main thread)."""
+    import signal
+    import threading
+
+    held = {signal.SIGINT, signal.SIGTERM}
+    if (threading.current_thread() is not threading.main_thread()
+            or not hasattr(signal, "pthread_sigmask")):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Build a folder beside ``path`` and swap it into place when the block exits normally.
@@ -299,3 +369,34 @@ def cache_dir(*parts: str) -> Path:
         os.path.expanduser("~"), ".cache", "blockdraft"
     )
     return Path(root, *parts)
+
+
+def write_advice(e: OSError) -> str:
+    """What to do about ``e``, a failed write into blockdraft's cache: free space when the disk
+    is full, else point ``BLOCKDRAFT_CACHE`` at a writable folder."""
+    if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return "free some space, or point BLOCKDRAFT_CACHE at a folder on another disk"
+    return "point BLOCKDRAFT_CACHE at a writable folder"
+
+
+def writable_cache_dir(*parts: str, error: type[Exception], what: str) -> Path:
+    """:func:`cache_dir` of ``parts``, created, once a file could be made in it: checked before
+    a slow build (dequantising, exporting) that would fail only when it writes.
+
+    Raises:
+        error: the folder cannot be made or written (``BLOCKDRAFT_CACHE`` names a file, a
+            read-only folder, a full disk), naming it, the reason and what to do.
+    """
+    folder = cache_dir(*parts)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = _temporary_sibling(folder / ".write-check")
+        with open(probe, "xb"):
+            pass
+        probe.unlink()
+    except OSError as e:
+        env = os.environ.get("BLOCKDRAFT_CACHE")
+        where = f" (BLOCKDRAFT_CACHE={env})" if env else ""
+        raise error(f"cannot write {what} in {folder}{where}: {e.strerror or e}; "
+                    f"{write_advice(e)}") from e
+    return folder

@@ -27,7 +27,7 @@ Greedy lengths are ``m >= 1``; prompts may be empty. A head whose vocabulary is 
 log-prob ``-inf``, at the end of the row (as in a lattice).
 
 Public surface (the last group is shared by the writer and the reader of this package):
-    FORMAT_NAME, FORMAT_VERSION, SUPPORTED_VERSIONS, META_FILE
+    FORMAT_NAME, FORMAT_VERSION, SUPPORTED_VERSIONS, META_FILE, TRACE_FILES
     ARRAY_DTYPES (name -> dtype of every array), STREAMED (the arrays written as they come),
     MAX_ID (the largest storable id), CHUNK_ELEMENTS (values per chunk when scanning)
     check_position_values(topk_ids, topk_logprobs, entropy, V, where, locate, row0=0)
@@ -73,6 +73,8 @@ ARRAY_DTYPES: dict[str, np.dtype[Any]] = {
     "entropy": np.dtype("<f4"),
 }
 STREAMED = ("prompt_ids", "greedy_ids", "topk_ids", "topk_logprobs", "entropy")
+TRACE_FILES = (META_FILE, *(f"{name}.npy" for name in ARRAY_DTYPES))
+"""Every file a complete trace folder holds."""
 _META_KEYS = {
     "format", "version", "h", "K", "V", "num_examples", "num_positions", "num_prompt_tokens",
     "signature", "arrays",

@@ -37,13 +37,13 @@ from blockdraft.oracle.trace.format import (
     MAX_ID,
     META_FILE,
     STREAMED,
+    TRACE_FILES,
     check_position_values,
 )
 
 # What a trace folder holds (and may hold while being written); anything else in a folder to
 # be overwritten is the user's, and refused rather than deleted.
-_OWN_FILES = frozenset([META_FILE, *(f"{n}.npy" for n in ARRAY_DTYPES),
-                        *(f"{n}.npy.part" for n in STREAMED)])
+_OWN_FILES = frozenset([*TRACE_FILES, *(f"{n}.npy.part" for n in STREAMED)])
 
 
 def _ids_1d(values: Any, what: str, V: int) -> np.ndarray:

@@ -13,6 +13,8 @@ Public surface:
     model_config(preset, vocab_size, rescorer=False, **sizes) -> BlockwiseConfig
     new_model(config, rescorer=False, device="cpu", seed=None) -> BlockwiseLM | RescorerLM
     train_and_save(model, train_ids, out, tokenizer=..., cfg=..., mode=..., ...) -> TrainResult
+    MODEL_FILES                  the names a model directory it writes holds (its checkpoints
+                                 included)
 """
 
 from __future__ import annotations
@@ -25,8 +27,15 @@ import numpy as np
 import torch
 
 from blockdraft.models import BlockwiseConfig, BlockwiseLM, RescorerLM, Tokenizer, save_model
+from blockdraft.models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+from blockdraft.models.tokenizer import TOKENIZER_FILE
 from blockdraft.training.blockwise.config import TrainConfig, TrainMode, TrainResult
 from blockdraft.training.blockwise.loop import train
+from blockdraft.training.blockwise.state import OPTIMIZER_FILE, TRAIN_STATE_FILE
+
+MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TRAIN_STATE_FILE, OPTIMIZER_FILE)
+"""Every name :func:`train_and_save` writes in its model directory (the model, its tokenizer
+and, with ``checkpoints``, the resumable state)."""
 
 
 def train_tokenizer(

@@ -17,14 +17,14 @@ Public surface (details in each module):
     greedy_batch(model, prompts, max_new_tokens, eos_id, pad_id) -> (answers, hidden)
                                                                                (generation)
     Shard, DistillSet, open_distill_set, read_shard, write_shard, read_answers,
-    check_distill_folder, PLAN_FILE                                                (shards)
+    check_distill_folder, PLAN_FILE, SET_FILES                                     (shards)
     DistillSettings, build_distill_set, distill, default_threads                  (distill)
     PositionData, load_positions, head_targets, IGNORE                          (positions)
     HeadsTrainSettings, HeadsTrainResult, train_heads, evaluate_heads, heads_loss,
     lm_head_weight, data_key, read_checkpoint, check_training_folder,
     CHECKPOINT_FILE, CURVE_FILE                                                   (trainer)
-    train_medusa_heads, write_trained_heads, plot_curve                            (recipe)
-    HeadsRun, read_run, score_runs, write_data_curve, chain_block_efficiency,
+    train_medusa_heads, write_trained_heads, plot_curve, HEADS_FILES               (recipe)
+    HeadsRun, read_run, score_runs, write_data_curve, chain_block_efficiency, CURVE_FILES,
     head_topk, signature_fields                                                (data_curve)
     ProgressBar, log_line                      the jobs' progress on standard error (progress)
 
@@ -34,6 +34,7 @@ Nothing here imports ``transformers`` until a base model is loaded.
 """
 
 from blockdraft.training.heads.data_curve import (
+    CURVE_FILES,
     HeadsRun,
     chain_block_efficiency,
     head_topk,
@@ -63,9 +64,15 @@ from blockdraft.training.heads.prompts import (
     read_prompts,
     split_prompts,
 )
-from blockdraft.training.heads.recipe import plot_curve, train_medusa_heads, write_trained_heads
+from blockdraft.training.heads.recipe import (
+    HEADS_FILES,
+    plot_curve,
+    train_medusa_heads,
+    write_trained_heads,
+)
 from blockdraft.training.heads.shards import (
     PLAN_FILE,
+    SET_FILES,
     DistillSet,
     Shard,
     check_distill_folder,
@@ -91,9 +98,12 @@ from blockdraft.training.heads.trainer import (
 __all__ = [
     "CHECKPOINT_FILE",
     "CURVE_FILE",
+    "CURVE_FILES",
+    "HEADS_FILES",
     "IGNORE",
     "MIN_PROMPTS",
     "PLAN_FILE",
+    "SET_FILES",
     "DistillSet",
     "DistillSettings",
     "HeadsRun",

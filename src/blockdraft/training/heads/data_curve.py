@@ -23,6 +23,7 @@ Public surface:
     chain_block_efficiency(topk, data, k) -> float     B of vanilla (k = 1) / oracle(k) BPD
     score_runs(runs, dset, lm_head) -> rows     held-out top-1/top-5 per head and B, per run
     write_data_curve(rows, out, title)          data_curve.{json,md,png}, atomically
+    CURVE_FILES                                 the names it writes
 
 The command: ``blockdraft heads curve`` (:mod:`blockdraft.cli.heads`).
 """
@@ -47,6 +48,9 @@ from blockdraft.training.heads.positions import IGNORE, PositionData, head_targe
 from blockdraft.training.heads.progress import log_line
 from blockdraft.training.heads.shards import DistillSet
 from blockdraft.training.heads.trainer import CHECKPOINT_FILE, CURVE_FILE, read_checkpoint
+
+CURVE_FILES = ("data_curve.json", "data_curve.md", "data_curve.png")
+"""The files :func:`write_data_curve` writes in its folder."""
 
 
 @dataclass(frozen=True)
@@ -252,7 +256,7 @@ def write_data_curve(rows: Sequence[dict[str, Any]], out: str | os.PathLike[str]
                      command: str = "") -> Path:
     """``data_curve.json``, ``data_curve.md`` and ``data_curve.png`` in the folder ``out``,
     built beside it and swapped into place complete (what was at ``out`` is replaced; check it
-    first with :func:`blockdraft.core.outputs.output_mode`); ``command``, when given, is the
+    first with :func:`blockdraft.core.outputs.claim_output`); ``command``, when given, is the
     command line the Markdown names.
 
     Raises:
@@ -263,10 +267,11 @@ def write_data_curve(rows: Sequence[dict[str, Any]], out: str | os.PathLike[str]
     root = Path(out)
     root.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(root) as tmp:
-        write_text_atomic(tmp / "data_curve.json", json.dumps(
+        json_file, md_file, png_file = (tmp / name for name in CURVE_FILES)
+        write_text_atomic(json_file, json.dumps(
             {"command": command, "runs": list(rows)}, indent=1) + "\n")
-        write_text_atomic(tmp / "data_curve.md", _markdown(rows, title, command))
-        _plot_data_curve(rows, tmp / "data_curve.png", title)
+        write_text_atomic(md_file, _markdown(rows, title, command))
+        _plot_data_curve(rows, png_file, title)
     return root
 
 

@@ -169,7 +169,7 @@ def build_distill_set(
                 + ", ".join(changed) + "; pass the same settings to continue it, or another "
                 "folder (the default one in the cache is keyed by the settings)")
     else:
-        check_distill_folder(root)
+        _check_new_set(root, minutes)
         root.mkdir(parents=True, exist_ok=True)
         write_text_atomic(plan_file, json.dumps(_plan(settings, len(prompt_ids))) + "\n")
         dset = open_distill_set(root)
@@ -223,6 +223,22 @@ def build_distill_set(
     order = {s["name"]: k for k, s in enumerate(dset.plan["shards"])}
     dset.done.sort(key=order.__getitem__)
     return dset
+
+
+def _check_new_set(root: Path, minutes: float | None) -> None:
+    """A new set may start in ``root`` (nothing there, or an empty folder) and this run may
+    make some of it: a time box of 0 minutes only reads a set that exists, so it must not
+    leave a new, empty one behind.
+
+    Raises:
+        TrainingError: a folder of other files, or a new set with no time to make it.
+    """
+    check_distill_folder(root)
+    if minutes is not None and minutes <= 0:
+        raise TrainingError(
+            f"{str(root)!r} holds no distillation set, and a data step of {minutes:g} minutes "
+            "only reads one that exists; make it first (blockdraft heads distill), or give "
+            "the data step some minutes")
 
 
 def _generate_shard(
@@ -320,6 +336,8 @@ def distill(
 
     texts = read_prompts(prompt_files)  # the user's files are checked before the model loads
     split_prompts(len(texts), seed, heldout_fraction, heldout_min)  # enough of them?
+    if folder is not None and not (Path(folder) / PLAN_FILE).is_file():
+        _check_new_set(Path(folder), minutes)  # before the base loads
     torch.set_num_threads(threads or default_threads())
     model, tokenizer = load_causal_lm(base, dtype)
     if tokenizer is None:

@@ -21,7 +21,7 @@ characters of one paragraph of the pretraining corpus (``corpus/``); never an ev
 mix (weights, counts per kind and origin, files read) that a heads folder's signature names.
 
 Public surface:
-    DEFAULT_WEIGHTS, KINDS
+    DEFAULT_WEIGHTS, KINDS, MIX_SUFFIX
     build_mix(data_root, n, weights=DEFAULT_WEIGHTS, seed=0) -> (prompts, record)
     corpus_passages(data_root) -> {origin: [passage]}   what the passage kinds draw from
     write_mix(path, prompts, record)
@@ -32,6 +32,7 @@ Public surface:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections import Counter
@@ -41,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.core.files import write_text_atomic
+from blockdraft.core.files import write_files_atomic
 from blockdraft.training.errors import TrainingError
 from blockdraft.training.heads.prompts import read_prompts_with_sources
 
@@ -53,6 +54,8 @@ DEFAULT_WEIGHTS: dict[str, float] = {
 and rewrites first; word problems; the T0 templates that made up 73% of the original files
 down to 8%."""
 KINDS = tuple(DEFAULT_WEIGHTS)
+MIX_SUFFIX = ".mix.json"
+"""The record beside a prompt file: ``<file>.mix.json``."""
 
 PASSAGES = {  # origin -> glob under corpus/ (pretraining text only)
     "openstax": ("openstax/*.txt", "more/openstax/*.txt", "more/openstax-prerelicense/*.txt"),
@@ -161,8 +164,10 @@ def _check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     if unknown:
         raise TrainingError(f"unknown prompt kind(s) {', '.join(unknown)}; the kinds are "
                             f"{', '.join(KINDS)}")
-    if any(not w >= 0 for w in weights.values()) or sum(weights.values()) <= 0:
-        raise TrainingError(f"weights must be >= 0 with a positive sum, got {dict(weights)}")
+    if (any(not (math.isfinite(w) and w >= 0) for w in weights.values())
+            or sum(weights.values()) <= 0):
+        raise TrainingError(f"weights must be finite numbers >= 0 with a positive sum, got "
+                            f"{dict(weights)}")
     total = sum(weights.values())
     return {k: float(weights.get(k, 0.0)) / total for k in KINDS}
 
@@ -271,23 +276,25 @@ def build_mix(data_root: str | Path, n: int, weights: Mapping[str, float] = DEFA
 
 def write_mix(path: str | Path, prompts: Sequence[Mapping[str, Any]], record: Mapping[str, Any]
               ) -> Path:
-    """The prompt file (JSON lines) and its record ``<path>.mix.json`` beside it, atomically.
+    """The prompt file (JSON lines) and its record ``<path>.mix.json`` beside it, atomically
+    and together (both new, or both as they were).
 
     Returns:
         The record's path.
     """
     target = Path(path)
-    write_text_atomic(target, "".join(json.dumps(dict(p), ensure_ascii=False) + "\n"
-                                      for p in prompts))
-    meta = target.with_name(target.name + ".mix.json")
-    write_text_atomic(meta, json.dumps(dict(record), indent=1) + "\n")
+    meta = target.with_name(target.name + MIX_SUFFIX)
+    write_files_atomic({
+        target: "".join(json.dumps(dict(p), ensure_ascii=False) + "\n"
+                        for p in prompts).encode("utf-8"),
+        meta: (json.dumps(dict(record), indent=1) + "\n").encode("utf-8")})
     return meta
 
 
 def read_mix(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The record ``<path>.mix.json`` :func:`write_mix` wrote beside a prompt file, or None
     (a prompt file made otherwise, or a record that does not parse)."""
-    meta = Path(path).with_name(Path(path).name + ".mix.json")
+    meta = Path(path).with_name(Path(path).name + MIX_SUFFIX)
     try:
         record = json.loads(meta.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -8,6 +8,7 @@ a README giving the command, the wall time and the held-out accuracy per head.
 Public surface:
     train_medusa_heads(base, prompts, out, ...) -> HeadsTrainResult   distill + train + write
     write_trained_heads(result, out, base, readme) -> Path    the heads folder, atomically
+    HEADS_FILES                                the names a heads folder holds (globs)
     plot_curve(curve, path)                    the learning curve as a PNG
 
 The commands: ``blockdraft heads train`` and ``blockdraft train --mode medusa``
@@ -40,6 +41,9 @@ from blockdraft.training.heads.trainer import (
     lm_head_weight,
     train_heads,
 )
+
+HEADS_FILES = ("config.json", "*.safetensors", CURVE_FILE, "curve.png", "README.md")
+"""Glob patterns of every name :func:`write_trained_heads` writes in a heads folder."""
 
 
 def plot_curve(curve: Sequence[dict[str, Any]], path: str | os.PathLike[str],
@@ -81,7 +85,7 @@ def write_trained_heads(result: HeadsTrainResult, out: str | os.PathLike[str], b
     The folder is built beside ``out`` and swapped into place complete
     (:func:`~blockdraft.core.files.atomic_directory`): whatever was at ``out`` is replaced,
     and stays as it was if this fails or is interrupted. Callers that must not replace a
-    user's files check ``out`` first (:func:`blockdraft.core.outputs.output_mode`).
+    user's files check ``out`` first (:func:`blockdraft.core.outputs.claim_output`).
     """
     from blockdraft.models.hf.formats import write_heads
 

@@ -16,6 +16,7 @@ ones. A shard of ``P`` prompts with ``N`` answer tokens holds
 
 Public surface:
     PLAN_FILE                                   ``plan.json``: what makes a folder a set
+    SET_FILES                                   the names a set's folder holds (globs)
     Shard, write_shard(path, shard, metadata), read_shard(path)
     read_answers(path) -> [int32 array]         a shard's answers only (no hidden states)
     read_turns(path) -> [(index, prompt, answer)]  its prompts and answers (no hidden states)
@@ -41,6 +42,8 @@ from blockdraft.training.resume import check_run_folder
 
 SPLITS = ("heldout", "train")
 PLAN_FILE = "plan.json"
+SET_FILES = (PLAN_FILE, *(f"{split}-*.safetensors" for split in SPLITS))
+"""Glob patterns of every name a distillation set's folder holds (the plan and the shards)."""
 
 
 @dataclass
@@ -188,6 +191,12 @@ class DistillSet:
 
     def shard_path(self, name: str) -> Path:
         return self.folder / f"{name}.safetensors"
+
+    @property
+    def complete(self) -> bool:
+        """Whether every shard of the plan is done (a run stopped by a limit leaves a set that
+        is sound but not complete)."""
+        return len(self.done) == len(self.plan["shards"])
 
     def shards(self, split: str) -> list[str]:
         """Finished shards of ``split`` (``"train"`` or ``"heldout"``), in plan order."""
