@@ -24,6 +24,16 @@ Public surface:
         check the "integrity" member: its form and ``self``; the files' digests, or None when
         the document has none
     check_file(path, expected, error, fix)       refuse a file whose digest differs
+
+A folder blockdraft builds once and reads many times (a cache) records each file's size,
+modification time and block digests beside its SHA-256 (:func:`record_file`), so a load can
+check it cheaply and still catch what changed (:func:`check_recorded_files`): the sizes always,
+the full digest of a file whose time changed, and a random sample of blocks.
+
+    BLOCK_BYTES                                  bytes per block digest (1 MiB)
+    record_file(path) -> (record, hex)           size, mtime_ns, block digests; SHA-256
+    check_recorded_files(folder, records, digests, *, deep=False, sample_bytes=0, what=...)
+        -> (problem | None, re-timed records)    what differs, in one sentence
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -238,3 +249,107 @@ def check_file(path: str | os.PathLike[str], expected: str, error: type[Exceptio
             f"{file}: its SHA-256 ({actual[:12]}...) is not the one recorded when it was "
             f"written ({expected[:12]}...): the file was changed or corrupted since{tail}"
         )
+
+
+BLOCK_BYTES = 1 << 20
+"""Bytes per block of a recorded file's block digests (the last block may be shorter)."""
+_BLOCK_HEX = 16  # hex digits kept of each block's SHA-256: 64 bits against accidental damage
+
+
+def record_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """A file's record and SHA-256, from one read: ``{"size", "mtime_ns", "blocks"}`` (the
+    first 16 hex digits of the SHA-256 of each :data:`BLOCK_BYTES` block, in order).
+
+    Raises:
+        OSError: when the file cannot be read.
+    """
+    whole = hashlib.sha256()
+    blocks: list[str] = []
+    with open(path, "rb") as f:
+        while block := f.read(BLOCK_BYTES):
+            whole.update(block)
+            blocks.append(hashlib.sha256(block).hexdigest()[:_BLOCK_HEX])
+        st = os.fstat(f.fileno())
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "blocks": blocks}, whole.hexdigest()
+
+
+def check_recorded_files(
+    folder: str | os.PathLike[str],
+    records: Mapping[str, Mapping[str, Any]],
+    digests: Mapping[str, str],
+    *,
+    deep: bool = False,
+    sample_bytes: int = 0,
+    what: str = "the cache",
+) -> tuple[str | None, dict[str, dict[str, Any]]]:
+    """Check the files of a folder against what was recorded when it was built.
+
+    Every file's size always (a ``stat``); its full SHA-256 when its modification time is not
+    the recorded one (the folder was copied, or something wrote into it) or with ``deep``; and
+    ``sample_bytes`` worth of blocks drawn at random over all files (each checked against its
+    block digest: damage that kept size and time, bit rot, is found with a probability that
+    grows with every load).
+
+    Args:
+        folder: the folder.
+        records: ``{name: {"size", "mtime_ns"[, "blocks"]}}`` (relative POSIX names).
+        digests: ``{name: SHA-256 hex}``, the same names.
+        deep: hash every file in full.
+        sample_bytes: bytes of blocks to check at random (0: none; files without ``blocks``
+            are not sampled).
+        what: the folder, for messages (``"the model cache"``).
+
+    Returns:
+        ``(problem, moved)``: one sentence naming the file and what differs (None when
+        everything checked matches), and the new ``size``/``mtime_ns`` of files whose time
+        changed but whose content is the recorded one (the caller records them, so the next
+        load need not hash them).
+    """
+    root = Path(folder)
+    moved: dict[str, dict[str, Any]] = {}
+    for name, record in records.items():
+        file = root / name
+        try:
+            st = file.stat() if file.is_file() else None
+        except OSError:
+            st = None
+        if st is None:
+            return f"{file} is missing from {what}", {}
+        if st.st_size != record["size"]:
+            return (f"{file} has {st.st_size:,} bytes, {record['size']:,} when {what} was built "
+                    "(truncated or damaged)"), {}
+        if deep or st.st_mtime_ns != record["mtime_ns"]:
+            try:
+                same = sha256_file(file) == digests[name]
+            except OSError as e:
+                return f"cannot read {file} to check its digest ({e})", {}
+            if not same:
+                return (f"{file} is not the file {what} was built with (its SHA-256 differs "
+                        "from the recorded one)"), {}
+            if st.st_mtime_ns != record["mtime_ns"]:
+                moved[name] = {**record, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    problem = _sampled_problem(root, records, sample_bytes, what) if sample_bytes > 0 else None
+    return problem, ({} if problem else moved)
+
+
+def _sampled_problem(root: Path, records: Mapping[str, Mapping[str, Any]], sample_bytes: int,
+                     what: str) -> str | None:
+    """The first of ``sample_bytes // BLOCK_BYTES`` random blocks (at least one) whose digest
+    is not the recorded one, named; None when all match."""
+    pool = [(name, i) for name, record in records.items()
+            for i in range(len(record.get("blocks") or ()))]
+    if not pool:
+        return None
+    count = min(len(pool), max(1, sample_bytes // BLOCK_BYTES))
+    for name, i in sorted(random.Random().sample(pool, count)):  # file order: sequential reads
+        file = root / name
+        try:
+            with open(file, "rb") as f:
+                f.seek(i * BLOCK_BYTES)
+                block = f.read(BLOCK_BYTES)
+        except OSError as e:
+            return f"cannot read {file} to check its digest ({e})"
+        if hashlib.sha256(block).hexdigest()[:_BLOCK_HEX] != records[name]["blocks"][i]:
+            return (f"{file} is not the file {what} was built with (bytes {i * BLOCK_BYTES:,} "
+                    f"to {i * BLOCK_BYTES + len(block):,} differ from the recorded digest)")
+    return None

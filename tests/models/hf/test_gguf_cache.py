@@ -205,8 +205,45 @@ def test_a_copied_cache_is_hashed_once_then_trusted(gguf_file: Path, cache: Path
     def no_hashing(path: Any) -> str:
         raise AssertionError(f"hashed {path} again")
 
-    monkeypatch.setattr(model_cache, "sha256_file", no_hashing)
+    from blockdraft.core import digest
+
+    monkeypatch.setattr(digest, "sha256_file", no_hashing)  # the check every cache shares
     assert model_cache.cache_problem(folder) is None
+
+
+@pytest.mark.parametrize("where", ["a file", "a folder that cannot be written"])
+def test_a_cache_that_cannot_be_written_is_refused_before_dequantising(
+        where: str, gguf_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28: BLOCKDRAFT_CACHE pointing at a file or a read-only folder failed only after
+    the whole dequantisation, advising to free some space."""
+    import errno
+
+    import transformers
+
+    root = tmp_path / "cache"
+    if where == "a file":
+        root.write_text("not a folder")
+    else:
+        root.mkdir()
+        real_open = open
+
+        def read_only(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            if "x" in mode and str(file).startswith(str(root)):
+                raise OSError(errno.EROFS, "Read-only file system", str(file))
+            return real_open(file, mode, *args, **kwargs)
+
+        monkeypatch.setattr("builtins.open", read_only)
+    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(root))
+
+    def no_dequantising(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("dequantised into a cache that cannot be written")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_dequantising)
+    with pytest.raises(ModelError, match=rf"cannot write the model cache in {root}/hf "
+                                         rf"\(BLOCKDRAFT_CACHE={root}\): .*point "
+                                         "BLOCKDRAFT_CACHE at a writable folder") as e:
+        loading.dense_folder(gguf_file)
+    assert "free some space" not in str(e.value)
 
 
 def test_a_cache_that_cannot_be_rebuilt_names_the_folder_to_delete(

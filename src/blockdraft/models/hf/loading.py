@@ -36,7 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from blockdraft.core.errors import BlockdraftWarning
-from blockdraft.core.files import atomic_directory, cache_dir
+from blockdraft.core.files import (
+    atomic_directory,
+    cache_dir,
+    writable_cache_dir,
+    write_advice,
+)
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.gguf import read_gguf_header
 from blockdraft.models.hf.model_cache import MANIFEST_FILE, cache_problem, write_manifest
@@ -178,6 +183,8 @@ def _build(src: Path, target: Path) -> Path:
     """Dequantise ``src`` into ``target`` (swapped into place complete, with its manifest)."""
     require("transformers", "gguf")
     read_gguf_header(src)  # a damaged file is refused here, not deep inside transformers
+    # a cache that cannot be written is refused now, not after a minute of dequantising
+    writable_cache_dir("hf", error=ModelError, what="the model cache")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -209,8 +216,8 @@ def _build(src: Path, target: Path) -> Path:
         left = (f"; if the damaged cache {target} stays in the way, delete that folder"
                 if target.exists() else "")
         raise ModelError(
-            f"cannot write the model cache {target} ({e.strerror or e}): free some space, or "
-            f"point BLOCKDRAFT_CACHE at a writable folder{left}"
+            f"cannot write the model cache {target} ({e.strerror or e}): {write_advice(e)}"
+            f"{left}"
         ) from e
     return target
 

@@ -13,7 +13,9 @@ recorded one (the folder was copied, or something wrote into it) or when ``deep=
 of the folder failed). Hashing all of SmolLM2's 540 MB on every load would cost about 1.2 s
 (one thread); an unchanged time and size leave only damage that no write made (bit rot) to
 the check after a failed load. A copied folder whose digests still match gets its times
-recorded again, so the next load is quick again.
+recorded again, so the next load is quick again. The checks are the ones every cache of
+blockdraft shares (:func:`blockdraft.core.digest.check_recorded_files`; the ONNX export cache
+adds a sampled check of blocks).
 
 Public surface:
     MANIFEST_FILE                                  "blockdraft-cache.json"
@@ -30,7 +32,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from blockdraft.core.digest import seal, sha256_file, unseal
+from blockdraft.core.digest import check_recorded_files, seal, sha256_file, unseal
 from blockdraft.core.files import write_text_atomic
 from blockdraft.models.errors import ModelError
 
@@ -124,31 +126,11 @@ def cache_problem(folder: str | os.PathLike[str], *, deep: bool = False) -> str 
     if isinstance(manifest, str):
         return manifest
     records: dict[str, dict[str, int]] = manifest["files"]
-    digests: dict[str, str] = manifest["integrity"]["files"]
-    moved: dict[str, dict[str, int]] = {}
-    for name, record in records.items():
-        file = folder / name
-        try:
-            now = _stat(file) if file.is_file() else None
-        except OSError:
-            now = None
-        if now is None:
-            return f"{file} is missing from the model cache"
-        if now["size"] != record["size"]:
-            return (f"{file} has {now['size']:,} bytes, {record['size']:,} when the model cache "
-                    "was built (truncated or damaged)")
-        if deep or now["mtime_ns"] != record["mtime_ns"]:
-            try:
-                same = sha256_file(file) == digests[name]
-            except OSError as e:
-                return f"cannot read {file} to check its digest ({e})"
-            if not same:
-                return (f"{file} is not the file the model cache was built with (its SHA-256 "
-                        "differs from the recorded one)")
-            if now["mtime_ns"] != record["mtime_ns"]:
-                moved[name] = now
+    problem, moved = check_recorded_files(folder, records, manifest["integrity"]["files"],
+                                          deep=deep, what="the model cache")
     if moved:  # a copy of the folder: record its times, so the next load need not hash
-        document = _document({**records, **moved}, manifest["source"], digests)
+        document = _document({**records, **moved}, manifest["source"],
+                             manifest["integrity"]["files"])
         with contextlib.suppress(OSError):  # read-only: the moved files are hashed next time
             write_text_atomic(folder / MANIFEST_FILE, json.dumps(document, indent=2) + "\n")
-    return None
+    return problem
