@@ -391,3 +391,28 @@ def test_wfst_reranking_equals_exact_when_the_answer_is_in_its_nbest(
                         assert row in got.tokens.tolist()
     assert compared >= 10
     assert reranked >= 5  # the context LM changed the WFST's own ranking there
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("lam", [0.0, 0.4])
+def test_path_scorer_is_the_rescorers_lm_token_by_token(engine: str, lam: float,
+                                                       arpa_lms: dict[int, Path],
+                                                       word_corpus: WordCorpus) -> None:
+    """What the cost-aware tree reads of a rescorer: the same interpolated LM as its drafts'
+    lm_scores, one token after a path, for several candidates at once."""
+    lm = NgramLM(arpa_lms[4], engine=engine)
+    r = NgramRescorer(lm, alpha=0.7, context_weight=lam)
+    scorer = r.path_scorer()
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        lat, context = copy_case(rng, word_corpus, 5, 4)
+        rows = r.rescore(lat, context, 4).tokens
+        for row in rows:
+            for cut in range(1, row.size):
+                want = [r.draft_lm_scores(np.append(row[:cut], c)[None], context)[0]
+                        - r.draft_lm_scores(row[:cut][None], context)[0]
+                        for c in lat.tokens[cut][lat.tokens[cut] >= 0]]
+                got = scorer.next_scores(row[:cut], context, lat.tokens[cut][lat.tokens[cut] >= 0])
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(scorer.score(rows[0], context).sum(),
+                                   r.draft_lm_scores(rows[:1], context)[0], atol=1e-9)

@@ -66,6 +66,12 @@ def test_online_equals_offline(random_model: Any, tmp_path: Any, seed: int) -> N
     offline = simulate(trace, tree)
     assert online.accept_lengths == offline.steps.n.tolist()
     assert online.block_efficiency == pytest.approx(offline.block_efficiency)
+    # the simulated sizes are the verified trees' (the last step's may be cut to what counts)
+    sizes = [s.tree.num_nodes for s in online.steps if s.tree is not None]
+    assert sizes[:-1] == offline.steps.nodes.tolist()[:-1]
+    cost = curve(0.2)
+    want = (len(y) - 1) / sum(cost.relative(n) for n in offline.steps.nodes.tolist())
+    assert offline.simulated_speedup(cost) == pytest.approx(want)
 
 
 def test_beats_the_chain_it_contains_on_a_looping_model(chain_model: Any) -> None:

@@ -102,6 +102,9 @@ class CostAwareTreeDrafter:
             tokens, :func:`~blockdraft.drafts.lookup.lookup`).
         copy_length: tokens a copy proposes (the cut keeps what pays).
         max_nodes: the largest tree (root included).
+        chain: keep one path only (the root path whose expected tokens per unit of time is
+            best): for runtimes that verify chains losslessly but not trees (ONNX Runtime
+            int8).
         name: a label for tables.
     """
 
@@ -114,6 +117,7 @@ class CostAwareTreeDrafter:
     lookup: bool = True
     copy_length: int = 16
     max_nodes: int = 32
+    chain: bool = False
     name: str = ""
     _state: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
@@ -136,7 +140,8 @@ class CostAwareTreeDrafter:
                                                   else type(self.rescorer).__name__))
             if self.lookup:
                 parts.append("lookup")
-            object.__setattr__(self, "name", f"cost-aware tree ({' + '.join(parts)}, "
+            kind = "chain" if self.chain else "tree"
+            object.__setattr__(self, "name", f"cost-aware {kind} ({' + '.join(parts)}, "
                                              f"k={self.k}, N<={self.max_nodes})")
 
     @property
@@ -187,19 +192,30 @@ class CostAwareTreeDrafter:
         reach = np.ones(trie.num_nodes)
         for u in range(1, trie.num_nodes):  # parents come first
             reach[u] = reach[trie.parents[u]] * q[u]
-        depths = np.asarray(trie.depths)
-        order = np.lexsort((np.arange(1, trie.num_nodes), depths[1:], -reach[1:])) + 1
-        n = select_nodes(reach[order], self.cost, self.max_nodes)
         keep = np.zeros(trie.num_nodes, dtype=bool)
         keep[0] = True
-        keep[order[: n - 1]] = True
+        if self.chain:
+            best, end = 1.0 / self.cost.step(1), 0
+            for u in range(1, trie.num_nodes):
+                path = trie.path(u)
+                if path.size <= self.max_nodes:
+                    ratio = (1.0 + reach[path[1:]].sum()) / self.cost.step(int(path.size))
+                    if ratio > best:
+                        best, end = ratio, u
+            keep[trie.path(end)] = True
+            n = int(keep.sum())
+        else:
+            depths = np.asarray(trie.depths)
+            order = np.lexsort((np.arange(1, trie.num_nodes), depths[1:], -reach[1:])) + 1
+            n = select_nodes(reach[order], self.cost, self.max_nodes)
+            keep[order[: n - 1]] = True
         with np.errstate(divide="ignore"):
             scores = np.log(reach)
         tree = DraftTree(tokens=trie.tokens, parents=trie.parents,
                          scores=np.maximum(scores, -1e30), source=SOURCE).subset(keep)
         self._state["last"] = TreeStats(
             candidates=trie.num_nodes, nodes=n,
-            expected=float(1.0 + reach[order[: n - 1]].sum()),
+            expected=float(1.0 + reach[1:][keep[1:]].sum()),
             relative_cost=self.cost.relative(n))
         return tree
 

@@ -128,7 +128,8 @@ def measure_cost_curve(model: Any, nodes: Sequence[int] = DEFAULT_NODES, prefix:
     sizes = tuple(int(n) for n in nodes)
     if not sizes or sizes[0] != 1 or bool(np.any(np.diff(sizes) <= 0)):
         raise ModelError(f"nodes must ascend from 1, got {sizes}")
-    limit = getattr(model, "max_seq_len", None)
+    limit = getattr(model, "max_seq_len", None) or getattr(getattr(model, "config", None),
+                                                          "max_seq_len", None)
     if limit is not None:
         prefix = max(1, min(prefix, int(limit) - sizes[-1] - 1))
     vocab = int(getattr(model, "vocab_size", None) or model.config.vocab_size)

@@ -33,6 +33,9 @@ class StepRecords:
         drafts: int64 ``[S, h]``, the winning draft ``d_1 .. d_h``.
         num_drafts: int64 ``[S]``, drafts the strategy proposed (``p``, or fewer when the
             lattice has fewer paths).
+        nodes: int64 ``[S]``, tokens the step's verification forward holds (the tree's nodes,
+            or the trie of a batch's drafts; ``h`` for the oracle's chain), the size a cost
+            curve prices; zeros when unknown (records built elsewhere).
     """
 
     example: np.ndarray
@@ -42,10 +45,13 @@ class StepRecords:
     winner: np.ndarray
     drafts: np.ndarray
     num_drafts: np.ndarray
+    nodes: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         s = np.asarray(self.example).shape[0]
-        for name in ("example", "t", "n", "tokens", "winner", "num_drafts"):
+        if self.nodes is None:
+            object.__setattr__(self, "nodes", np.zeros(s, dtype=np.int64))
+        for name in ("example", "t", "n", "tokens", "winner", "num_drafts", "nodes"):
             arr = readonly(getattr(self, name), np.int64)
             if arr.shape != (s,):
                 raise OracleError(f"StepRecords.{name} must have shape ({s},), got {arr.shape}")
@@ -97,6 +103,21 @@ class SimulationResult:
         for name in ("examples", "generated", "calls", "mismatch_example", "mismatch_t"):
             object.__setattr__(self, name, readonly(getattr(self, name), np.int64))
         object.__setattr__(self, "signature", MappingProxyType(dict(self.signature)))
+
+    def relative_time(self, cost: Any, heads: bool = True) -> float:
+        """The simulated steps' time in greedy steps on a runtime's cost curve
+        (:class:`~blockdraft.models.cost.CostCurve`): ``sum cost.relative(nodes)`` (the
+        prefill left out; ``heads``: the steps project the Medusa heads, as every strategy but
+        a lookup alone does)."""
+        nodes = self.steps.nodes
+        assert nodes is not None  # filled in by StepRecords
+        return float(sum(cost.relative(int(n), heads) for n in nodes))
+
+    def simulated_speedup(self, cost: Any, heads: bool = True) -> float:
+        """Speedup over greedy on that curve, prefills aside: greedy's ``sum(m - 1)`` steps
+        over :meth:`relative_time` (NaN without steps)."""
+        time = self.relative_time(cost, heads)
+        return float((self.generated - 1).clip(min=0).sum() / time) if time else float("nan")
 
     @property
     def total_generated(self) -> int:

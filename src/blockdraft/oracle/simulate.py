@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.core.batch import DraftBatch
+from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.protocol import Drafter, TreeDrafter
@@ -76,6 +76,7 @@ class _Outcome:
     winner: int
     draft: np.ndarray
     num_drafts: int
+    nodes: int = 0
 
 
 def _strategy_k(trace: Trace, strategy: Strategy) -> int:
@@ -136,7 +137,7 @@ def _stepper(
             n = int(n_all[t])
             draft = top1[t].copy()  # slots past the accepted prefix: the vanilla token
             draft[1 : 1 + n] = y[t + 1 : t + 1 + n]
-            return _Outcome(n=n, winner=0, draft=draft, num_drafts=1)
+            return _Outcome(n=n, winner=0, draft=draft, num_drafts=1, nodes=draft.size)
 
         return oracle_step
 
@@ -152,7 +153,8 @@ def _stepper(
             draft = vanilla[t].copy()
             path = tree.path_tokens(node)[: draft.size]
             draft[: path.size] = path
-            return _Outcome(n=n, winner=node, draft=draft, num_drafts=int(tree.leaves().size))
+            return _Outcome(n=n, winner=node, draft=draft, num_drafts=int(tree.leaves().size),
+                            nodes=tree.num_nodes)
 
         return tree_step
 
@@ -169,9 +171,21 @@ def _stepper(
             )
         n = accept_lengths(batch.tokens, y, t)
         w = int(np.argmax(n))  # the first maximum: the best-scored among the longest
-        return _Outcome(n=int(n[w]), winner=w, draft=batch.tokens[w], num_drafts=batch.p)
+        return _Outcome(n=int(n[w]), winner=w, draft=batch.tokens[w], num_drafts=batch.p,
+                        nodes=_batch_nodes(batch))
 
     return step
+
+
+def _batch_nodes(batch: DraftBatch) -> int:
+    """Tokens a verifier's forward holds for a batch: its drafts' trie (their summed lengths
+    when they do not share ``d_1``: a toy drafter's)."""
+    if batch.p == 1:
+        return int(batch.lengths[0])
+    try:
+        return DraftTree.from_drafts(batch).num_nodes
+    except DraftError:
+        return int(batch.lengths.sum())
 
 
 def _example_indices(trace: Trace, examples: Iterable[int] | slice | None) -> np.ndarray:
@@ -269,6 +283,7 @@ def simulate(
             rows["winner"].append(out.winner)
             rows["drafts"].append(out.draft)
             rows["num_drafts"].append(out.num_drafts)
+            rows["nodes"].append(out.nodes)
             n_calls += 1
             t += 1 + out.n
         calls[j] = n_calls
@@ -288,6 +303,7 @@ def simulate(
             else np.zeros((0, trace.h), dtype=np.int64)
         ),
         num_drafts=np.asarray(rows["num_drafts"], dtype=np.int64),
+        nodes=np.asarray(rows["nodes"], dtype=np.int64),
     )
     mismatch_example = np.concatenate(mis_e)
     mismatch_t = np.concatenate(mis_t)
@@ -365,6 +381,7 @@ def simulate_at_positions(
     tokens = np.zeros(s, dtype=np.int64)
     winner = np.zeros(s, dtype=np.int64)
     num_drafts = np.zeros(s, dtype=np.int64)
+    nodes = np.zeros(s, dtype=np.int64)
     drafts = np.zeros((s, trace.h), dtype=np.int64)
     current = -1
     step: Callable[[int], _Outcome] | None = None
@@ -373,10 +390,10 @@ def simulate_at_positions(
         if e != current or step is None:
             step, current = _stepper(trace[e], strategy, k), e
         out = step(int(t_arr[j]))
-        n[j], winner[j], num_drafts[j] = out.n, out.winner, out.num_drafts
+        n[j], winner[j], num_drafts[j], nodes[j] = out.n, out.winner, out.num_drafts, out.nodes
         drafts[j] = out.draft
         tokens[j] = min(1 + out.n, int(lengths[e]) - (int(t_arr[j]) + 1))
     return StepRecords(
         example=ex_arr, t=t_arr, n=n, tokens=tokens, winner=winner, drafts=drafts,
-        num_drafts=num_drafts,
+        num_drafts=num_drafts, nodes=nodes,
     )

@@ -3,7 +3,7 @@
 See docs/definitions.md sec. 2.
 
 Public surface:
-    decode(model, prompt_ids, rescorer=None, k=16, p=1, criterion="exact",
+    decode(model, prompt_ids, rescorer=None, k=None, p=None, criterion="exact",
            max_new_tokens=64, eos_id=None, drafter=None, device="cpu", iad=False, tree=None)
         -> DecodeResult (one prompt) | list[DecodeResult] (a list of prompts)
     predict(drafter, head_logits, k, context) -> DraftBatch     step 1, no model call
@@ -293,26 +293,27 @@ def _decode_prompt(
 
 @overload
 def decode(
-    model: HeadsModel, prompt_ids: Sequence[int], rescorer: Any = ..., k: int = ...,
-    p: int = ..., criterion: Criterion | str = ..., max_new_tokens: int = ...,
-    eos_id: int | None = ..., drafter: Drafter | None = ..., device: str | torch.device = ...,
-    iad: bool = ...,
+    model: HeadsModel, prompt_ids: Sequence[int], rescorer: Any = ...,
+    k: int | None = ..., p: int | None = ..., criterion: Criterion | str = ...,
+    max_new_tokens: int = ..., eos_id: int | None = ..., drafter: Drafter | None = ...,
+    device: str | torch.device = ..., iad: bool = ..., tree: bool | TreeDrafter | None = ...,
 ) -> DecodeResult: ...
 
 
 @overload
 def decode(
-    model: HeadsModel, prompt_ids: Sequence[Sequence[int]], rescorer: Any = ..., k: int = ...,
-    p: int = ..., criterion: Criterion | str = ..., max_new_tokens: int = ...,
-    eos_id: int | None = ..., drafter: Drafter | None = ..., device: str | torch.device = ...,
-    iad: bool = ...,
+    model: HeadsModel, prompt_ids: Sequence[Sequence[int]], rescorer: Any = ...,
+    k: int | None = ..., p: int | None = ..., criterion: Criterion | str = ...,
+    max_new_tokens: int = ..., eos_id: int | None = ..., drafter: Drafter | None = ...,
+    device: str | torch.device = ..., iad: bool = ..., tree: bool | TreeDrafter | None = ...,
 ) -> list[DecodeResult]: ...
 
 
 @overload
 def decode(
     model: HeadsModel, prompt_ids: np.ndarray | torch.Tensor | Sequence[Prompt],
-    rescorer: Any = ..., k: int = ..., p: int = ..., criterion: Criterion | str = ...,
+    rescorer: Any = ..., k: int | None = ..., p: int | None = ...,
+    criterion: Criterion | str = ...,
     max_new_tokens: int = ..., eos_id: int | None = ..., drafter: Drafter | None = ...,
     device: str | torch.device = ..., iad: bool = ...,
     tree: bool | TreeDrafter | None = ...,
@@ -324,8 +325,8 @@ def decode(
     model: HeadsModel,
     prompt_ids: Prompt | Sequence[Prompt],
     rescorer: Any = None,
-    k: int = 16,
-    p: int = 1,
+    k: int | None = None,
+    p: int | None = None,
     criterion: Criterion | str = "exact",
     max_new_tokens: int = 64,
     eos_id: int | None = None,
@@ -336,8 +337,13 @@ def decode(
 ) -> DecodeResult | list[DecodeResult]:
     """Blockwise parallel decoding with draft refinement (docs/definitions.md sec. 2).
 
-    With ``rescorer=None, p=1`` this is vanilla BPD (the argmax of every head); with a
-    rescorer it is (p-best) rescored BPD; ``p > 1`` without a rescorer is p-best 0-gram BPD.
+    Told nothing about drafting (no ``rescorer``, ``k``, ``p``, ``drafter``, ``iad`` or
+    ``tree``), it drafts the best way measured: :func:`~blockdraft.drafts.default_drafter`, a
+    cost-aware tree of the heads' chain, rescored p-best paths and prompt lookup, sized on the
+    model's own cost curve (measured at the first call, about a second), with the drafting
+    recipe packaged beside the model's heads when there is one. With ``rescorer=None, p=1``
+    it is vanilla BPD (the argmax of every head); with a rescorer (p-best) rescored BPD;
+    ``p > 1`` without a rescorer p-best 0-gram BPD.
     With ``criterion="exact"`` (the default) the output equals greedy decoding with head 1
     (:func:`~blockdraft.models.greedy_generate`) token for token; every other criterion may
     change the output.
@@ -354,8 +360,9 @@ def decode(
             separator token); only a generated EOS stops decoding.
         rescorer: a :class:`~blockdraft.rescorers.Rescorer` ranking the lattice's paths, or
             None (head scores alone). An n-gram rescorer's LM must fit the model's vocabulary.
-        k: arcs per lattice slot, ``1 <= k <= V``.
-        p: drafts verified per call, ``>= 1``.
+        k: arcs per lattice slot, ``1 <= k <= V`` (default 16 when ``p`` or a rescorer is
+            given).
+        p: drafts verified per call, ``>= 1`` (default 1 when ``k`` or a rescorer is given).
         criterion: a :class:`Criterion` or its string (``"exact"``, ``"topk:k=4"``, ...).
         max_new_tokens: at most this many tokens are generated (``>= 0``).
         eos_id: stop after generating this id (it is included); None never stops early.
@@ -391,11 +398,18 @@ def decode(
             ``tree`` that is neither a bool nor a tree builder (or one given with a drafter).
     """
     verifier = Verifier(model, criterion)
+    told_nothing = (rescorer is None and k is None and p is None and drafter is None
+                    and not iad and tree is None)
     builder = _tree_builder(tree, drafter, rescorer, iad)
     args = check_decode_inputs(
-        verifier, prompt_ids, rescorer=rescorer, k=k, p=p, max_new_tokens=max_new_tokens,
-        eos_id=eos_id, drafter=drafter, device=device,
+        verifier, prompt_ids, rescorer=rescorer, k=16 if k is None else k,
+        p=1 if p is None else p, max_new_tokens=max_new_tokens, eos_id=eos_id,
+        drafter=drafter, device=device,
     )
+    if told_nothing:
+        from blockdraft.drafts.default import default_drafter
+
+        builder = default_drafter(model)
     lattice_k = args.lattice_k
     if builder is not None:
         lattice_k = check_int(getattr(builder, "k", None), "the tree builder's k", VerifyError,

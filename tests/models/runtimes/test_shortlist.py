@@ -106,7 +106,7 @@ def test_decode_is_greedy_and_drafts_only_shortlisted_tokens(runtime: str) -> No
     allowed = set(model.heads.shortlist.tolist())
     prompt = [3, 17, 4, 22, 9]
     want = greedy_generate(m, prompt, 40)
-    for kw in ({}, {"k": 4, "p": 3}, {"tree": ConfidenceTreeDrafter(k=4, budget=8)}):
+    for kw in ({"p": 1}, {"k": 4, "p": 3}, {"tree": ConfidenceTreeDrafter(k=4, budget=8)}):
         res = decode(m, prompt, max_new_tokens=40, **kw)
         assert res.tokens == want
         for step in res.steps:
@@ -119,8 +119,8 @@ def test_the_shortlist_changes_drafts_not_outputs() -> None:
     the output is the same."""
     plain, short = tiny(shortlist=None), tiny(shortlist=8)
     prompt = [3, 17, 4, 22, 9]
-    a = decode(plain, prompt, max_new_tokens=30)
-    b = decode(short, prompt, max_new_tokens=30)
+    a = decode(plain, prompt, max_new_tokens=30, p=1)
+    b = decode(short, prompt, max_new_tokens=30, p=1)
     assert a.tokens == b.tokens == greedy_generate(plain, prompt, 30)
     drafted = np.concatenate([s.drafts.tokens[:, 1:].ravel() for s in a.steps])
     assert not set(drafted.tolist()) <= set(short.heads.shortlist.tolist())

@@ -251,6 +251,12 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         return self.config.max_seq_len
 
     @property
+    def drafting(self) -> Any:
+        """The drafting recipe packaged with the heads
+        (:class:`~blockdraft.models.hf.drafting.DraftingRecipe`), or None."""
+        return getattr(self.heads, "drafting", None)
+
+    @property
     def lm_head(self) -> nn.Linear:
         """The base model's vocabulary projection (head 1)."""
         head = self.base.get_output_embeddings()

@@ -74,6 +74,7 @@ import torch
 from blockdraft.core.digest import sha256_arrays
 from blockdraft.core.files import atomic_directory, write_text_atomic
 from blockdraft.models.errors import ModelError
+from blockdraft.models.hf.drafting import read_drafting
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.shortlist import CONFIG_KEY as SHORTLIST_KEY
 from blockdraft.models.hf.shortlist import read_shortlist, shortlist_files
@@ -430,6 +431,7 @@ def read_heads(path: str | os.PathLike[str], layout: str | None = None) -> Medus
     found = read_shortlist(folder) if cfg.layout == "medusa-v2" else None
     if found is not None:
         heads.set_shortlist(found[0], info=found[1])
+    heads.drafting = read_drafting(folder)
     return heads
 
 

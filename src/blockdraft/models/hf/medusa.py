@@ -122,6 +122,7 @@ class MedusaHeads(nn.Module):
         self.blocks = nn.ModuleList(head() for _ in range(num_heads))
         self.shortlist: torch.Tensor | None = None  # int64 [Vs], sorted; see set_shortlist
         self.shortlist_info: dict[str, Any] = {}  # what it was counted on (its file's record)
+        self.drafting: Any = None  # the folder's DraftingRecipe, if it packages one
         self.projections = (
             nn.ModuleList(
                 nn.Linear(d_model, vocab_size, bias=False)  # type: ignore[arg-type]

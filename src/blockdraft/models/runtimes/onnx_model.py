@@ -105,6 +105,7 @@ class OrtBlockwiseModel(FactoredHeadsLM):
             self._open_sessions()
         self.config = dataclasses.replace(model.config, dtype=precision)
         self.tokenizer = model.tokenizer
+        self.drafting = getattr(model.heads, "drafting", None)  # the packaged recipe, if any
         shortlist = model.heads.shortlist
         self.shortlist: np.ndarray | None = (None if shortlist is None
                                              else shortlist.numpy().astype(np.int64))

@@ -245,6 +245,12 @@ class NgramRescorer:
                 out[j] = float(interpolate_ln(kenlm_ln, probs, self.context_weight).sum())
         return out
 
+    def path_scorer(self) -> RescorerPathScorer:
+        """This rescorer's LM as a tree path scorer (``next_scores(path, context,
+        candidates)``): the same interpolated LM, token by token (a cost-aware tree's LM
+        evidence)."""
+        return RescorerPathScorer(self)
+
     # ------------------------------------------------------------------ exact, native
     def _rescore_native(self, lattice: SausageLattice, ctx: np.ndarray, p: int) -> DraftBatch:
         lm = self.lm
@@ -365,3 +371,41 @@ def _merge(lists: list[list[Any]]) -> list[Any]:
     for lst in lists:
         out.extend(lst)
     return out
+
+
+class RescorerPathScorer:
+    """An :class:`NgramRescorer`'s LM scoring tree paths: ``next_scores(path, context,
+    candidates)`` is ``ln P(c | context, path)`` under the rescorer's LM, interpolated with its
+    context LM when that is on (its counts those of ``context``, its history running on into
+    ``path``), natural log; equal to the last token of :meth:`NgramRescorer.draft_lm_scores`
+    of ``path + [c]``."""
+
+    def __init__(self, rescorer: NgramRescorer) -> None:
+        from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer
+
+        self.rescorer = rescorer
+        self._kenlm = NgramPathScorer(rescorer.lm)
+
+    def next_scores(self, path: Sequence[int] | np.ndarray, context: Sequence[int] | np.ndarray,
+                    candidates: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float64 ``[c]``: ``ln P(c | context, path)`` of every candidate."""
+        prefix = np.asarray(path, dtype=np.int64)
+        kenlm_ln = self._kenlm.next_scores(prefix.tolist(), context, candidates)
+        r = self.rescorer
+        if not r.uses_context:
+            return kenlm_ln
+        r._sync_context(as_context(context))
+        held = r._context_lm
+        assert held is not None
+        probs = [float(held.continuation_probs(np.append(prefix, c))[-1])
+                 for c in np.asarray(candidates, dtype=np.int64).tolist()]
+        return interpolate_ln(kenlm_ln, probs, r.context_weight)
+
+    def score(self, tokens: Sequence[int] | np.ndarray,
+              context: Sequence[int] | np.ndarray = ()) -> np.ndarray:
+        """float64 ``[n]``: ``ln P(token_i | context, tokens_<i)``."""
+        out = np.empty(len(tokens))
+        seq = np.asarray(tokens, dtype=np.int64)
+        for i in range(seq.size):
+            out[i] = self.next_scores(seq[:i], context, seq[i:i + 1])[0]
+        return out
