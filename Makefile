@@ -83,3 +83,10 @@ bench-real-peers-setup: setup
 
 clean:
 	rm -rf build .venv .venv-latest .pytest_cache
+
+# Kim et al. (2024)'s Tables 3, 4, 5, Fig. 6 and latency on SmolLM2 + its Medusa heads, from two
+# traces recorded once and cached (chat set, task prompts): benchmarks/results/kim/. Rescorers
+# plug in by KIM_ARGS, e.g. KIM_ARGS="--lm textbooks=lm4.bin --neural rescorer-dir".
+.PHONY: bench-kim
+bench-kim: setup
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_kim.py $(KIM_ARGS)
