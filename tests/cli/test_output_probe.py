@@ -144,7 +144,8 @@ def test_every_writing_command_is_probed() -> None:
 
 
 def _shared_data(root: Path) -> Path:
-    """A shared-data folder in miniature (corpus passages and distillation prompt files)."""
+    """A shared-data folder in miniature (corpus passages and distillation prompt files, every
+    kind of prompt ``heads prompts`` mixes)."""
     para = ("The {w} of the {x} is a long paragraph about {w} that goes on for a while so that "
             "it is long enough to be a passage, with more words about {x} and {w} to read, and "
             "then a second sentence that makes it longer still.")
@@ -163,9 +164,11 @@ def _shared_data(root: Path) -> Path:
                                "the east and Juliet is the sun." for i in range(40)) + "\n")
     prompts = data / "prompts/distill_prompts.part00.jsonl"
     prompts.parent.mkdir(parents=True)
-    prompts.write_text("".join(json.dumps({"source": "self-instruct-user",
-                                           "prompt": f"Write a poem {i}"}) + "\n"
-                               for i in range(20)))
+    rows = ([{"source": "gsm8k-train", "prompt": f"If I have {i} apples?"} for i in range(20)]
+            + [{"source": "t0:x", "prompt": f"Template {i}"} for i in range(20)]
+            + [{"source": "self-instruct-user", "prompt": f"Write a poem {i}"}
+               for i in range(20)])
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return data
 
 

@@ -20,11 +20,16 @@ Subcommands (``blockdraft COMMAND --help`` for each):
 Human tables by default, ``--json`` for machines (strict JSON: a number that is not finite is
 written as ``null`` with a ``<field>_reason`` string beside it), ``--plot FILE.png`` (or
 ``.pdf``/``.svg``) where a picture helps.
-Exit codes: 0 success, 1 error (one line on stderr), 2 usage error, 130 interrupted (Ctrl-C
-or SIGTERM; outputs are left as they were). ``BLOCKDRAFT_DEBUG=1`` shows the traceback of an
+Exit codes: 0 success (the output complete), 1 error (one line on stderr), 2 usage error, 3
+stopped early by a limit (``--max-tokens``, ``--minutes``, ``--max-prompts``: the output is
+sound but partial, and ``--resume`` goes on), 130 interrupted (Ctrl-C or SIGTERM; outputs are
+left as they were). ``BLOCKDRAFT_DEBUG=1`` shows the traceback of an
 unexpected error. blockdraft's warnings are one line each on stderr (``blockdraft: warning:``).
-Every command that writes a file or folder refuses an existing one unless ``--overwrite`` (or,
-where it can continue, ``--resume``): :func:`blockdraft.core.outputs.output_mode`.
+Every command that writes a file or folder follows one rule
+(:mod:`blockdraft.core.outputs`): an existing output (sidecars included) is refused unless
+``--overwrite`` (or, where it can continue, ``--resume``); a folder holding files the command
+does not write is refused, naming them; under ``--overwrite`` the old output stays until a
+complete new one replaces it.
 
 Modules: ``parser`` (the argument parser, assembled from each group's ``add_parsers``),
 ``common`` (output helpers, argument types, readers), one per command group: ``analyses``
@@ -47,6 +52,7 @@ from typing import Any
 
 from blockdraft.cli.common import (
     CliError,
+    clamp_threads,
     id_list,
     int_list,
     print_json,
@@ -80,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command_line = "blockdraft " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
         with _sigterm_as_interrupt(), _warnings_as_lines():
+            clamp_threads(args)
             return int(args.func(args))
     except KeyboardInterrupt:
         print("blockdraft: interrupted", file=sys.stderr)

@@ -216,7 +216,7 @@ def add_command(parent: Any, name: str, help_: str, func: Command) -> argparse.A
 
 def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
     """``--overwrite`` of a command that writes ``what``: without it an existing output is
-    refused (:func:`blockdraft.core.outputs.output_mode`, the rule every command follows)."""
+    refused (:func:`blockdraft.core.outputs.claim_output`, the rule every command follows)."""
     p.add_argument("--overwrite", action="store_true",
                    help=f"replace {what} if it exists (without --overwrite an existing one is "
                         "refused; the old one stays until the new one is complete)")
@@ -275,15 +275,20 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def thread_count(text: str) -> int:
-    """A thread count from 1 to the cores this process may use (argparse type): more threads
-    than cores only make each step slower (a spinning pool starves the others)."""
-    value = positive_int(text)
+def clamp_threads(args: argparse.Namespace) -> None:
+    """``--threads`` above the cores this process may use is lowered to them, with a warning
+    (more threads than cores only make each step slower: a spinning pool starves the
+    others); checked once, for every command, before it runs."""
+    import warnings
+
+    from blockdraft.core.errors import BlockdraftWarning
+
+    threads = getattr(args, "threads", None)
     cores = available_cores()
-    if value > cores:
-        raise argparse.ArgumentTypeError(
-            f"expected 1 to {cores} (the CPU cores this process may use), got {text!r}")
-    return value
+    if isinstance(threads, int) and threads > cores:
+        warnings.warn(f"--threads {threads} is more than the {cores} CPU core(s) this process "
+                      f"may use; using {cores}", BlockdraftWarning, stacklevel=2)
+        args.threads = cores
 
 
 def positive_int(text: str) -> int:

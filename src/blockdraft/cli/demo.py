@@ -22,7 +22,6 @@ from blockdraft.cli.common import (
     print_json,
     print_table,
     progress_bar,
-    thread_count,
     utf8_argument,
 )
 from blockdraft.core.outputs import claim_output
@@ -272,7 +271,7 @@ def add_parser(sub: Any) -> None:
                    help="where the lattice drawing, demo.json (and with --blockwise the "
                         "trace) go (default ./demo-output)")
     add_overwrite(p, "the demo's files in --out (an earlier run's)")
-    p.add_argument("--threads", type=thread_count, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads (default: the cores not already busy)")
     p.add_argument("--blockwise", action="store_true",
                    help="the model-free quick look: train (once, cached) a small blockwise LM, "

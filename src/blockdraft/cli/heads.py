@@ -45,7 +45,6 @@ from blockdraft.cli.common import (
     print_json,
     print_table,
     stopped_early,
-    thread_count,
 )
 from blockdraft.core.outputs import claim_output
 
@@ -163,7 +162,7 @@ def _data_arguments(p: argparse.ArgumentParser) -> None:
                    help="training prompts to distil (default: all)")
     p.add_argument("--seed", type=int, default=0,
                    help="seeds the held-out split (and, for heads train, the heads)")
-    p.add_argument("--threads", type=thread_count, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads (default: 1 when the machine is busy, else every core)")
 
 
@@ -451,7 +450,7 @@ def add_parsers(sub: Any) -> None:
                    help="requests generated together")
     p.add_argument("--max-new-tokens", type=positive_int, default=48,
                    help="answer cap, tokens")
-    p.add_argument("--threads", type=thread_count, default=None, help="torch threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads")
     _prompt_file_arguments(p)
     p = add_command(group, "follow-ups",
                     "multi-turn prompts: a training prompt, the base's answer from a "
@@ -500,7 +499,7 @@ def add_parsers(sub: Any) -> None:
                    help="the base model whose lm_head the heads share (default smollm2)")
     p.add_argument("-o", "--out", required=True, type=Path,
                    help="the folder for data_curve.{json,md,png}")
-    p.add_argument("--threads", type=thread_count, default=None, help="torch threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads")
     p.add_argument("--overwrite", action="store_true",
                    help="replace what -o holds (only once the new curve is complete)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

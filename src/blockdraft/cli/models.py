@@ -33,7 +33,6 @@ from blockdraft.cli.common import (
     progress_bar,
     read_id_lines,
     read_texts,
-    thread_count,
     utf8_argument,
 )
 from blockdraft.core.outputs import claim_output
@@ -479,7 +478,7 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["float32", "int8"], default=None,
                    help="--runtime onnxruntime: float32 (default) or int8 (per-row int8 "
                         "activations, chunk-invariant: still lossless against its own greedy)")
-    p.add_argument("--threads", type=thread_count, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="intra-op threads of the runtime (default: torch's setting)")
     p.add_argument("--chat", action="store_true",
                    help="wrap each prompt in the model's chat template as one user turn "
@@ -553,7 +552,7 @@ def add_parsers(sub: Any) -> None:
                    help="replace what --out holds (without it an existing model is refused)")
     p.add_argument("--checkpoint-interval", type=int, default=200,
                    help="steps between resumable checkpoints (0: only at the end; default 200)")
-    p.add_argument("--threads", type=thread_count, default=None, help="torch intra-op threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads")
     p.add_argument("--device", type=device_name, default="cpu",
                    help="cpu (default), cuda, cuda:N, mps or xpu")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -42,18 +42,22 @@ LABEL_LEN = 12  # characters of a token's text in the lattice table
 @dataclass(frozen=True)
 class Strategy:
     """One row of the demo: ``drafter()`` builds its drafter (None: a greedy loop); ``torch``
-    runs it on the PyTorch model instead of the chosen runtime's (the second reference)."""
+    runs it on the PyTorch model instead of the chosen runtime's (the second reference);
+    ``tree``: it verifies several drafts a step (their token tree)."""
 
     label: str
     drafter: Callable[[], Any] | None
     settings: str
     torch: bool = False
+    tree: bool = False
 
 
-def real_strategies(ngram: Any, order: int, runtime: str) -> list[Strategy]:
+def real_strategies(ngram: Any, order: int, runtime: str, trees: bool = True) -> list[Strategy]:
     """Greedy on the runtime (the reference), the PyTorch greedy loop (when the runtime is
     another), vanilla heads, n-gram rescoring (p = 1), p-best n-gram (their trie), prompt
-    lookup, and n-gram rescored heads with the lookup draft beside them."""
+    lookup, and n-gram rescored heads with the lookup draft beside them; without ``trees``
+    (a runtime that verifies one draft a step losslessly but not a token tree: ONNX Runtime
+    int8) only the strategies of one draft a step."""
     from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
 
     lm = f"{order}-gram"
@@ -66,14 +70,14 @@ def real_strategies(ngram: Any, order: int, runtime: str) -> list[Strategy]:
         Strategy(f"{lm} rescoring", lambda: HeadDrafter(k=REAL_K, p=1, rescorer=ngram),
                  f"k:{REAL_K}|p:1|alpha:{NGRAM_ALPHA}|lm:{lm}"),
         Strategy(f"{REAL_P}-best {lm}", lambda: HeadDrafter(k=REAL_K, p=REAL_P, rescorer=ngram),
-                 f"k:{REAL_K}|p:{REAL_P}|alpha:{NGRAM_ALPHA}|lm:{lm}"),
+                 f"k:{REAL_K}|p:{REAL_P}|alpha:{NGRAM_ALPHA}|lm:{lm}", tree=True),
         Strategy("prompt lookup", lambda: LookupDrafter(),
                  "k:1|p:1|alpha:-|lm:none|lookup:n<=4,L=2/6/10"),
         Strategy(f"{lm} + lookup", lambda: CombinedDrafter(
             HeadDrafter(k=REAL_K, p=1, rescorer=ngram), LookupDrafter()),
-            f"k:{REAL_K}|p:2|alpha:{NGRAM_ALPHA}|lm:{lm}|lookup:n<=4,L=2/6/10"),
+            f"k:{REAL_K}|p:2|alpha:{NGRAM_ALPHA}|lm:{lm}|lookup:n<=4,L=2/6/10", tree=True),
     ]
-    return out
+    return [st for st in out if trees or not st.tree]
 
 
 def encode_prompts(tok: Any, prompts: Sequence[str]) -> list[list[int]]:
@@ -194,7 +198,14 @@ def run_real_demo(
 
         ngram = prepare_ngram(tok, model_name, corpus, REAL_ORDER, log, progress)
         rescorer = NgramRescorer(ngram.lm, alpha=NGRAM_ALPHA)
-        plan = real_strategies(rescorer, ngram.lm.order, runtime)
+        trees = bool(getattr(net, "exact_trees", True))
+        plan = real_strategies(rescorer, ngram.lm.order, runtime, trees)
+        if not trees:
+            skipped = [st.label for st in real_strategies(rescorer, ngram.lm.order, runtime)
+                       if st.tree]
+            log(f"{runtime} {precision} verifies one draft a step losslessly but not a token "
+                "tree (its integer rounding turns a tree's last-bit differences into other "
+                f"tokens): skipping {', '.join(skipped)}, which verify several drafts a step")
         ids = encode_prompts(tok, prompts)
         chat = bool(getattr(tok, "has_chat_template", False))
 
