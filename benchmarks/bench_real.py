@@ -269,11 +269,14 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
     from blockdraft.verify import decode
 
     if strategy.make is None:
+        clock: list[float] = []
         start = time.perf_counter()
-        tokens = greedy_generate(model, ids, max_new, eos_id=eos_id)
+        tokens = greedy_generate(model, ids, max_new, eos_id=eos_id, clock=clock)
         wall = time.perf_counter() - start
         return tokens, {"kind": "reference" if reference else "greedy", "calls": len(tokens),
-                        "wall_s": wall,
+                        "wall_s": wall, "decode_wall_s": wall, "prefill_s": clock[0],
+                        "steps": len(clock) - 1, "forward_s": sum(clock[1:]), "heads_s": 0.0,
+                        "lattice_s": 0.0, "search_s": 0.0, "other_s": 0.0,
                         "stopped": "eos" if tokens and tokens[-1] == eos_id else "max"}
     drafter = TimedDrafter(strategy.make(ids))
     builder = callable(getattr(drafter, "propose_tree", None))  # a tree builder (trees.py)
@@ -283,13 +286,14 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
                  tree=drafter if builder else True if strategy.tree else None)
     wall = time.perf_counter() - start
     steps = res.steps
-    draft = res.draft_s
+    split = res.split
     return list(res.tokens), {
         "kind": "blockdraft", "calls": res.calls, "wall_s": wall, "decode_wall_s": res.wall_s,
-        "prefill_s": res.prefill_s, "steps": len(steps),
-        "forward_s": sum(s.forward_s for s in steps),
-        "lattice_s": max(0.0, draft - drafter.seconds), "search_s": drafter.seconds,
-        "other_s": sum(s.other_s for s in steps),
+        "prefill_s": res.prefill_s, "steps": len(steps), "forward_s": split.forward_s,
+        "heads_s": split.heads_s, "lattice_s": split.lattice_s, "search_s": split.draft_s,
+        "other_s": split.other_s,
+        "nodes": sum(s.tree.num_nodes if s.tree is not None else int(s.drafts.lengths.sum())
+                     for s in steps),
         "iad_steps": sum(s.source in ("iad", "lookup") for s in steps),
         "stopped": "eos" if res.stopped == "eos" else "max",
     }

@@ -54,9 +54,12 @@ def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
         cell["speedup_own"] = _median([r["speedup_own"] for r in rows
                                        if r.get("speedup_own") is not None])
     steps = sum(r.get("steps", 0) for r in rows)
+    calls = [r for r in rows if r.get("prefill_s") is not None]
+    if calls:  # the whole call: prefill, steps, and what lies outside both
+        cell["accounting"] = _accounting(calls)
     if steps:
-        parts = {key: sum(r[f"{key}_s"] for r in rows)
-                 for key in ("forward", "lattice", "search", "other")}
+        parts = {key: sum(r.get(f"{key}_s", 0.0) for r in rows)
+                 for key in ("forward", "heads", "lattice", "search", "other")}
         total = sum(parts.values())
         cell["steps"] = steps
         cell["split"] = {key: v / total for key, v in parts.items()} if total > 0 else None
@@ -65,6 +68,45 @@ def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
                             if parts["forward"] > 0 else None)
         cell["iad_steps"] = sum(r.get("iad_steps", 0) for r in rows)
     return cell
+
+
+def _accounting(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the calls' time went, pooled over them (seconds and per-step milliseconds): the
+    prefill, the steps (forward, the next heads, the lattice, the search, the rest), what lies
+    outside both inside ``decode`` (its set-up, the records), and outside ``decode`` in the
+    harness's timing (``wall_s - decode_wall_s``)."""
+    keys = ("forward", "heads", "lattice", "search", "other")
+    wall = sum(r["wall_s"] for r in rows)
+    decode_wall = sum(r.get("decode_wall_s", r["wall_s"]) for r in rows)
+    prefill = sum(r["prefill_s"] for r in rows)
+    parts = {k: sum(r.get(f"{k}_s", 0.0) for r in rows) for k in keys}
+    steps = sum(r.get("steps", 0) for r in rows)
+    steps_s = sum(parts.values())
+    tokens = sum(r["tokens"] for r in rows)
+    return {"calls": len(rows), "wall_s": wall, "prefill_s": prefill, "steps_s": steps_s,
+            "outside_s": decode_wall - prefill - steps_s, "harness_s": wall - decode_wall,
+            "steps": steps, "tokens": tokens,
+            "step_ms": 1e3 * steps_s / steps if steps else None,
+            "ms_per_step": {k: 1e3 * v / steps if steps else None for k, v in parts.items()},
+            "nodes_per_step": (sum(r.get("nodes", 0) for r in rows) / steps
+                               if steps and any("nodes" in r for r in rows) else None)}
+
+
+def prediction(acc: dict[str, Any], greedy: dict[str, Any]) -> dict[str, Any]:
+    """The speedup over a greedy loop predicted from the parts, against the measured one.
+
+    ``steps``: ``B_verify x greedy's ms per step / this ms per step`` (the steps alone);
+    ``call``: greedy's whole time over this whole time (prefill and outside included);
+    ``prefill_share``/``outside_share``: of this strategy's time. The two differ by what the
+    prefill (the same for both, so it pulls the ratio towards 1) and the outside add."""
+    if not acc.get("steps") or not greedy.get("steps"):
+        return {}
+    b_verify = (acc["tokens"] - acc["calls"]) / acc["steps"]  # tokens after the prefill's
+    g_step = greedy["step_ms"]
+    return {"steps": b_verify * g_step / acc["step_ms"],
+            "call": greedy["wall_s"] / acc["wall_s"],
+            "prefill_share": acc["prefill_s"] / acc["wall_s"],
+            "outside_share": (acc["outside_s"] + acc["harness_s"]) / acc["wall_s"]}
 
 
 def summarise(rows: list[dict[str, Any]], names: Sequence[str], tasks: Sequence[str]
@@ -149,6 +191,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{_f(ms.get('forward'), '.1f')} | {_pct(split.get('forward'))} | "
             f"{_pct(split.get('lattice'))} | {_pct(split.get('search'))} | "
             f"{_pct(split.get('other'))} | {_pct(c.get('overhead'))} |")
+    lines += accounting_markdown(report)
     ref = overall[names[0]]
     if ref.get("tok_s"):
         lines += ["", f"Reference greedy loop: {_f(ref['tok_s'], '.1f')} tokens/s "
@@ -205,6 +248,46 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def accounting_markdown(report: dict[str, Any]) -> list[str]:
+    """The whole-call accounting table (empty when no strategy has one)."""
+    overall = report["summary"]["overall"]
+    names = [n for n in report["strategies"] if "prediction" in overall[n]]
+    if not names:
+        return []
+    lines = ["", "## Where each call's time goes", "",
+             "Pooled over the prompts, one thread. Per call: the prefill (the prompt's forward), "
+             "the verification steps, and what lies outside both (decode's set-up and records, "
+             "and the harness's timing around the call). Per step (ms): the forward with the base "
+             "head at every node, the next step's Medusa heads (ResBlocks, projection and top-k), "
+             "the lattice, the search (the drafter), the rest (criterion, cache). Predicted from "
+             "the steps: B/verify x greedy's ms per step / the strategy's ms per step; measured: "
+             "the whole calls' time ratio against the same runtime's greedy loop on the same "
+             "prompts. Where the two differ by more than 5%, the last columns say why: the "
+             "prefill (the same work for both, so it pulls the measured ratio towards 1) and the "
+             "time outside the steps.", "",
+             "| strategy | nodes/step | ms/step | forward | heads | lattice | search | other | "
+             "prefill ms/call | outside ms/call | predicted (steps) | measured (calls) | gap | "
+             "prefill share | outside share |", "|---" * 15 + "|"]
+    for name in report["strategies"]:
+        c = overall[name]
+        acc = c.get("accounting")
+        if not acc:
+            continue
+        ms = acc.get("ms_per_step") or {}
+        pred = c.get("prediction") or {}
+        gap = (pred["call"] / pred["steps"] - 1) if pred.get("steps") else None
+        lines.append(
+            f"| {name} | {_f(acc.get('nodes_per_step'), '.1f')} | {_f(acc.get('step_ms'), '.1f')} "
+            f"| {_f(ms.get('forward'), '.1f')} | {_f(ms.get('heads'), '.2f')} | "
+            f"{_f(ms.get('lattice'), '.2f')} | {_f(ms.get('search'), '.2f')} | "
+            f"{_f(ms.get('other'), '.2f')} | {_f(1e3 * acc['prefill_s'] / acc['calls'], '.0f')} | "
+            f"{_f(1e3 * (acc['outside_s'] + acc['harness_s']) / acc['calls'], '.1f')} | "
+            f"{_f(pred.get('steps'))}x | {_f(pred.get('call'))}x | "
+            f"{'-' if gap is None else f'{100 * gap:+.1f}%'} | "
+            f"{_pct(pred.get('prefill_share'))} | {_pct(pred.get('outside_share'))} |")
+    return lines
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -295,6 +378,23 @@ def make_report(result: dict[str, Any], cases: Sequence[Any],
     kinds = {s.name: ("reference" if i == 0 else "greedy") if s.make is None else "blockdraft"
              for i, s in enumerate(strategies)}
     kinds.update({p.name: "peer" for p in peers})
+    summary = summarise(rows, names, tasks)
+    own_greedy: dict[str, str] = {}
+    for st in strategies:
+        if st.make is None:
+            own_greedy.setdefault(getattr(st, "runtime", ""), st.name)
+    for st in strategies:
+        greedy = own_greedy.get(getattr(st, "runtime", ""))
+        cell = summary["overall"][st.name]
+        if st.make is not None and greedy and "accounting" in cell:
+            ref = summary["overall"][greedy].get("accounting", {})
+            # the same prompts on both sides: pool over the prompts both ran
+            done = {r["case"] for r in rows if r["strategy"] == st.name}
+            both = [r for r in rows if r["strategy"] == greedy and r["case"] in done]
+            if both:
+                ref = _accounting(both)
+            cell["prediction"] = prediction(cell["accounting"], ref)
+            cell["own_greedy"] = greedy
     report = {
         "signature": format_signature(fields), "fields": fields, "command": command,
         "wall_s": wall_s, "tasks": tasks, "strategies": names, "kinds": kinds,
@@ -302,7 +402,7 @@ def make_report(result: dict[str, Any], cases: Sequence[Any],
                      for s in strategies},
         "precision": {p.name: p.precision for p in peers},
         "skipped": dict(skipped), "definitions": DEFINITIONS, "notes": list(notes),
-        "prompts_total": len(cases), "summary": summarise(rows, names, tasks),
+        "prompts_total": len(cases), "summary": summary,
         "errors": list(result.get("errors", [])),
         "prompts": prompts, "rows": rows,
     }
