@@ -57,6 +57,8 @@ def check_prompt(
     if not np.issubdtype(arr.dtype, np.integer):
         raise error(f"{where}prompt ids must be integers, got dtype {arr.dtype}")
     lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 and vocab_size is None:
+        raise error(f"{where}token id {lo} is negative; token ids are >= 0")
     if lo < 0 or (vocab_size is not None and hi >= vocab_size):
         raise error(f"{where}token id {lo if lo < 0 else hi} is outside the model's vocabulary "
                     f"[0, {vocab_size}); was the text encoded with this model's tokenizer?")
