@@ -167,3 +167,46 @@ def test_a_cache_that_cannot_be_written_is_refused_before_the_build(
     with pytest.raises(ModelError, match=rf"cannot write the ONNX export in {root}/onnx "
                                          r".*point BLOCKDRAFT_CACHE at a writable folder"):
         on_runtime(tiny("gpt2", seed=9), "onnxruntime", "float32")
+
+
+def test_nan_logits_of_a_damaged_export_name_the_runtime_and_the_cache(
+        cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As filed: another damage pattern ended in `error: logits contain NaN`, naming neither
+    the cache nor a fix, and nothing was rebuilt. Here the load's sample misses the damage
+    (bit rot, no sample): the forward's NaN hashes the export, names it and removes it."""
+    from blockdraft.verify import decode
+
+    model = tiny("llama", seed=10)
+    ort = on_runtime(model, "onnxruntime", "float32")
+    folder, data = ort.export_folder, ort.export_folder / "body.onnx.data"
+    want = decode(ort, [5, 9, 2, 33], k=2, p=1, max_new_tokens=6).tokens
+    del ort
+    st = data.stat()
+    data.write_bytes(b"\xff" * st.st_size)  # every float NaN, same size
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same time
+    monkeypatch.setattr(onnx_export, "SAMPLE_BYTES", 0)
+    damaged = on_runtime(model, "onnxruntime", "float32")  # the cheap checks pass
+    with pytest.raises(ModelError, match=r"^ONNX Runtime \(float32\) returned NaN logits: its "
+                                         rf"export cache is damaged \({data} is not the file .*"
+                                         r"it was removed"):
+        decode(damaged, [5, 9, 2, 33], k=2, p=1, max_new_tokens=6)
+    del damaged
+    assert not folder.exists()
+    lines: list[str] = []
+    healed = on_runtime(model, "onnxruntime", "float32", log=lines.append)
+    assert any("exporting" in line for line in lines)
+    assert decode(healed, [5, 9, 2, 33], k=2, p=1, max_new_tokens=6).tokens == want
+
+
+def test_nan_logits_of_a_sound_export_say_the_weights_give_them(cache: Path) -> None:
+    from blockdraft.models import greedy_generate
+
+    model = tiny("gpt2", seed=11)
+    with torch.no_grad():
+        model.base.transformer.ln_f.weight[0] = float("nan")
+    ort = on_runtime(model, "onnxruntime", "float32")
+    with pytest.raises(ModelError, match=rf"returned NaN logits, and its export cache "
+                                         rf"{ort.export_folder} matches its digests: the "
+                                         r"model's own weights give NaN"):
+        greedy_generate(ort, [5, 9, 2], 4)  # argmax alone would have hidden it
+    assert ort.export_folder.is_dir()

@@ -46,7 +46,7 @@ from blockdraft.models.errors import ModelError
 from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.inputs import check_input_ids, check_past_fits
 from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer
-from blockdraft.models.runtimes.onnx_export import ensure_export
+from blockdraft.models.runtimes.onnx_export import ensure_export, nan_error
 from blockdraft.models.runtimes.onnx_graph import EXTRA_ROWS, MASKED
 
 
@@ -283,6 +283,13 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         io.bind_output("hidden", "cpu")
         self._body.run_with_iobinding(io)
         out: np.ndarray = io.get_outputs()[0].numpy()
+        return self._finite(out)
+
+    def _finite(self, out: np.ndarray) -> np.ndarray:
+        """``out``, unless it holds NaN (a damaged export, or weights that give NaN): then a
+        ModelError naming this runtime and its cache (``nan_error``). One sum: microseconds."""
+        if np.isnan(out.sum()):
+            raise nan_error(f"ONNX Runtime ({self.precision})", self.export_folder)
         return out
 
     # ---- the heads --------------------------------------------------------------------------
@@ -313,7 +320,7 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         d = states.shape[-1]
         if self._own is None:
             flat = np.ascontiguousarray(states.detach().reshape(-1, d).numpy(), np.float32)
-            logits = self._projection.run(["logits"], {"states": flat})[0]
+            logits = self._finite(self._projection.run(["logits"], {"states": flat})[0])
             out = torch.from_numpy(logits).reshape(*states.shape[:-1], -1)
             if self.shortlist is not None and states.dim() >= 2 and states.shape[-2] > 1:
                 outside = torch.ones(out.shape[-1], dtype=torch.bool)
@@ -332,7 +339,7 @@ class OrtBlockwiseModel(FactoredHeadsLM):
             padded = np.zeros((flat.shape[0], self.h - 1, d), dtype=np.float32)
             padded[:, : n - 1] = flat[:, 1:]
             parts.append(self._own.run(["logits"], {"states": padded})[0][:, : n - 1])
-        joined = np.concatenate(parts, axis=1)  # (M, n, V)
+        joined = self._finite(np.concatenate(parts, axis=1))  # (M, n, V)
         return torch.from_numpy(joined).reshape(*lead, n, -1)
 
     def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None
