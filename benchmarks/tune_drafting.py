@@ -33,8 +33,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 BENCH = Path(__file__).resolve().parent
 
 

@@ -78,7 +78,8 @@ def test_package_load_and_decode(parts: dict[str, Any], tmp_path: Path) -> None:
     np.testing.assert_array_equal(heads.shortlist.numpy(), parts["shortlist"])
     recipe = heads.drafting
     assert recipe is not None and recipe.p == 2 and recipe.context_weight == 0.3
-    assert recipe.ngram is not None and recipe.ngram.is_file() and recipe.ngram.parent.name == "ngram"
+    assert recipe.ngram is not None and recipe.ngram.is_file()
+    assert recipe.ngram.parent.name == "ngram"
     model = HFBlockwiseModel(parts["base"], heads)
     prompt = [3, 17, 4, 22, 9, 3, 17]
     want = greedy_generate(model, prompt, 40)
