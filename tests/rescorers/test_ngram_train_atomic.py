@@ -157,14 +157,21 @@ def test_sigterm_kills_lmplz_and_cleans_up(trained, tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and prctl")
 def test_sigkill_leaves_the_old_lm_and_no_orphan(trained, tmp_path):
     """SIGKILL runs no cleanup: the old LM is still whole, lmplz dies with its parent
-    (PR_SET_PDEATHSIG), and the next run removes the dead run's temporary folder."""
+    (PR_SET_PDEATHSIG), and the next run of the command removes the dead run's temporary
+    folder."""
     prefix, before = trained
     proc, lmplz_pid = _start_hanging_train(tmp_path, prefix)
     proc.kill()
     proc.wait(timeout=30)
     assert _wait_dead(lmplz_pid), "lmplz outlived the Python that started it"
     assert _files(tmp_path) == before
-    assert list(tmp_path.glob(".lmplz-*"))  # left by the killed run ...
-    train_ngram(SEQS, prefix, order=2)
-    assert not list(tmp_path.glob(".lmplz-*"))  # ... and swept by the next one
+    # the command builds the LM in a hidden folder beside it (core/outputs), where lmplz's
+    # temporary lies: the killed run left both ...
+    (left,) = tmp_path.glob(".lm.*.partial")
+    assert list(left.glob(".lmplz-*"))
+    every = tmp_path / "in" / "all.txt"
+    every.write_text("\n".join(" ".join(map(str, s.tolist())) for s in SEQS) + "\n")
+    assert main(["ngram", "train", "--ids", str(every), "--order", "2", "-o", str(prefix),
+                 "--overwrite"]) == 0
+    assert not list(tmp_path.glob(".lm.*")) and not list(tmp_path.glob(".lmplz-*"))  # ... swept
     assert _files(tmp_path) == before  # same data, same LM
