@@ -75,3 +75,13 @@ def test_bad_settings() -> None:
         LookupDrafter(lengths=(2, 0))
     with pytest.raises(DraftError, match="at least one"):
         LookupDrafter(lengths=())
+
+
+def test_lengths_must_be_a_sequence() -> None:
+    from blockdraft.core.batch import DraftError
+    from blockdraft.drafts import LookupDrafter
+
+    for bad in (5, "2,6", None):
+        with pytest.raises(DraftError, match="lengths must be a sequence"):
+            LookupDrafter(lengths=bad)  # type: ignore[arg-type]
+    assert LookupDrafter(lengths=[3, 5]).lengths == (3, 5)

@@ -84,6 +84,9 @@ class LookupDrafter:
     def __post_init__(self) -> None:
         lo = check_int(self.min_match, "min_match", DraftError, minimum=1)
         hi = check_int(self.max_match, "max_match", DraftError, minimum=lo)
+        if isinstance(self.lengths, (str, bytes)) or not isinstance(self.lengths, Sequence):
+            raise DraftError("lengths must be a sequence of draft lengths, one per match length "
+                             f"(e.g. (2, 6, 10)), got {self.lengths!r}")
         lengths = tuple(check_int(x, "every entry of lengths", DraftError, minimum=1)
                         for x in self.lengths)
         if not lengths:

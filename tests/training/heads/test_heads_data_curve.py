@@ -67,7 +67,8 @@ def test_the_chain_block_efficiency_equals_decoding_the_heldout_prompts(
     model: Any = HFBlockwiseModel(base, result.heads)
     prompts = tiny_prompts(120, seed=5)
     heldout = [prompts[i] for i in dataset.plan["heldout"]]
-    decoded = [decode(model, p, max_new_tokens=32, eos_id=EOS) for p in heldout]
+    decoded = [decode(model, prompt, max_new_tokens=32, eos_id=EOS, k=1, p=1)
+               for prompt in heldout]
     tokens = sum(len(r.tokens) for r in decoded)
     assert tokens == held.tokens  # the same greedy answers
     vanilla = tokens / sum(r.calls for r in decoded)
