@@ -113,6 +113,9 @@ PROBES: dict[str, Probe] = {
     "heads curve": Probe(lambda w, o, v: [
         "heads", "curve", str(w["run"]), *([str(w["run"])] if v else []), "--data",
         str(w["set"]), "--base", str(w["model"]), "-o", str(o), "--threads", "1"]),
+    "heads package": Probe(lambda w, o, v: [
+        "heads", "package", str(w["heads"]), "--data", str(w["set"]), "--shortlist",
+        str(20 + v), "-o", str(o)]),
     "demo": Probe(lambda w, o, v: [
         "demo", "--model", str(w["model"]), "--heads", str(w["heads"]), "--runtime", "torch",
         "--corpus", str(w["corpus"]), "--prompt", "Where is Paris?", "--max-new-tokens",
