@@ -416,3 +416,31 @@ def test_path_scorer_is_the_rescorers_lm_token_by_token(engine: str, lam: float,
                 np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
         np.testing.assert_allclose(scorer.score(rows[0], context).sum(),
                                    r.draft_lm_scores(rows[:1], context)[0], atol=1e-9)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("lam", [0.0, 0.4, 1.0])
+def test_score_tree_equals_next_scores_node_by_node(engine: str, lam: float,
+                                                    arpa_lms: dict[int, Path],
+                                                    word_corpus: WordCorpus) -> None:
+    from blockdraft.core.tree import DraftTree
+
+    lm = NgramLM(arpa_lms[3], engine=engine)
+    scorer = NgramRescorer(lm, context_weight=lam, context_order=3).path_scorer()
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        lat, context = copy_case(rng, word_corpus, 5, 3)
+        batch = lat.best_paths(6)
+        same = batch.tokens[batch.tokens[:, 0] == batch.tokens[0, 0]]  # one root
+        tree = DraftTree(tokens=same[0], parents=np.arange(-1, same.shape[1] - 1),
+                         scores=np.zeros(same.shape[1]))
+        if same.shape[0] > 1:
+            tree = DraftTree.from_drafts(DraftBatch(
+                tokens=same, scores=np.zeros(len(same)), head_scores=np.zeros(len(same)),
+                lm_scores=np.zeros(len(same)), requested=len(same)))
+        got = scorer.score_tree(tree.tokens, tree.parents, context)
+        for u in range(1, tree.num_nodes):
+            path = tree.path_tokens(int(tree.parents[u]))
+            want = scorer.next_scores(path, context, tree.tokens[u:u + 1])[0]
+            assert close(got[u], want, 1e-9) or got[u] == want == -math.inf
+        context = np.append(context, lat.tokens[:, 0][lat.tokens[:, 0] >= 0])  # the next step

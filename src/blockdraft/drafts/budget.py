@@ -78,8 +78,22 @@ def select_nodes(expected: np.ndarray, cost: CostCurve, max_nodes: int) -> int:
     """
     top = min(int(max_nodes), expected.size + 1)
     gain = 1.0 + np.concatenate([[0.0], np.cumsum(expected[: top - 1])])  # (top,)
-    price = np.array([cost.step(n) for n in range(1, top + 1)])
-    return int(np.argmax(gain / price)) + 1
+    return int(np.argmax(gain / step_prices(cost, top))) + 1
+
+
+def step_prices(cost: CostCurve, n: int) -> np.ndarray:
+    """float64 ``[n]``: ``cost.step(1 .. n)`` (heads projected), kept per curve."""
+    key = (id(cost), n)
+    prices = _PRICES.get(key)
+    if prices is None or prices[0] is not cost:
+        prices = (cost, np.array([cost.step(m) for m in range(1, n + 1)]))
+        if len(_PRICES) > 64:
+            _PRICES.clear()
+        _PRICES[key] = prices
+    return prices[1]
+
+
+_PRICES: dict[tuple[int, int], tuple[CostCurve, np.ndarray]] = {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -224,32 +238,39 @@ class CostAwareTreeDrafter:
         """``q(u)`` of every node (root: 1)."""
         n = trie.num_nodes
         depths = np.asarray(trie.depths)
-        tokens = trie.tokens
-        head_lp = np.full(n, -np.inf)
+        tokens = trie.tokens.tolist()
         h = lattice.h
-        for u in range(1, n):
-            d = int(depths[u])
-            if d < h:
-                hit = np.flatnonzero(lattice.tokens[d] == tokens[u])
-                if hit.size:
-                    head_lp[u] = lattice.scores[d, hit[0]]
+        slots = [dict(zip(lattice.tokens[d].tolist(), lattice.scores[d].tolist(), strict=True))
+                 for d in range(h)]
+        depth_list = depths.tolist()
+        head_lp = np.array([-np.inf] + [slots[d].get(t, -np.inf) if d < h else -np.inf
+                                        for d, t in zip(depth_list[1:], tokens[1:],
+                                                        strict=True)])
         lm_lp = self._lm_scores(trie, ctx) if self.lm is not None else None
         q = self.tables.head_q(np.maximum(depths, 1), head_lp, lm_lp)
         if copy is not None:
             row, match = copy
-            node = 0
-            children = {(int(trie.parents[u]), int(tokens[u])): u for u in range(1, n)}
-            for j, tok in enumerate(rows[row, 1:].tolist(), start=1):
+            children = {(p, t): u for u, (p, t) in enumerate(
+                zip(trie.parents.tolist(), tokens, strict=True)) if u}
+            nodes, node = [], 0
+            for tok in rows[row, 1:].tolist():
                 if tok == PAD:
                     break
-                node = children[(node, int(tok))]
-                qc = float(self.tables.copy_q(match, j))
-                q[node] = 1.0 - (1.0 - q[node]) * (1.0 - qc)
+                node = children[(node, tok)]
+                nodes.append(node)
+            if nodes:
+                qc = self.tables.copy_q(match, np.arange(1, len(nodes) + 1))
+                at = np.asarray(nodes)
+                q[at] = 1.0 - (1.0 - q[at]) * (1.0 - qc)
         q[0] = 1.0
         return q
 
     def _lm_scores(self, trie: DraftTree, ctx: np.ndarray) -> np.ndarray:
-        """Each node's LM log-prob given the context and its root path (root: 0)."""
+        """Each node's LM log-prob given the context and its root path (the root's own is not
+        read): in one walk of the tree when the scorer has ``score_tree``, else one
+        ``next_scores`` call per parent."""
+        if callable(getattr(self.lm, "score_tree", None)):
+            return np.asarray(self.lm.score_tree(trie.tokens, trie.parents, ctx))
         out = np.zeros(trie.num_nodes)
         by_parent: dict[int, list[int]] = {}
         for u in range(1, trie.num_nodes):

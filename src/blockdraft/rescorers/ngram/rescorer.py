@@ -401,6 +401,62 @@ class RescorerPathScorer:
                  for c in np.asarray(candidates, dtype=np.int64).tolist()]
         return interpolate_ln(kenlm_ln, probs, r.context_weight)
 
+    def score_tree(self, tokens: np.ndarray, parents: np.ndarray,
+                   context: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float64 ``[N]``: ``ln P(token_u | context, u's ancestors)`` of every node of a token
+        tree (``parents[u] < u``, the root's ``-1``), in one walk: one KenLM lookup and one
+        context-LM step per node. Equal to :meth:`next_scores` node by node."""
+        import kenlm
+
+        ctx = as_context(context)
+        scorer = self._kenlm
+        scorer._begin(ctx)
+        start = scorer._states[()]
+        model = scorer._model
+        toks = np.asarray(tokens, dtype=np.int64)
+        par = np.asarray(parents, dtype=np.int64).tolist()
+        r = self.rescorer
+        lm = r.lm
+        if lm.unknown == "error":
+            lm.indices(toks)  # raises, naming the first unknown id
+        states: list[Any] = []
+        out = np.empty(toks.size)
+        for u, t in enumerate(toks.tolist()):
+            state = kenlm.State()
+            out[u] = model.BaseScore(start if par[u] < 0 else states[par[u]], scorer._word(t),
+                                     state) * LN10
+            states.append(state)
+        unk = lm.unk_ln()
+        if unk is not None:
+            out[~lm.known(toks)] = unk
+        if not r.uses_context:
+            return out
+        held = self._python_context(ctx)
+        cstates: list[Any] = []
+        probs = np.empty(toks.size)
+        root = held.state(held.tail)
+        for u, t in enumerate(toks.tolist()):
+            probs[u], st = held.step(root if par[u] < 0 else cstates[par[u]], t)
+            cstates.append(st)
+        lam = r.context_weight
+        with np.errstate(divide="ignore"):
+            mixed = np.log(lam * probs + (1.0 - lam) * np.exp(out))
+            shifted = (np.log1p(-lam) if lam < 1.0 else -np.inf) + out
+        return np.where(probs > 0.0, mixed, shifted)
+
+    def _python_context(self, ctx: np.ndarray) -> ContextLM:
+        """A Python :class:`ContextLM` of ``ctx`` (its states walk a tree), kept in step with
+        the text incrementally (rebuilt when ``ctx`` does not extend the text it counted)."""
+        held: ContextLM | None = getattr(self, "_held", None)
+        text: np.ndarray = getattr(self, "_held_text", np.zeros(0, dtype=np.int64))
+        order = self.rescorer.context_order
+        if held is None or ctx.size < text.size or not np.array_equal(ctx[: text.size], text):
+            held, text = ContextLM(order), np.zeros(0, dtype=np.int64)
+        if ctx.size > text.size:
+            held.extend_checked(ctx[text.size:])
+        self._held, self._held_text = held, ctx.copy()
+        return held
+
     def score(self, tokens: Sequence[int] | np.ndarray,
               context: Sequence[int] | np.ndarray = ()) -> np.ndarray:
         """float64 ``[n]``: ``ln P(token_i | context, tokens_<i)``."""
