@@ -236,7 +236,6 @@ class CostAwareTreeDrafter:
     def _node_q(self, trie: DraftTree, lattice: SausageLattice, ctx: np.ndarray,
                 rows: np.ndarray, copy: tuple[int, int] | None) -> np.ndarray:
         """``q(u)`` of every node (root: 1)."""
-        n = trie.num_nodes
         depths = np.asarray(trie.depths)
         tokens = trie.tokens.tolist()
         h = lattice.h
