@@ -37,7 +37,7 @@ def tables(h: int, rng: np.random.Generator | None = None) -> AcceptanceTables:
         return base
     heads = rng.uniform(0.05, 0.95, size=base.heads.shape)
     return AcceptanceTables(heads=heads, marginal=heads.mean(-1),
-                            copy=rng.uniform(0.05, 0.95, size=(4, 16)))
+                            copy=rng.uniform(0.05, 0.95, size=(3, 4, 16)))
 
 
 def _ratio(reach: np.ndarray, keep: np.ndarray, cost: CostCurve) -> float:
@@ -68,7 +68,7 @@ def test_the_tree_is_the_best_subtree_of_its_candidates(seed: int) -> None:
     stats = drafter.last
     assert stats is not None and stats.nodes == tree.num_nodes
     # the candidates again, and their reach
-    rows, copy = drafter._candidates(lat, ctx)
+    rows, copies = drafter._candidates(lat, ctx)
     from blockdraft.core.batch import DraftBatch
     from blockdraft.core.tree import PAD, DraftTree
     width = max(r.size for r in rows)
@@ -79,7 +79,7 @@ def test_the_tree_is_the_best_subtree_of_its_candidates(seed: int) -> None:
                                             head_scores=np.zeros(len(rows)),
                                             lm_scores=np.zeros(len(rows)), requested=len(rows)))
     assert trie.num_nodes == stats.candidates
-    q = drafter._node_q(trie, lat, ctx, tok, copy)
+    q = drafter._node_q(trie, lat, ctx, tok, copies)
     reach = np.ones(trie.num_nodes)
     for u in range(1, trie.num_nodes):
         reach[u] = reach[trie.parents[u]] * q[u]
@@ -154,10 +154,10 @@ def test_fit_acceptance_counts_what_it_should(tmp_path: Path) -> None:
     trace = Trace.from_head_logits(tmp_path / "t", examples, K=4)
     fitted = fit_acceptance(trace, k=k, prior=0.0 + 1e-9, copy_length=5)
     from blockdraft.drafts.calibration import HEAD_EDGES, bin_index
-    from blockdraft.drafts.lookup import lookup
+    from blockdraft.drafts.lookup import lookups
     hits = np.zeros((h - 1, len(HEAD_EDGES) + 1))
     counts = np.zeros_like(hits)
-    copy_hits, copy_counts = np.zeros((4, 5)), np.zeros((4, 5))
+    copy_hits, copy_counts = np.zeros((3, 4, 5)), np.zeros((3, 4, 5))
     for e in range(trace.num_examples):
         ex = trace[e]
         y = np.asarray(ex.greedy_ids)
@@ -171,19 +171,54 @@ def test_fit_acceptance_counts_what_it_should(tmp_path: Path) -> None:
                     counts[d - 1, b] += 1
                     hits[d - 1, b] += ex.topk_ids[t, d, r] == y[t + d]
             known = text[: len(ex.prompt_ids) + t + 1]  # never the future
-            found = lookup(known, 1, 4)
-            if found:
-                start, m = found
+            for rank, (start, m) in enumerate(lookups(known, 1, 4, 3)):
                 for j in range(1, 6):
                     if t + j >= ex.m or start + j - 1 >= known.size:
                         break
-                    copy_counts[min(m, 4) - 1, j - 1] += 1
-                    if text[start + j - 1] != y[t + j]:
+                    copy_counts[rank, min(m, 4) - 1, j - 1] += 1
+                    if known[start + j - 1] != y[t + j]:
                         break
-                    copy_hits[min(m, 4) - 1, j - 1] += 1
+                    copy_hits[rank, min(m, 4) - 1, j - 1] += 1
     seen = counts > 0
     np.testing.assert_allclose(fitted.marginal[seen], (hits / np.maximum(counts, 1))[seen],
                                atol=1e-6)
     seen = copy_counts > 0
+    assert seen[1:].any()  # the lower ranks were counted too
     np.testing.assert_allclose(fitted.copy[seen],
                                (copy_hits / np.maximum(copy_counts, 1))[seen], atol=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=2, max_size=40), st.integers(1, 4),
+       st.integers(1, 4))
+def test_lookups_are_ranked_matches_with_distinct_continuations(
+        text: list[int], max_match: int, count: int) -> None:
+    """Against brute force: every (start, n) is a real match of the suffix, continuations are
+    distinct, the first is lookup's, longer matches (then more recent ones) come first."""
+    from blockdraft.drafts.lookup import lookup, lookups
+
+    arr = np.asarray(text, dtype=np.int64)
+    got = lookups(arr, 1, max_match, count)
+    first = lookup(arr, 1, max_match)
+    assert (got[0] if got else None) == first
+    assert len({int(arr[s]) for s, _ in got}) == len(got) <= count
+    for start, n in got:
+        assert 1 <= n <= max_match and n <= start < arr.size
+        assert arr[start - n:start].tolist() == arr[arr.size - n:].tolist()
+    keys = [(-n, -start) for start, n in got]
+    assert keys == sorted(keys)
+    # brute force: every candidate (start, longest n) with a new continuation, best first
+    cands = []
+    for end in range(1, arr.size):
+        n = 0
+        while n < min(max_match, end) and arr[end - 1 - n] == arr[arr.size - 1 - n] and (
+                end - 1 - n >= 0):
+            n += 1
+        for m in range(n, 0, -1):
+            cands.append((-m, -end))
+    want, seen_next = [], set()
+    for neg_n, neg_end in sorted(cands):
+        if int(arr[-neg_end]) not in seen_next:
+            seen_next.add(int(arr[-neg_end]))
+            want.append((-neg_end, -neg_n))
+    assert got == want[:count]

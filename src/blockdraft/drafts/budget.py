@@ -41,7 +41,7 @@ from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_int, check_positive_int
 from blockdraft.core.tree import PAD, DraftTree
 from blockdraft.drafts.calibration import AcceptanceTables
-from blockdraft.drafts.lookup import lookup
+from blockdraft.drafts.lookup import lookups
 from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.models.cost import CostCurve
 
@@ -112,8 +112,10 @@ class CostAwareTreeDrafter:
         lm: scores each node's token given the context and its root path
             (``next_scores(path, context, candidates)``, natural log), the LM evidence of
             ``tables``; default: the rescorer's own, when it offers ``path_scorer()``.
-        lookup: add the prompt-lookup copy (the longest recent match of the text's last 1-4
-            tokens, :func:`~blockdraft.drafts.lookup.lookup`).
+        lookup: add prompt-lookup copies (the longest recent match of the text's last 1-4
+            tokens, then other matches with other continuations:
+            :func:`~blockdraft.drafts.lookup.lookups`).
+        copies: how many copies (ranked; the tables rate each rank).
         copy_length: tokens a copy proposes (the cut keeps what pays).
         max_nodes: the largest tree (root included).
         chain: keep one path only (the root path whose expected tokens per unit of time is
@@ -129,6 +131,7 @@ class CostAwareTreeDrafter:
     rescorer: Any = None
     lm: Any = None
     lookup: bool = True
+    copies: int = 3
     copy_length: int = 16
     max_nodes: int = 32
     chain: bool = False
@@ -144,6 +147,7 @@ class CostAwareTreeDrafter:
         check_positive_int(self.k, "CostAwareTreeDrafter.k", DraftError)
         check_int(self.p, "CostAwareTreeDrafter.p", DraftError, minimum=0)
         check_positive_int(self.copy_length, "CostAwareTreeDrafter.copy_length", DraftError)
+        check_positive_int(self.copies, "CostAwareTreeDrafter.copies", DraftError)
         check_positive_int(self.max_nodes, "CostAwareTreeDrafter.max_nodes", DraftError)
         if self.lm is None and callable(getattr(self.rescorer, "path_scorer", None)):
             object.__setattr__(self, "lm", self.rescorer.path_scorer())
@@ -166,9 +170,9 @@ class CostAwareTreeDrafter:
     # ---- the candidates ----------------------------------------------------------------------
 
     def _candidates(self, lattice: SausageLattice, context: np.ndarray
-                    ) -> tuple[list[np.ndarray], tuple[int, int] | None]:
-        """The candidate rows (each starting with the certain token) and the lookup row's
-        ``(row index, match length)``."""
+                    ) -> tuple[list[np.ndarray], list[tuple[int, int, int]]]:
+        """The candidate rows (each starting with the certain token) and, for each lookup
+        copy among them, ``(row index, match length, rank)``."""
         rows = [lattice.vanilla()]
         lat = lattice if lattice.k <= self.k else SausageLattice(
             tokens=lattice.tokens[:, : self.k], scores=lattice.scores[:, : self.k])
@@ -176,16 +180,13 @@ class CostAwareTreeDrafter:
             batch: DraftBatch = (lat.best_paths(self.p) if self.rescorer is None
                                  else self.rescorer.rescore(lat, context, self.p))
             rows.extend(batch.tokens)
-        copy = None
+        copies = []
         if self.lookup:
             text = np.append(context, lattice.tokens[0, 0])
-            found = lookup(text, 1, 4)
-            if found is not None:
-                start, m = found
-                span = text[start: start + self.copy_length]
-                copy = (len(rows), m)
-                rows.append(np.concatenate(([text[-1]], span)))
-        return rows, copy
+            for rank, (start, m) in enumerate(lookups(text, 1, 4, self.copies), start=1):
+                copies.append((len(rows), m, rank))
+                rows.append(np.concatenate(([text[-1]], text[start: start + self.copy_length])))
+        return rows, copies
 
     # ---- the tree ----------------------------------------------------------------------------
 
@@ -193,7 +194,7 @@ class CostAwareTreeDrafter:
                      ) -> DraftTree:
         """The step's tree (see the module docstring)."""
         ctx = np.asarray(context, dtype=np.int64)
-        rows, copy = self._candidates(lattice, ctx)
+        rows, copies = self._candidates(lattice, ctx)
         width = max(r.size for r in rows)
         tokens = np.full((len(rows), width), PAD, dtype=np.int64)
         for i, r in enumerate(rows):
@@ -202,7 +203,7 @@ class CostAwareTreeDrafter:
         trie = DraftTree.from_drafts(DraftBatch(
             tokens=tokens, scores=np.zeros(n_rows), head_scores=np.zeros(n_rows),
             lm_scores=np.zeros(n_rows), requested=n_rows, source=SOURCE))
-        q = self._node_q(trie, lattice, ctx, tokens, copy)
+        q = self._node_q(trie, lattice, ctx, tokens, copies)
         reach = np.ones(trie.num_nodes)
         for u in range(1, trie.num_nodes):  # parents come first
             reach[u] = reach[trie.parents[u]] * q[u]
@@ -234,8 +235,9 @@ class CostAwareTreeDrafter:
         return tree
 
     def _node_q(self, trie: DraftTree, lattice: SausageLattice, ctx: np.ndarray,
-                rows: np.ndarray, copy: tuple[int, int] | None) -> np.ndarray:
-        """``q(u)`` of every node (root: 1)."""
+                rows: np.ndarray, copies: list[tuple[int, int, int]]) -> np.ndarray:
+        """``q(u)`` of every node (root: 1): the heads' and LM's evidence, each copy's
+        combined with it as independent evidence."""
         depths = np.asarray(trie.depths)
         tokens = trie.tokens.tolist()
         h = lattice.h
@@ -247,20 +249,20 @@ class CostAwareTreeDrafter:
                                                         strict=True)])
         lm_lp = self._lm_scores(trie, ctx) if self.lm is not None else None
         q = self.tables.head_q(np.maximum(depths, 1), head_lp, lm_lp)
-        if copy is not None:
-            row, match = copy
+        if copies:
             children = {(p, t): u for u, (p, t) in enumerate(
                 zip(trie.parents.tolist(), tokens, strict=True)) if u}
-            nodes, node = [], 0
-            for tok in rows[row, 1:].tolist():
-                if tok == PAD:
-                    break
-                node = children[(node, tok)]
-                nodes.append(node)
-            if nodes:
-                qc = self.tables.copy_q(match, np.arange(1, len(nodes) + 1))
-                at = np.asarray(nodes)
-                q[at] = 1.0 - (1.0 - q[at]) * (1.0 - qc)
+            for row, match, rank in copies:
+                nodes, node = [], 0
+                for tok in rows[row, 1:].tolist():
+                    if tok == PAD:
+                        break
+                    node = children[(node, tok)]
+                    nodes.append(node)
+                if nodes:
+                    qc = self.tables.copy_q(match, np.arange(1, len(nodes) + 1), rank)
+                    at = np.asarray(nodes)
+                    q[at] = 1.0 - (1.0 - q[at]) * (1.0 - qc)
         q[0] = 1.0
         return q
 

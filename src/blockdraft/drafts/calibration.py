@@ -12,8 +12,9 @@ used on (training answers, never evaluation prompts; :func:`~blockdraft.oracle.f
   head log-probability and the bin of its LM log-probability given the context and its root
   path (the interpolated n-gram LM and the context LM of the rescorer):
   ``heads[d - 1, head_bin, lm_bin]``, or without an LM ``marginal[d - 1, head_bin]``;
-- a token copied by prompt lookup at offset ``j`` of its copy after a match of ``m`` tokens:
-  ``copy[min(m, M) - 1, min(j, J) - 1]``.
+- a token copied by prompt lookup at offset ``j`` of its copy after a match of ``m`` tokens,
+  the copy of rank ``r`` among the text's matches (:func:`~blockdraft.drafts.lookup.lookups`:
+  1 for the longest, most recent one): ``copy[min(r, R) - 1, min(m, M) - 1, min(j, J) - 1]``.
 
 A node several sources propose (the lookup copies what a head also guessed) combines them as
 independent evidence: ``q = 1 - prod(1 - q_source)``.
@@ -24,7 +25,7 @@ Public surface:
     AcceptanceTables(heads, marginal, copy, head_edges=HEAD_EDGES, lm_edges=LM_EDGES,
                      signature="")
         .head_q(depth, head_lp, lm_lp) -> float64 [...]
-        .copy_q(match, offset) -> float64 [...]
+        .copy_q(match, offset, rank=1) -> float64 [...]
         .to_dict() / AcceptanceTables.from_dict(d); save(path) / load(path)
     AcceptanceTables.uniform(h, head_q=0.5, copy_q=0.6)   an uncalibrated stand-in
 """
@@ -64,8 +65,9 @@ class AcceptanceTables:
     Attributes:
         heads: float64 ``[h - 1, len(head_edges) + 1, len(lm_edges) + 1]``, in ``[0, 1]``.
         marginal: float64 ``[h - 1, len(head_edges) + 1]``: the same without the LM's bin.
-        copy: float64 ``[M, J]``: a lookup copy's token at offset ``j`` after an ``m``-token
-            match (the last row and column for longer ones).
+        copy: float64 ``[R, M, J]``: a lookup copy's token at offset ``j`` after an
+            ``m``-token match, in the copy of rank ``r`` (the last entries for larger ones; a
+            ``[M, J]`` table is read as ``R = 1``).
         head_edges, lm_edges: the bins' upper edges (natural log).
         signature: what the tables were measured on (model, heads, LM, data), for records.
     """
@@ -90,8 +92,10 @@ class AcceptanceTables:
             raise DraftError(f"heads must be [h - 1, {want[0]}, {want[1]}], got {heads.shape}")
         if marginal.shape != heads.shape[:2]:
             raise DraftError(f"marginal must be {heads.shape[:2]}, got {marginal.shape}")
-        if copy.ndim != 2 or 0 in copy.shape:
-            raise DraftError(f"copy must be a non-empty [M, J] table, got {copy.shape}")
+        if copy.ndim == 2:
+            copy = copy[None]
+        if copy.ndim != 3 or 0 in copy.shape:
+            raise DraftError(f"copy must be a non-empty [R, M, J] table, got {copy.shape}")
         for name, t in (("heads", heads), ("marginal", marginal), ("copy", copy)):
             if not np.all((t >= 0) & (t <= 1)):
                 raise DraftError(f"{name} rates must lie in [0, 1]")
@@ -119,12 +123,13 @@ class AcceptanceTables:
             q = self.heads[d, hb, bin_index(lm_lp, self.lm_edges)]
         return np.where(np.isneginf(hp), 0.0, q)
 
-    def copy_q(self, match: Any, offset: Any) -> np.ndarray:
+    def copy_q(self, match: Any, offset: Any, rank: Any = 1) -> np.ndarray:
         """Acceptance rate of lookup tokens: ``match >= 1`` tokens matched, ``offset >= 1`` in
-        the copy."""
-        m = np.clip(np.asarray(match, dtype=np.int64), 1, self.copy.shape[0]) - 1
-        j = np.clip(np.asarray(offset, dtype=np.int64), 1, self.copy.shape[1]) - 1
-        return self.copy[m, j]  # type: ignore[no-any-return]
+        the copy, ``rank >= 1`` of the copy."""
+        r = np.clip(np.asarray(rank, dtype=np.int64), 1, self.copy.shape[0]) - 1
+        m = np.clip(np.asarray(match, dtype=np.int64), 1, self.copy.shape[1]) - 1
+        j = np.clip(np.asarray(offset, dtype=np.int64), 1, self.copy.shape[2]) - 1
+        return self.copy[r, m, j]  # type: ignore[no-any-return]
 
     @classmethod
     def uniform(cls, h: int, head_q: float = 0.5, copy_q: float = 0.6) -> AcceptanceTables:
@@ -136,11 +141,12 @@ class AcceptanceTables:
         rates = head_q * 0.5 ** np.arange(nb)[::-1]
         heads = np.broadcast_to(rates[None, :, None], (max(h - 1, 1), nb, len(LM_EDGES) + 1))
         return cls(heads=heads.copy(), marginal=heads[:, :, 0].copy(),
-                   copy=np.full((4, 10), copy_q), signature="uniform")
+                   copy=np.full((3, 4, 16), copy_q) * (0.5 ** np.arange(3))[:, None, None],
+                   signature="uniform")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (:meth:`from_dict` reads it back)."""
-        return {"format": "blockdraft-acceptance", "version": 1, "signature": self.signature,
+        return {"format": "blockdraft-acceptance", "version": 2, "signature": self.signature,
                 "head_edges": list(self.head_edges), "lm_edges": list(self.lm_edges),
                 "heads": np.round(self.heads, 6).tolist(),
                 "marginal": np.round(self.marginal, 6).tolist(),

@@ -19,6 +19,8 @@ Public surface:
         .propose(lattice, context) -> DraftBatch        the lookup draft, else d_1 alone
         .heads_needed = 1                               it reads the certain token only
     lookup(text, min_match, max_match) -> (start, n) | None     the match, pure
+    lookups(text, min_match, max_match, count) -> [(start, n), ...]   ranked matches with
+                                                       distinct continuations, pure
 """
 
 from __future__ import annotations
@@ -59,6 +61,37 @@ def lookup(text: np.ndarray, min_match: int, max_match: int) -> tuple[int, int] 
         ends = ends[ends >= n]
         ends = ends[text[ends - n] == text[-n]]
     return found
+
+
+def lookups(text: np.ndarray, min_match: int, max_match: int, count: int
+            ) -> list[tuple[int, int]]:
+    """Up to ``count`` copy starts ``(start, n)``, ranked: first :func:`lookup`'s (the longest
+    suffix match, its most recent occurrence), then the next most recent occurrences of that
+    match whose continuation ``text[start]`` differs from every one taken, then those of
+    shorter matches (down to ``min_match``). Distinct continuations make distinct copies (a
+    token tree's distinct branches)."""
+    size = int(text.size)
+    if size < 2:
+        return []
+    by_n: list[np.ndarray] = []  # exclusive ends of the n-gram matches, n = 1, 2, ...
+    ends = np.flatnonzero(text[:-1] == text[-1]) + 1
+    n = 1
+    while ends.size and n <= min(max_match, size - 1):
+        by_n.append(ends)
+        n += 1
+        ends = ends[ends >= n]
+        ends = ends[text[ends - n] == text[-n]]
+    out: list[tuple[int, int]] = []
+    taken: set[int] = set()
+    for n in range(len(by_n), min_match - 1, -1):
+        for end in by_n[n - 1][::-1].tolist():  # the most recent first
+            nxt = int(text[end])
+            if nxt not in taken:
+                taken.add(nxt)
+                out.append((end, n))
+                if len(out) == count:
+                    return out
+    return out
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,7 +17,7 @@ import numpy as np
 
 from blockdraft.core.checks import check_positive_int
 from blockdraft.drafts.calibration import HEAD_EDGES, LM_EDGES, AcceptanceTables, bin_index
-from blockdraft.drafts.lookup import lookup
+from blockdraft.drafts.lookup import lookups
 from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.trace import Trace
 
@@ -73,7 +73,7 @@ def _smooth(hits: np.ndarray, counts: np.ndarray, base: np.ndarray, prior: float
 
 
 def fit_acceptance(trace: Trace, k: int = 8, lm: Any = None, copy_length: int = 16,
-                   max_match: int = 4, prior: float = 20.0,
+                   max_match: int = 4, copies: int = 3, prior: float = 20.0,
                    examples: Iterable[int] | None = None, signature: str = "",
                    progress: Any = None) -> AcceptanceTables:
     """Acceptance tables (:class:`~blockdraft.drafts.calibration.AcceptanceTables`) measured on
@@ -82,8 +82,9 @@ def fit_acceptance(trace: Trace, k: int = 8, lm: Any = None, copy_length: int = 
     At every position ``t`` and depth ``d`` the parent path is the greedy one (``y_{t+1} ..
     y_{t+d}``), so each of slot ``d + 1``'s top-``k`` tokens is counted as accepted when it
     is ``y_{t+1+d}``: the rate a tree node of that evidence has once its parent is accepted.
-    The LM log-prob of a token is ``lm.next_scores(parent path, context, tokens)``. A
-    prompt-lookup copy (the longest recent match of 1..``max_match`` tokens, its next
+    The LM log-prob of a token is ``lm.next_scores(parent path, context, tokens)``. Each of
+    the ``copies`` prompt-lookup copies (:func:`~blockdraft.drafts.lookup.lookups`: ranked
+    matches of 1..``max_match`` tokens with distinct continuations, their next
     ``copy_length`` tokens) counts its offset ``j`` only while offsets ``< j`` were right.
     Rates are shrunk towards their coarser margin (the LM bins' towards the head bin's, that
     towards the depth's) with a Beta prior of strength ``prior``.
@@ -92,7 +93,7 @@ def fit_acceptance(trace: Trace, k: int = 8, lm: Any = None, copy_length: int = 
         trace: a trace whose ``K >= k``.
         k: lattice arcs per slot counted (the drafter's ``k``).
         lm: a path scorer (``next_scores``); None fills the LM table with the marginal.
-        copy_length, max_match: the lookup copy's shape (the drafter's).
+        copy_length, max_match, copies: the lookup copies' shape (the drafter's).
         prior: the shrinkage strength (pseudo-counts).
         examples: trace indices to count (default all).
         signature: recorded with the tables.
@@ -110,8 +111,8 @@ def fit_acceptance(trace: Trace, k: int = 8, lm: Any = None, copy_length: int = 
     nb_h, nb_l = len(HEAD_EDGES) + 1, len(LM_EDGES) + 1
     hits = np.zeros((depths, nb_h, nb_l))
     counts = np.zeros((depths, nb_h, nb_l))
-    copy_hits = np.zeros((max_match, copy_length))
-    copy_counts = np.zeros((max_match, copy_length))
+    copy_hits = np.zeros((copies, max_match, copy_length))
+    copy_counts = np.zeros((copies, max_match, copy_length))
     indices = list(range(trace.num_examples) if examples is None else examples)
     total = sum(trace[int(e)].m for e in indices)
     done = 0
@@ -137,17 +138,15 @@ def fit_acceptance(trace: Trace, k: int = 8, lm: Any = None, copy_length: int = 
                 np.add.at(counts[d - 1], (hb, lb), 1.0)
                 np.add.at(hits[d - 1], (hb, lb), (cands == y[t + d]).astype(np.float64))
             known = text[: n_prompt + t + 1]  # the committed text and the certain token
-            found = lookup(known, 1, max_match)
-            if found is not None:
-                start, m = found
+            for rank, (start, m) in enumerate(lookups(known, 1, max_match, copies)):
                 row = min(m, max_match) - 1
                 for j, tok in enumerate(known[start: start + copy_length].tolist(), start=1):
                     if t + j >= ex.m:
                         break
-                    copy_counts[row, j - 1] += 1
+                    copy_counts[rank, row, j - 1] += 1
                     if tok != y[t + j]:
                         break
-                    copy_hits[row, j - 1] += 1
+                    copy_hits[rank, row, j - 1] += 1
         done += ex.m
         if progress is not None:
             progress(done, total)
@@ -155,6 +154,7 @@ def fit_acceptance(trace: Trace, k: int = 8, lm: Any = None, copy_length: int = 
     marginal = _smooth(hits.sum(-1), counts.sum(-1), by_depth[:, None], prior)
     heads = (np.broadcast_to(marginal[..., None], hits.shape).copy() if lm is None
              else _smooth(hits, counts, marginal[..., None], prior))
-    copy_all = copy_hits.sum() / max(copy_counts.sum(), 1)
-    copy = _smooth(copy_hits, copy_counts, np.full(copy_hits.shape, copy_all), prior)
+    by_rank = copy_hits.sum(axis=(1, 2)) / np.maximum(copy_counts.sum(axis=(1, 2)), 1)
+    copy = _smooth(copy_hits, copy_counts, np.broadcast_to(by_rank[:, None, None],
+                                                            copy_hits.shape), prior)
     return AcceptanceTables(heads=heads, marginal=marginal, copy=copy, signature=signature)
