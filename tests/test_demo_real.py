@@ -74,8 +74,19 @@ def test_the_real_demo_on_a_tiny_model(tmp_path: Path, monkeypatch: Any,
                         corpus=tiny["corpus"], prompts=prompts, max_new_tokens=24,
                         threads=1, log=messages.append)
     assert [r.strategy for r in res.rows] == [
-        "greedy", "greedy (PyTorch)", "vanilla heads", "4-gram rescoring",
-        f"{REAL_P}-best 4-gram", "prompt lookup", "4-gram + lookup"]
+        "greedy", "greedy (PyTorch)", "blockdraft default (cost-aware tree)", "vanilla heads",
+        "4-gram rescoring", f"{REAL_P}-best 4-gram", "prompt lookup", "4-gram + lookup"]
+    for r in res.rows:  # the whole call accounted for: prefill + steps + outside = wall
+        sp = r.split
+        assert sp is not None and sp["prefill_s"] > 0 and sp["steps"] >= 0
+        parts = sum(sp[k] for k in ("prefill_s", "forward_s", "heads_s", "lattice_s",
+                                    "search_s", "other_s", "outside_s"))
+        assert parts == pytest.approx(r.wall_s, rel=0.05)
+        assert (sp["heads_s"] == 0) == r.strategy.startswith("greedy")
+    heads_ms = {r.strategy: r.split["heads_s"] / r.split["steps"] for r in res.rows
+                if r.split and r.split["steps"]}
+    assert heads_ms["prompt lookup"] < heads_ms["vanilla heads"]  # it reads head 1 alone
+
     assert res.runtime == "onnxruntime"  # the default: the fastest lossless runtime
     greedy, torch_greedy = res.rows[0], res.rows[1]
     assert greedy.block_efficiency == 1.0 and greedy.speedup == 1.0
@@ -105,7 +116,7 @@ def test_the_real_demo_on_a_tiny_model(tmp_path: Path, monkeypatch: Any,
     assert all(1 <= len(s) <= 6 for s in res.lattice.slots)
     assert res.lattice_png.read_bytes()[:4] == b"\x89PNG"
     data = json.loads((tmp_path / "out" / "demo.json").read_text())
-    assert len(data["rows"]) == 7 and data["rows"][0]["equals_greedy"] is True
+    assert len(data["rows"]) == 8 and data["rows"][0]["equals_greedy"] is True
 
     # a second run loads the n-gram LM from the cache and decodes the same tokens
     again = run_real_demo(str(tiny["model"]), tmp_path / "out", heads=str(tiny["heads"]),
@@ -135,9 +146,11 @@ def test_the_demo_command_prints_the_real_table(tmp_path: Path, monkeypatch: Any
                  "4-best 4-gram: k:16|p:4|alpha:1.0|lm:4-gram"):
         assert part in text, part
     table = [line for line in text.splitlines()
-             if re.match(r"^[│|] (greedy|vanilla heads|4-gram rescoring|4-best 4-gram|prompt "
-                         r"lookup|4-gram \+ lookup)", line)]
-    assert len(table) == 7, text
+             if re.match(r"^[│|] (greedy|blockdraft default|vanilla heads|4-gram rescoring|"
+                         r"4-best 4-gram|prompt lookup|4-gram \+ lookup)", line)]
+    assert len(table) == 16, text  # the results, then where each call's time goes
+    assert "where each call's time goes" in text
+    table = table[:8]
     for line in table:  # B, tokens/s, speedup, vs PyTorch greedy, = greedy, wall s, drafting s
         cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
         assert len(cells) == 8, cells
@@ -147,7 +160,7 @@ def test_the_demo_command_prints_the_real_table(tmp_path: Path, monkeypatch: Any
 
     assert main([*args, "--json", "--overwrite"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [r["equals_greedy"] for r in data["rows"]] == [True] * 7
+    assert [r["equals_greedy"] for r in data["rows"]] == [True] * 8
     assert data["ngram_trained"] is False and data["prompts"] == ["What is a tuple?"]
 
 

@@ -113,8 +113,9 @@ def test_demo_on_int8_runs_the_chains_and_says_why_it_skips_trees(
             "--threads", "1", "--out", str(tmp_path / "demo"), "--json"]
     out = _run(capsys, argv)
     rows = json.loads(out.out)["rows"]
-    assert [r["strategy"] for r in rows] == ["greedy", "greedy (PyTorch)", "vanilla heads",
-                                             "4-gram rescoring", "prompt lookup"]
+    assert [r["strategy"] for r in rows] == [
+        "greedy", "greedy (PyTorch)", "blockdraft default (cost-aware tree)", "vanilla heads",
+        "4-gram rescoring", "prompt lookup"]  # the default drafts one path a step on int8
     for row in rows:  # every int8 strategy equals int8's greedy decoding
         if row["strategy"] != "greedy (PyTorch)":
             assert row["identical"] == row["prompts"] == 1, row

@@ -124,6 +124,23 @@ def print_real(res: Any) -> None:
         f"and drafts (rescoring included){note}\n{lm}\n"
         f"signature: {res.signature}|<row settings>{settings}",
     )
+    split_rows = []
+    for r in res.rows:
+        sp = r.split or {}
+        steps = max(sp.get("steps", 0.0), 1.0)
+        per = [1e3 * sp.get(k, 0.0) / steps for k in ("forward_s", "heads_s", "lattice_s",
+                                                      "search_s", "other_s")]
+        split_rows.append((r.strategy, f"{1e3 * sp.get('prefill_s', 0.0) / r.prompts:.0f}",
+                           f"{int(sp.get('steps', 0))}", f"{sum(per):.1f}",
+                           *(f"{x:.2f}" for x in per),
+                           f"{1e3 * sp.get('outside_s', 0.0) / r.prompts:.1f}"))
+    _table("where each call's time goes", ["strategy", "prefill ms/call", "steps", "ms/step",
+                                           "forward", "heads", "lattice", "search", "other",
+                                           "outside ms/call"], split_rows,
+           caption="a call = its prefill (the prompt's forward), its verification steps, and "
+           "what lies outside both; per step (ms): the forward with the base head at every "
+           "node, the next step's Medusa heads (ResBlocks, projection and top-k), the lattice, "
+           "the search (the drafter), the rest (criterion, cache)")
     console = _console()
     console.print(f"\n[bold]prompt 1:[/bold] {_esc(res.sample_prompt)}\n"
                   f"[bold]greedy answer:[/bold] {_esc(res.sample_answer)}\n")

@@ -5,6 +5,7 @@ this run) and draws one step's lattice. See the package docstring for what it sh
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,7 @@ from blockdraft.demo.ngram import Progress, prepare_ngram
 from blockdraft.demo.prepare import write_json
 from blockdraft.demo.results import LatticeView, RealDemoResult, RealDemoRow
 from blockdraft.demo.run import pick_threads
+from blockdraft.verify.records import TimeSplit
 
 WARMUP_TOKENS = 2  # tokens of each untimed warm-up decode
 WARMUP_PROMPT = 8  # tokens of the first prompt's start it decodes from
@@ -52,9 +54,16 @@ class Strategy:
     tree: bool = False
 
 
+DEFAULT = "default"
+"""A strategy's drafter that stands for ``decode(model, ids)`` told nothing: the default
+drafter (:func:`blockdraft.drafts.default_drafter`), the headline row."""
+
+
 def real_strategies(ngram: Any, order: int, runtime: str, trees: bool = True) -> list[Strategy]:
     """Greedy on the runtime (the reference), the PyTorch greedy loop (when the runtime is
-    another), vanilla heads, n-gram rescoring (p = 1), p-best n-gram (their trie), prompt
+    another), blockdraft's default (what ``decode(model, ids)`` does with no settings: the
+    cost-aware tree of the heads' chain, rescored p-best paths and prompt lookup; one path a
+    step where trees are not lossless), vanilla heads, n-gram rescoring (p = 1), p-best n-gram (their trie), prompt
     lookup, and n-gram rescored heads with the lookup draft beside them; without ``trees``
     (a runtime that verifies one draft a step losslessly but not a token tree: ONNX Runtime
     int8) only the strategies of one draft a step."""
@@ -66,6 +75,8 @@ def real_strategies(ngram: Any, order: int, runtime: str, trees: bool = True) ->
         out.append(Strategy("greedy (PyTorch)", None, "k:-|p:-|alpha:-|lm:none|runtime:torch",
                             torch=True))
     out += [
+        Strategy("blockdraft default (cost-aware tree)", lambda: DEFAULT,
+                 "drafter:default|tree:cost-aware|recipe:packaged"),
         Strategy("vanilla heads", lambda: HeadDrafter(k=1, p=1), "k:1|p:1|alpha:0|lm:none"),
         Strategy(f"{lm} rescoring", lambda: HeadDrafter(k=REAL_K, p=1, rescorer=ngram),
                  f"k:{REAL_K}|p:1|alpha:{NGRAM_ALPHA}|lm:{lm}"),
@@ -224,15 +235,16 @@ def run_real_demo(
         outputs: dict[tuple[int, int], list[int]] = {}
         calls: dict[tuple[int, int], int] = {}
         wall = [0.0] * len(plan)
-        drafting = [0.0] * len(plan)
+        splits: list[TimeSplit | None] = [None] * len(plan)
         t0 = time.perf_counter()
         for i, s in (jobs if progress is None else progress("decoding")(jobs)):
             st = plan[s]
             t1 = time.perf_counter()
-            tokens, n_calls, draft_s = _decode(torch_net if st.torch else net, ids[i], st,
-                                               max_new_tokens, eos)
+            tokens, n_calls, split = _decode(torch_net if st.torch else net, ids[i], st,
+                                             max_new_tokens, eos)
             wall[s] += time.perf_counter() - t1
-            drafting[s] += draft_s
+            old = splits[s]
+            splits[s] = split if old is None else old + split
             outputs[i, s], calls[i, s] = tokens, n_calls
         decode_s = time.perf_counter() - t0
 
@@ -251,9 +263,12 @@ def run_real_demo(
             n_tokens = sum(len(outputs[i, s]) for i in range(len(ids)))
             n_calls = sum(calls[i, s] for i in range(len(ids)))
             same = sum(outputs[i, s] == outputs[i, 0] for i in range(len(ids)))
+            split = splits[s]
+            assert split is not None
             rows.append(RealDemoRow(
                 strategy=label, block_efficiency=n_tokens / max(n_calls, 1), tokens=n_tokens,
-                calls=n_calls, wall_s=wall[s], draft_s=drafting[s],
+                calls=n_calls, wall_s=wall[s], draft_s=split.lattice_s + split.draft_s,
+                split=_split_dict(split),
                 speedup=wall[0] / wall[s] if wall[s] else 0.0,
                 speedup_torch=(wall[torch_row] / wall[s] if torch_row is not None and wall[s]
                                else None),
@@ -279,6 +294,15 @@ def run_real_demo(
         torch.set_num_threads(old_threads)
 
 
+def _split_dict(split: TimeSplit) -> dict[str, float]:
+    """A call's :class:`TimeSplit` as the seconds a demo row records: the prefill, the
+    steps' parts, and what lies outside both."""
+    return {"prefill_s": split.prefill_s, "forward_s": split.forward_s,
+            "heads_s": split.heads_s, "lattice_s": split.lattice_s,
+            "search_s": split.draft_s, "other_s": split.other_s,
+            "outside_s": split.outside_s, "steps": float(split.steps)}
+
+
 def _signature(shared: Mapping[str, object], own: Mapping[str, object]) -> str:
     """The shared settings then the row's own (a row's setting replaces a shared one: the
     PyTorch loop's runtime)."""
@@ -288,18 +312,29 @@ def _signature(shared: Mapping[str, object], own: Mapping[str, object]) -> str:
 
 
 def _decode(model: Any, prompt: list[int], strategy: Strategy, max_new_tokens: int,
-            eos: int | None) -> tuple[list[int], int, float]:
-    """``(tokens, serial calls, seconds drafting)`` of one strategy on one prompt (a greedy
-    loop: one call per token, no drafting)."""
+            eos: int | None) -> tuple[list[int], int, TimeSplit]:
+    """``(tokens, serial calls, where the call's time went)`` of one strategy on one prompt
+    (a greedy loop: one call per token, its steps all forward)."""
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
 
     if strategy.drafter is None:
-        tokens = greedy_generate(model, prompt, max_new_tokens, eos_id=eos)
-        return tokens, len(tokens), 0.0
-    res = decode(model, prompt, drafter=strategy.drafter(), criterion="exact",
-                 max_new_tokens=max_new_tokens, eos_id=eos)
-    return res.tokens, res.calls, res.draft_s
+        clock: list[float] = []
+        start = time.perf_counter()
+        tokens = greedy_generate(model, prompt, max_new_tokens, eos_id=eos, clock=clock)
+        wall = time.perf_counter() - start
+        return tokens, len(tokens), TimeSplit(
+            wall_s=wall, prefill_s=clock[0], forward_s=sum(clock[1:]), heads_s=0.0,
+            lattice_s=0.0, draft_s=0.0, other_s=0.0, steps=len(clock) - 1,
+            tokens=len(tokens))
+    drafter = strategy.drafter()
+    start = time.perf_counter()
+    res = (decode(model, prompt, max_new_tokens=max_new_tokens, eos_id=eos)
+           if drafter == DEFAULT else
+           decode(model, prompt, drafter=drafter, criterion="exact",
+                  max_new_tokens=max_new_tokens, eos_id=eos))
+    wall = time.perf_counter() - start
+    return res.tokens, res.calls, dataclasses.replace(res.split, wall_s=wall)
 
 
 def draw_step(model: Any, tok: Any, prompt: list[int], greedy: list[int],

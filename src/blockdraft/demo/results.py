@@ -126,6 +126,10 @@ class RealDemoRow:
         prompts: prompts decoded.
         settings: the row's own part of the signature (``k``, ``p``, ``alpha``, the LM).
         signature: the full signature of the numbers (the demo's and the row's settings).
+        split: where ``wall_s`` went, seconds over all prompts: ``prefill_s``, the steps'
+            ``forward_s``, ``heads_s`` (the next step's Medusa heads), ``lattice_s``,
+            ``search_s`` (drafting), ``other_s``, what lies ``outside_s`` both, and the
+            ``steps``.
     """
 
     strategy: str
@@ -140,6 +144,7 @@ class RealDemoRow:
     settings: str
     signature: str
     speedup_torch: float | None = None
+    split: dict[str, float] | None = None
 
     @property
     def tokens_per_s(self) -> float:
