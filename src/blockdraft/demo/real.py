@@ -63,8 +63,8 @@ def real_strategies(ngram: Any, order: int, runtime: str, trees: bool = True) ->
     """Greedy on the runtime (the reference), the PyTorch greedy loop (when the runtime is
     another), blockdraft's default (what ``decode(model, ids)`` does with no settings: the
     cost-aware tree of the heads' chain, rescored p-best paths and prompt lookup; one path a
-    step where trees are not lossless), vanilla heads, n-gram rescoring (p = 1), p-best n-gram (their trie), prompt
-    lookup, and n-gram rescored heads with the lookup draft beside them; without ``trees``
+    step where trees are not lossless), vanilla heads, n-gram rescoring (p = 1), p-best
+    n-gram (their trie), prompt lookup, and n-gram rescored heads with the lookup draft beside them; without ``trees``
     (a runtime that verifies one draft a step losslessly but not a token tree: ONNX Runtime
     int8) only the strategies of one draft a step."""
     from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
@@ -263,12 +263,12 @@ def run_real_demo(
             n_tokens = sum(len(outputs[i, s]) for i in range(len(ids)))
             n_calls = sum(calls[i, s] for i in range(len(ids)))
             same = sum(outputs[i, s] == outputs[i, 0] for i in range(len(ids)))
-            split = splits[s]
-            assert split is not None
+            row_split = splits[s]
+            assert row_split is not None
             rows.append(RealDemoRow(
                 strategy=label, block_efficiency=n_tokens / max(n_calls, 1), tokens=n_tokens,
-                calls=n_calls, wall_s=wall[s], draft_s=split.lattice_s + split.draft_s,
-                split=_split_dict(split),
+                calls=n_calls, wall_s=wall[s],
+                draft_s=row_split.lattice_s + row_split.draft_s, split=_split_dict(row_split),
                 speedup=wall[0] / wall[s] if wall[s] else 0.0,
                 speedup_torch=(wall[torch_row] / wall[s] if torch_row is not None and wall[s]
                                else None),
