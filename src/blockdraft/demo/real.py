@@ -64,9 +64,9 @@ def real_strategies(ngram: Any, order: int, runtime: str, trees: bool = True) ->
     another), blockdraft's default (what ``decode(model, ids)`` does with no settings: the
     cost-aware tree of the heads' chain, rescored p-best paths and prompt lookup; one path a
     step where trees are not lossless), vanilla heads, n-gram rescoring (p = 1), p-best
-    n-gram (their trie), prompt lookup, and n-gram rescored heads with the lookup draft beside them; without ``trees``
-    (a runtime that verifies one draft a step losslessly but not a token tree: ONNX Runtime
-    int8) only the strategies of one draft a step."""
+    n-gram (their trie), prompt lookup, and n-gram rescored heads with the lookup draft
+    beside them; without ``trees`` (a runtime that verifies one draft a step losslessly but
+    not a token tree: ONNX Runtime int8) only the strategies of one draft a step."""
     from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
 
     lm = f"{order}-gram"
