@@ -95,8 +95,8 @@ LM_CORPORA = {
                 "corpus/more/openstax/principles-economics-3e.txt"),
     "small": ("corpus/openstax/introduction-philosophy-2e.txt",),
 }
-STRATEGY_KEYS = ("vanilla", "pbest0", "ngram", "pbest-ngram", "rescored-tree", "neural", "iad",
-                 "vanilla-iad", "lookup", "vanilla-lookup")
+STRATEGY_KEYS = ("default", "vanilla", "vanilla-depth", "pbest0", "ngram", "pbest-ngram",
+                 "rescored-tree", "neural", "iad", "vanilla-iad", "lookup", "vanilla-lookup")
 RUNTIME_TAGS = {"torch:float32": "pt32", "torch:bfloat16": "pt-bf16",
                 "onnxruntime:float32": "ort32", "onnxruntime:int8": "ort8"}
 """``runtime:precision`` -> the short tag strategy names carry (``vanilla [ort32]``)."""
@@ -137,6 +137,25 @@ class Strategy:
     lm: str = "-"
     tree: bool = False  # verify the p drafts as one trie (decode(tree=True)): same output and B
     runtime: str = "pt32"  # which loaded model runs it (RUNTIME_TAGS)
+
+
+class FromModel:
+    """A drafter made from the model a strategy runs on (``build(model)``); ``build`` returning
+    None stands for ``decode(model, ids)`` told nothing (blockdraft's default drafter)."""
+
+    def __init__(self, build: Callable[[Any], Any]) -> None:
+        self.build = build
+
+
+def _vanilla_depth(model: Any) -> Any:
+    """The heads' top-1 chain cut where it stops paying: the default drafter's cost curve and
+    tables, no rescored path, no copy, one path."""
+    from blockdraft.drafts import CostAwareTreeDrafter
+    from blockdraft.drafts.default import default_drafter
+
+    base = default_drafter(model)
+    return CostAwareTreeDrafter(cost=base.cost, tables=base.tables, k=1, p=0, lookup=False,
+                                chain=True, name="vanilla heads, cost-aware depth")
 
 
 class TimedDrafter:
@@ -203,7 +222,12 @@ def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: 
     order = getattr(lm, "order", 4)
     suffix = " (trie)" if trie else ""
     for key in only:
-        if key == "vanilla":
+        if key == "default":
+            out.append(Strategy("blockdraft default (cost-aware tree)",
+                                lambda _: FromModel(lambda model: None), lm="packaged"))
+        elif key == "vanilla-depth":
+            out.append(Strategy("vanilla, cost-aware depth", lambda _: FromModel(_vanilla_depth)))
+        elif key == "vanilla":
             out.append(Strategy("vanilla", lambda _: HeadDrafter(k=1, p=1)))
         elif key == "pbest0":
             out.append(Strategy(f"{p}-best 0-gram{suffix}", lambda _: HeadDrafter(k=k, p=p),
@@ -278,13 +302,21 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
                         "steps": len(clock) - 1, "forward_s": sum(clock[1:]), "heads_s": 0.0,
                         "lattice_s": 0.0, "search_s": 0.0, "other_s": 0.0,
                         "stopped": "eos" if tokens and tokens[-1] == eos_id else "max"}
-    drafter = TimedDrafter(strategy.make(ids))
-    builder = callable(getattr(drafter, "propose_tree", None))  # a tree builder (trees.py)
-    start = time.perf_counter()
-    res = decode(model, ids, drafter=None if builder else drafter, criterion="exact",
-                 max_new_tokens=max_new, eos_id=eos_id,
-                 tree=drafter if builder else True if strategy.tree else None)
-    wall = time.perf_counter() - start
+    made = strategy.make(ids)
+    if isinstance(made, FromModel):
+        made = made.build(model)
+    if made is None:  # decode told nothing: the default drafter
+        start = time.perf_counter()
+        res = decode(model, ids, max_new_tokens=max_new, eos_id=eos_id)
+        wall = time.perf_counter() - start
+    else:
+        drafter = TimedDrafter(made)
+        builder = callable(getattr(drafter, "propose_tree", None))  # a tree builder
+        start = time.perf_counter()
+        res = decode(model, ids, drafter=None if builder else drafter, criterion="exact",
+                     max_new_tokens=max_new, eos_id=eos_id,
+                     tree=drafter if builder else True if strategy.tree else None)
+        wall = time.perf_counter() - start
     steps = res.steps
     split = res.split
     return list(res.tokens), {
@@ -434,14 +466,16 @@ def _run(models: dict[str, Any], cases: Sequence[PromptCase], strategies: Sequen
 # ---- the real model's inputs ---------------------------------------------------------------------
 
 
-def build_cases(tokenizer: Any, tasks: Sequence[str], per_task: int, prompt_tokens: int,
-                seed: int = 0, data_root: Path = SHARED) -> list[PromptCase]:
-    """``per_task`` chat prompts of every task (seeded), cut to ``prompt_tokens``."""
+def build_cases(tokenizer: Any, tasks: Sequence[str], n: int, prompt_tokens: int,
+                seed: int = 0, data_root: Path = SHARED, per_task: dict[str, int] | None = None
+                ) -> list[PromptCase]:
+    """``n`` chat prompts of every task (``per_task[task]`` of those it names; seeded), cut to
+    ``prompt_tokens``."""
     from tasks import encode_chat, load_chat_task
 
     cases = []
     for task in tasks:
-        for ex in load_chat_task(task, data_root, n=per_task, seed=seed):
+        for ex in load_chat_task(task, data_root, n=(per_task or {}).get(task, n), seed=seed):
             enc = encode_chat(ex, tokenizer, prompt_tokens)
             preview = ex.message(enc.words_kept)
             cases.append(PromptCase(task, ex.id, enc.ids, enc.truncated,
@@ -627,6 +661,7 @@ class Args:
     runtime_strategies: dict[str, list[str]] = field(default_factory=dict)
     tree_budget: int = 8
     argv: list[str] = field(default_factory=list)
+    task_prompts: dict[str, int] = field(default_factory=dict)
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -640,6 +675,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
                       help="1 prompt per task x 16 tokens, a small LM: checks the harness")
     ap.add_argument("--tasks", default=",".join(REAL_TASKS),
                     help=f"comma-separated, of: {', '.join(CHAT_TASKS)}")
+    ap.add_argument("--task-prompts", default="",
+                    help="prompts of some tasks instead of --prompts-per-task, e.g. chat=12")
     ap.add_argument("--prompts-per-task", type=int, default=None,
                     help="default: 3 (quick), 8 (--full), 1 (--smoke)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (smoke 16)")
@@ -707,6 +744,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     args = Args(
         preset=preset, tasks=tasks,
         prompts_per_task=a.prompts_per_task if a.prompts_per_task is not None else per_task,
+        task_prompts=_task_prompts(ap, a.task_prompts),
         max_new_tokens=a.max_new_tokens if a.max_new_tokens is not None else max_new,
         prompt_tokens=a.prompt_tokens, dtype=a.dtype, threads=a.threads, heads=a.heads,
         k=a.k, p=a.p, alpha=a.alpha, lm=a.lm, lm_corpus=a.lm_corpus or corpus,
@@ -720,6 +758,17 @@ def parse_args(argv: list[str] | None = None) -> Args:
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
+
+
+def _task_prompts(ap: argparse.ArgumentParser, text: str) -> dict[str, int]:
+    """``--task-prompts chat=12,qa-squad=3`` as ``{task: prompts}``."""
+    out: dict[str, int] = {}
+    for part in filter(None, text.split(",")):
+        task, _, value = part.partition("=")
+        if not value.isdigit() or int(value) < 1:
+            ap.error(f"--task-prompts {part!r}: expected TASK=N with N >= 1")
+        out[task] = int(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -737,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(MODEL, dtype=args.dtype, heads=None if args.heads == MODEL else args.heads)
     tok = model.tokenizer
     models = runtime_models(model, args)
-    cases = build_cases(tok, args.tasks, args.prompts_per_task, args.prompt_tokens, args.seed)
+    cases = build_cases(tok, args.tasks, args.prompts_per_task, args.prompt_tokens, args.seed,
+                        per_task=args.task_prompts)
     skipped: dict[str, str] = {}
     lm = lm_info = None
     if args.lm != "none":
@@ -781,7 +831,9 @@ def main(argv: list[str] | None = None) -> int:
         "h": model.h, "k": args.k, "tree_budget": args.tree_budget,
         "p": f"1,{args.p}", "p_verify": args.p_verify, "alpha": args.alpha, "lm": lm_label,
         "neural": neural_label, "tasks": "+".join(args.tasks),
-        "prompts_per_task": args.prompts_per_task, "max_new_tokens": args.max_new_tokens,
+        "prompts_per_task": str(args.prompts_per_task) + "".join(
+            f",{t}={n}" for t, n in args.task_prompts.items()),
+        "max_new_tokens": args.max_new_tokens,
         "prompt_tokens": args.prompt_tokens, "criterion": "exact", "seed": args.seed,
         "torch": torch.__version__, **environment("cpu"),
     }

@@ -482,6 +482,18 @@ def _chat_explain(paths: list[Path], task: str) -> Iterator[ChatExample]:
         yield ChatExample(task, f"explain:{i}", text)
 
 
+CHAT_EVAL = Path(__file__).resolve().parent / "chat_eval.jsonl"
+"""The held-out chat set written for the benchmarks (36 requests of six kinds, never trained
+on): the ``chat`` task reads it from the repository, not from the shared data."""
+
+
+def _chat_eval(paths: list[Path], task: str) -> Iterator[ChatExample]:
+    for line_no, rec in iter_jsonl(CHAT_EVAL, TaskError):
+        where = f"{CHAT_EVAL}:{line_no}"
+        yield ChatExample(task, f"chat_eval:{line_no}:{_field(rec, 'category', where)}",
+                          _field(rec, "prompt", where))
+
+
 def _chat_wikitext(paths: list[Path], task: str) -> Iterator[ChatExample]:
     for path in paths:
         for ex in _read_wikitext(path, task):
@@ -508,6 +520,7 @@ CHAT_TASKS: dict[str, ChatTaskSpec] = {
                      _chat_jsonl("Continue the following story.", "text", "text")),
         ChatTaskSpec("cont-wikitext2", "continuation", ("corpus/wikitext2_tokens/test.txt",),
                      _chat_wikitext),
+        ChatTaskSpec("chat", "held-out chat requests", (), _chat_eval),
     )
 }
 

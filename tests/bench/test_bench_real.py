@@ -235,3 +235,29 @@ def test_command_line_presets() -> None:
     for bad in (["--tasks", "nope"], ["--strategies", "x"], ["--k", "0"], ["--full", "--smoke"]):
         with pytest.raises(SystemExit):
             bench.parse_args(bad)
+
+
+def test_the_whole_call_is_accounted_for(report: Any) -> None:
+    """Every call splits into prefill, steps and outside; the predicted and measured speedups
+    come from the same rows; the default drafter and the cost-aware vanilla ran losslessly."""
+    rep, out, _ = report
+    overall = rep["summary"]["overall"]
+    assert {"blockdraft default (cost-aware tree)", "vanilla, cost-aware depth"} <= set(overall)
+    greedy_rows = {r["case"]: r for r in rep["rows"] if r["strategy"] == "greedy"}
+    for row in rep["rows"]:
+        if row["kind"] in ("blockdraft", "reference"):
+            parts = row["prefill_s"] + sum(row[f"{k}_s"] for k in
+                                          ("forward", "heads", "lattice", "search", "other"))
+            assert parts <= row["decode_wall_s"] * (1 + 1e-9) + 1e-6
+            assert parts >= 0.8 * row["decode_wall_s"]  # little outside the prefill and steps
+    for name, cell in overall.items():
+        if rep["kinds"][name] != "blockdraft":
+            continue
+        pred = cell["prediction"]
+        mine = [r for r in rep["rows"] if r["strategy"] == name]
+        want = sum(greedy_rows[r["case"]]["wall_s"] for r in mine) / sum(r["wall_s"]
+                                                                          for r in mine)
+        assert pred["call"] == pytest.approx(want)
+        assert pred["steps"] > 0 and 0 < pred["prefill_share"] < 1
+        assert cell["identical"] == cell["prompts"], name
+    assert "## Where each call's time goes" in (out / "real.md").read_text()
