@@ -82,6 +82,12 @@ PROBES: dict[str, Probe] = {
     "ngram train": Probe(lambda w, o, v: ["ngram", "train", "--ids", str(w["ids"]), "--order",
                                           str(2 + v), "-o", str(o)], kind="prefix",
                          needs="lmplz"),
+    "ngram interpolate": Probe(lambda w, o, v: [  # of two LMs trained here, orders 2 and 3
+        "ngram", "interpolate",
+        *[str(w["ids"].with_name(f"lm{n}.arpa")) for n in (2, 3) if main([
+            "ngram", "train", "--ids", str(w["ids"]), "--order", str(n), "-o",
+            str(w["ids"].with_name(f"lm{n}")), "--overwrite", "--json"]) == 0],
+        "--weight", str(0.25 + 0.5 * v), "-o", str(o)], kind="prefix", needs="lmplz"),
     "train": Probe(lambda w, o, v: [
         "train", "--corpus", str(w["corpus"]), "-o", str(o), "--preset", "tiny", "--steps",
         "2", "--batch-size", "2", "--seq-len", "8", "--vocab-size", "300", "--threads", "1",

@@ -1,4 +1,5 @@
-"""``blockdraft ngram train``: an n-gram LM over token ids with lmplz + build_binary."""
+"""``blockdraft ngram train``: an n-gram LM over token ids with lmplz + build_binary;
+``blockdraft ngram interpolate``: two of them mixed into one (static interpolation)."""
 
 from __future__ import annotations
 
@@ -85,8 +86,42 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ngram_interpolate(args: argparse.Namespace) -> int:
+    from blockdraft.core.outputs import claim_output
+    from blockdraft.core.signature import human_count
+    from blockdraft.rescorers.ngram import interpolate_arpa
+    from blockdraft.rescorers.ngram.interpolate import INTERPOLATE_SUFFIXES
+
+    output = claim_output(args.output, what="a mixed n-gram LM", error=CliError,
+                          overwrite=args.overwrite, folder=False, prefix=True,
+                          sidecars=INTERPOLATE_SUFFIXES)
+    with output.writing() as writing:  # built beside it, its files renamed in together
+        r = interpolate_arpa(args.a, args.b, args.weight, writing.path, progress=not args.json)
+    r = dataclasses.replace(r, arpa=writing.final(r.arpa), binary=(
+        None if r.binary is None else writing.final(r.binary)), vocab_record=(
+        None if r.vocab_record is None else writing.final(r.vocab_record)),
+        record=writing.final(r.record))
+    if args.json:
+        print_json({"arpa": r.arpa, "binary": r.binary, "record": r.record, "a": r.a,
+                    "b": r.b, "weight": r.weight, "order": r.order, "counts": r.counts,
+                    "added": r.added, "seconds": r.seconds,
+                    "tokenizer": None if r.tokenizer is None else r.tokenizer.to_dict()})
+        return 0
+    print_table(
+        f"mixed n-gram LM ({human_count(r.num_ngrams)} n-grams, {r.weight:g} x {r.a.name} + "
+        f"{1 - r.weight:g} x {r.b.name})",
+        ["order", "n-grams"], [(i + 1, c) for i, c in enumerate(r.counts)],
+        caption=f"ARPA {r.arpa}\nbinary {r.binary}\nrecord {r.record}"
+        + (f"\ntokenizer {r.tokenizer.name} (fingerprint {r.tokenizer.fingerprint}) recorded "
+           f"in {r.vocab_record}" if r.tokenizer is not None else "")
+        + (f"\n{sum(r.added)} n-grams added to close the listed set" if any(r.added) else "")
+        + f"\n{r.seconds:.1f} s",
+    )
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
-    """``ngram train``."""
+    """``ngram train``, ``ngram interpolate``."""
     ng = add_group(sub, "ngram", "n-gram LM tools")
     p = add_command(ng, "train", "train an n-gram LM over token ids (lmplz + build_binary)",
                     cmd_ngram_train)
@@ -111,4 +146,20 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--no-binary", action="store_true", help="skip build_binary")
     add_overwrite(p, "an LM at the -o prefix (PREFIX.arpa, .bin, .vocab.json, "
                      ".fingerprint.json)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+
+    p = add_command(ng, "interpolate",
+                    "mix two n-gram LMs into one ARPA back-off LM: P = weight * P_A + "
+                    "(1 - weight) * P_B on every n-gram either lists, back-off weights "
+                    "renormalised (SRILM's ngram -mix-lm)", cmd_ngram_interpolate)
+    p.add_argument("a", type=Path, help="the first ARPA file (share WEIGHT)")
+    p.add_argument("b", type=Path, help="the second ARPA file (share 1 - WEIGHT); its order "
+                                        "may differ")
+    p.add_argument("--weight", type=float, required=True,
+                   help="the share of A, from 0 to 1 (1 reproduces A, 0 reproduces B)")
+    p.add_argument("-o", "--output", required=True, type=Path,
+                   help="output prefix: writes PREFIX.arpa, PREFIX.bin, PREFIX.mixture.json "
+                        "(what was mixed) and, when the inputs carry one, PREFIX.vocab.json")
+    add_overwrite(p, "an LM at the -o prefix (PREFIX.arpa, .bin, .vocab.json, "
+                     ".fingerprint.json, .mixture.json)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

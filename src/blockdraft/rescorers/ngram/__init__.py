@@ -1,9 +1,11 @@
 """Global n-gram rescoring: `NgramLM` (KenLM over token ids), `NgramRescorer` (exact p-best
 search or WFST composition, optionally interpolated with a `ContextLM`, the n-gram counts of the
-committed text), `NgramPathScorer` (the LM scoring token-tree paths, one lookup per child) and
-`train_ngram` (lmplz + build_binary)."""
+committed text), `NgramPathScorer` (the LM scoring token-tree paths, one lookup per child),
+`train_ngram` (lmplz + build_binary) and `interpolate_arpa` (two LMs mixed into one ARPA
+back-off LM)."""
 
 from blockdraft.rescorers.ngram.context import ContextLM
+from blockdraft.rescorers.ngram.interpolate import InterpolationResult, interpolate_arpa
 from blockdraft.rescorers.ngram.lm import (
     NgramLM,
     read_vocab_mapping,
@@ -17,12 +19,14 @@ from blockdraft.rescorers.ngram.train import NgramTrainResult, find_kenlm_tool, 
 __all__ = [
     "BACKENDS",
     "ContextLM",
+    "InterpolationResult",
     "NgramLM",
     "NgramPathScorer",
     "NgramRescorer",
     "NgramTrainResult",
     "SearchStats",
     "find_kenlm_tool",
+    "interpolate_arpa",
     "read_vocab_mapping",
     "read_vocab_record",
     "train_ngram",
