@@ -202,7 +202,7 @@ def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: 
                      only: Sequence[str] = STRATEGY_KEYS, trie: bool = False,
                      skipped: dict[str, str] | None = None, runtime: str = "pt32",
                      tagged: bool = False, tree_budget: int = 8, tree_k: int = 10,
-                     tree_alpha: float = 0.25) -> list[Strategy]:
+                     tree_alpha: float = 0.25, context_weight: float = 0.0) -> list[Strategy]:
     """The reference greedy loop and the strategies named in ``only`` (``STRATEGY_KEYS``);
     the n-gram ones need ``lm`` (an ``NgramLM``), the neural one ``neural`` (a
     ``NeuralRescorer``): without them they are left out and ``skipped`` says why. ``trie``:
@@ -235,10 +235,12 @@ def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: 
         elif key in ("ngram", "pbest-ngram"):
             pp = 1 if key == "ngram" else p
             name = f"{order}-gram" if pp == 1 else f"{pp}-best {order}-gram{suffix}"
+            if context_weight:
+                name = name.replace("-gram", f"-gram + context(w={context_weight:g})", 1)
             if lm is None:
                 skipped[name] = "no n-gram LM (--lm none)"
                 continue
-            rescorer = NgramRescorer(lm, alpha=alpha)
+            rescorer = NgramRescorer(lm, alpha=alpha, context_weight=context_weight)
             out.append(Strategy(name, lambda _, r=rescorer, pp=pp: HeadDrafter(
                 k=k, p=pp, rescorer=r), k, pp, alpha, lm_label, tree=trie and pp > 1))
         elif key == "neural":
@@ -660,6 +662,7 @@ class Args:
     runtimes: list[str] = field(default_factory=lambda: ["torch:float32"])
     runtime_strategies: dict[str, list[str]] = field(default_factory=dict)
     tree_budget: int = 8
+    context_weight: float = 0.0
     argv: list[str] = field(default_factory=list)
     task_prompts: dict[str, int] = field(default_factory=dict)
 
@@ -688,6 +691,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
     ap.add_argument("--k", type=int, default=16, help="lattice width of the p-best/rescored")
     ap.add_argument("--p", type=int, default=16, help="drafts per call of the p-best ones")
     ap.add_argument("--alpha", type=float, default=1.0, help="LM weight of the rescorers")
+    ap.add_argument("--context-weight", type=float, default=0.0,
+                    help="the context LM's weight in the n-gram strategies (0: none)")
     ap.add_argument("--lm", default="auto",
                     help="auto (train and cache a 4-gram over SmolLM2 ids), none, or a KenLM "
                          "binary over SmolLM2 ids")
@@ -750,7 +755,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
         k=a.k, p=a.p, alpha=a.alpha, lm=a.lm, lm_corpus=a.lm_corpus or corpus,
         neural=a.neural, strategies=strategies, peers=peers, iad_min_match=a.iad_min_match,
         p_verify=a.p_verify, runtimes=runtimes, runtime_strategies=per_runtime,
-        tree_budget=a.tree_budget,
+        tree_budget=a.tree_budget, context_weight=a.context_weight,
         seed=a.seed, out=a.out or out,
         argv=list(sys.argv[1:] if argv is None else argv))
     for name in ("prompts_per_task", "max_new_tokens", "prompt_tokens", "threads", "k", "p",
@@ -818,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
             neural_label=neural_label, iad_min_match=args.iad_min_match,
             only=args.runtime_strategies.get(tag, args.strategies),
             trie=args.p_verify == "trie", skipped=skipped, runtime=tag, tagged=tagged,
-            tree_budget=args.tree_budget)
+            tree_budget=args.tree_budget, context_weight=args.context_weight)
         strategies += mine
     n_ctx = max(512, args.prompt_tokens + args.max_new_tokens + 64)
     peers = build_peers(model, args.peers, args.threads, n_ctx, skipped)
@@ -830,6 +835,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": args.dtype, "runtimes": "+".join(models), "threads": args.threads,
         "h": model.h, "k": args.k, "tree_budget": args.tree_budget,
         "p": f"1,{args.p}", "p_verify": args.p_verify, "alpha": args.alpha, "lm": lm_label,
+        "context_weight": args.context_weight,
         "neural": neural_label, "tasks": "+".join(args.tasks),
         "prompts_per_task": str(args.prompts_per_task) + "".join(
             f",{t}={n}" for t, n in args.task_prompts.items()),
