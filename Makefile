@@ -7,7 +7,8 @@ PY      := .venv/bin/python
 STAMP   := .venv/.blockdraft-installed
 
 .PHONY: setup test test-all test-latest lock demo lint bench bench-quick bench-rescore bench-steps clean \
-	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup bench-trees bench-costs
+	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup bench-trees bench-costs \
+	bench-shortlist package-drafting
 
 setup: $(STAMP) build/kenlm/.stamp
 
@@ -56,10 +57,13 @@ bench-steps: setup
 # End to end on the real model (SmolLM2 + Medusa heads), peers beside: benchmarks/results/real/.
 # llama.cpp peers only after `make bench-real-peers-setup` (compiles llama-cpp-python, ~5 min).
 bench-real: setup
-	$(PY) benchmarks/bench_real.py --full --k 16 --p 4 --p-verify trie --tree-budget 4 \
-		--runtimes torch:float32,onnxruntime:float32,onnxruntime:int8 \
-		--strategies vanilla,pbest0,ngram,pbest-ngram,rescored-tree,iad,vanilla-iad,lookup,vanilla-lookup \
-		--runtime-strategies "pt32=vanilla,lookup;ort8=vanilla,lookup" --threads 1
+	$(PY) benchmarks/bench_real.py --full --prompts-per-task 2 --task-prompts chat=12 \
+		--tasks qa-squad,sum-cnndm,sum-samsum,mt-wmt14-deen,explain,cont-lambada,chat \
+		--k 8 --p 4 --p-verify trie --context-weight 0.2 \
+		--lm src/blockdraft/models/hf/heads/smollm2/ngram/answers4.bin \
+		--runtimes torch:float32,onnxruntime:float32 \
+		--strategies default,vanilla,vanilla-depth,ngram,pbest-ngram,lookup,vanilla-lookup \
+		--runtime-strategies "pt32=vanilla,lookup" --threads 1
 
 # The verification cost curve per runtime (benchmarks/results/costs/).
 bench-costs: setup
@@ -90,3 +94,13 @@ clean:
 .PHONY: bench-kim
 bench-kim: setup
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_kim.py $(KIM_ARGS)
+
+# The packaged heads' shortlist size: coverage, B and step time by size (benchmarks/results/shortlist).
+bench-shortlist: setup
+	$(PY) benchmarks/bench_shortlist.py --distill $(DISTILL) --trace chat=$(CHAT_TRACE) \
+		--trace tasks=$(TASKS_TRACE) --sizes 2048,4096,8192,16384,32768 --threads 1
+
+# The packaged heads' shortlist, n-gram LM, acceptance tables and settings, from a distillation set
+# (DISTILL=...): scripts/package_drafting.sh.
+package-drafting: setup
+	DISTILL=$(DISTILL) bash scripts/package_drafting.sh
