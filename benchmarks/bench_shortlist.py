@@ -14,7 +14,9 @@ always in (:func:`blockdraft.training.heads.shortlist.frequency_shortlist`). For
 - B of vanilla heads and of the 4-best 0-gram trie, simulated on each trace (K = 32, recorded
   without a shortlist) with every head's top-K cut to the shortlist: a head's ranking over the
   shortlist is its ranking over V with the other tokens removed, so these B are exact for
-  strategies that rank by head scores (a per-head constant shift leaves path rankings alone);
+  strategies that rank by head scores (a per-head constant shift leaves path rankings alone),
+  up to the rare positions where no shortlisted token is in a head's stored top 32 (there a
+  shortlisted token that is not the target stands in: a miss, as it almost surely is);
 - step time on each runtime (one thread, the model exported with that shortlist): the
   Medusa heads' part of a step (ResBlocks, projection onto the shortlist, top-k; ``heads``
   of :func:`blockdraft.models.cost.measure_cost_curve`), a vanilla step over 6 nodes, and a
@@ -55,11 +57,21 @@ def restricted_trace(trace: Any, ids: np.ndarray, path: Path) -> Any:
         for ex in trace:
             top = np.array(ex.topk_ids, dtype=np.int64)  # (m, h, K)
             lp = np.array(ex.topk_logprobs, dtype=np.float64)
+            y = np.asarray(ex.greedy_ids, dtype=np.int64)
             for i in range(1, trace.h):
                 inside = (top[:, i] >= 0) & keep[np.maximum(top[:, i], 0)]  # (m, K)
                 order = np.argsort(~inside, axis=1, kind="stable")  # inside first, in order
                 top[:, i] = np.take_along_axis(np.where(inside, top[:, i], -1), order, 1)
                 lp[:, i] = np.take_along_axis(np.where(inside, lp[:, i], -np.inf), order, 1)
+                # no shortlisted token in the stored top-K: the head's top-1 lies further down,
+                # a guess that is (almost) never right; stand in a shortlisted token that is
+                # not the target, so the strategy still drafts and misses
+                empty = np.flatnonzero(top[:, i, 0] < 0)
+                target = np.full(empty.size, -1)
+                ok = empty + i - 1 < y.size
+                target[ok] = y[empty[ok] + i - 1]
+                top[empty, i, 0] = np.where(target == ids[0], ids[1], ids[0])
+                lp[empty, i, 0] = -30.0
             w.add(ex.prompt_ids, ex.greedy_ids, top, lp, np.array(ex.entropy))
     from blockdraft.oracle import Trace
 

@@ -90,7 +90,9 @@ def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
         for item in folder.iterdir():
             item.rename(tmp / item.name)
         folder.rmdir()
-        for name in ("README.md", "curve.json", "curve.png"):  # the training's records
+        # the heads' own file as it was (the same tensors: a byte-for-byte copy keeps its
+        # digest and every record of it), and the training's records
+        for name in ("medusa_lm_head.safetensors", "README.md", "curve.json", "curve.png"):
             if (src / name).is_file():
                 shutil.copy2(src / name, tmp / name)
         config = json.loads((tmp / "config.json").read_text(encoding="utf-8"))
