@@ -92,3 +92,27 @@ def test_measured_curve_is_a_curve(random_model: Any) -> None:
     assert cost.nodes == (1, 2, 4) and cost.greedy_ms > 0
     assert cost.relative(1, heads=False) == pytest.approx(1.0)
     assert np.isfinite(cost.step(40))
+
+
+def test_monotone_is_the_least_squares_nondecreasing_fit() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from blockdraft.models.cost import monotone
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(st.floats(0.0, 100.0), min_size=1, max_size=8))
+    def check(values: list[float]) -> None:
+        fit = np.asarray(monotone(values))
+        assert np.all(np.diff(fit) >= -1e-9)
+        if np.all(np.diff(values) >= 0):
+            np.testing.assert_allclose(fit, values)
+        assert fit.sum() == pytest.approx(sum(values))  # the fit keeps the mean
+        # brute force over nearby monotone candidates: none is closer
+        rng = np.random.default_rng(0)
+        err = ((fit - values) ** 2).sum()
+        for _ in range(50):
+            cand = np.maximum.accumulate(fit + rng.normal(0, 1, fit.size))
+            assert ((cand - values) ** 2).sum() >= err - 1e-6
+
+    check()

@@ -34,7 +34,7 @@ def model_cost_curve(model: Any) -> CostCurve:
     """The model's :class:`CostCurve`, measured at the first call and kept on the model."""
     curve = getattr(model, _COST_ATTR, None)
     if not isinstance(curve, CostCurve):
-        curve = measure_cost_curve(model, nodes=(1, 2, 4, 8, 16, 32), repeats=3)
+        curve = measure_cost_curve(model, nodes=(1, 2, 4, 8, 16, 32), repeats=5)
         object.__setattr__(model, _COST_ATTR, curve)
     return curve
 

@@ -16,6 +16,7 @@ Public surface:
         .to_dict() / CostCurve.from_dict(d)
     measure_cost_curve(model, nodes=(1, 2, 4, 6, 8, 12, 16, 24, 32), prefix=128,
                        repeats=5) -> CostCurve
+    monotone(values) -> list        the non-decreasing least-squares fit (a dip is noise)
 """
 
 from __future__ import annotations
@@ -117,8 +118,9 @@ def _bushy_tree(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarra
 def measure_cost_curve(model: Any, nodes: Sequence[int] = DEFAULT_NODES, prefix: int = 128,
                        repeats: int = 5, seed: int = 0) -> CostCurve:
     """The model's :class:`CostCurve`, measured now (medians over ``repeats`` after a warm-up
-    round; about ``repeats x sum(nodes)`` forwards' worth of time, 1-3 s for SmolLM2 on a
-    CPU). Time it on a quiet machine: another busy process inflates every size differently.
+    round, made non-decreasing in the tree size by :func:`monotone`; about ``repeats x
+    sum(nodes)`` forwards' worth of time, 1-3 s for SmolLM2 on a CPU). Time it on a quiet
+    machine: another busy process inflates every size differently.
 
     Raises:
         ModelError: ``nodes`` not ascending from 1, or a model without the factored protocol
@@ -178,13 +180,29 @@ def measure_cost_curve(model: Any, nodes: Sequence[int] = DEFAULT_NODES, prefix:
         ms = timed(heads)
         if rnd:
             times.setdefault("heads", []).append(ms)
-    step_ms = tuple(float(np.median(times[n])) for n in sizes)
+    step_ms = tuple(monotone([float(np.median(times[n])) for n in sizes]))
     label = " ".join(str(x) for x in (getattr(model, "runtime", "torch"),
                                       getattr(model, "precision", None)
                                       or getattr(getattr(model, "config", None), "dtype", ""),
                                       f"threads={getattr(model, 'threads', '')}"))
     return CostCurve(nodes=sizes, step_ms=step_ms, heads_ms=float(np.median(times["heads"])),
                      greedy_ms=step_ms[0], device=label)
+
+
+def monotone(values: Sequence[float]) -> list[float]:
+    """The least-squares non-decreasing fit of ``values`` (pool adjacent violators): a forward
+    over more tokens never costs less, so a measured dip is noise, pooled with its neighbour."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    out: list[float] = []
+    for total, count in blocks:
+        out += [total / count] * int(count)
+    return out
 
 
 def _width(model: Any) -> int:
