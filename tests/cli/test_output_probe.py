@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from data_testlib import mini_shared_data
+
 pytest.importorskip("transformers")
 
 from test_cli_hf import TEXT, _folder  # noqa: E402
@@ -155,30 +157,7 @@ def test_every_writing_command_is_probed() -> None:
 def _shared_data(root: Path) -> Path:
     """A shared-data folder in miniature (corpus passages and distillation prompt files, every
     kind of prompt ``heads prompts`` mixes)."""
-    para = ("The {w} of the {x} is a long paragraph about {w} that goes on for a while so that "
-            "it is long enough to be a passage, with more words about {x} and {w} to read, and "
-            "then a second sentence that makes it longer still.")
-    data = root / "data"
-    for rel, word in (("corpus/openstax/a.txt", "cell"),
-                      ("corpus/more/python-docs/d.txt", "list"),
-                      ("corpus/more/python-peps/p.txt", "import")):
-        f = data / rel
-        f.parent.mkdir(parents=True, exist_ok=True)
-        lines = [f"Topic {word.title()} {i}" for i in range(5)]
-        lines += [para.format(w=word, x=f"thing{i}") for i in range(30)]
-        f.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    shake = data / "corpus/tinyshakespeare/input.txt"
-    shake.parent.mkdir(parents=True)
-    shake.write_text("\n".join(f"ROMEO:\nWhat light through yonder window {i} breaks, it is "
-                               "the east and Juliet is the sun." for i in range(40)) + "\n")
-    prompts = data / "prompts/distill_prompts.part00.jsonl"
-    prompts.parent.mkdir(parents=True)
-    rows = ([{"source": "gsm8k-train", "prompt": f"If I have {i} apples?"} for i in range(20)]
-            + [{"source": "t0:x", "prompt": f"Template {i}"} for i in range(20)]
-            + [{"source": "self-instruct-user", "prompt": f"Write a poem {i}"}
-               for i in range(20)])
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return data
+    return mini_shared_data(root / "data")
 
 
 @pytest.fixture(scope="module")

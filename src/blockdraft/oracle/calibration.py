@@ -22,6 +22,20 @@ from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.trace import Trace
 
 
+def _indices(trace: Trace, examples: Iterable[int] | None) -> list[int]:
+    """The trace indices to count (all by default), each checked.
+
+    Raises:
+        OracleError: an index outside the trace.
+    """
+    out = list(range(trace.num_examples)) if examples is None else [int(e) for e in examples]
+    for e in out:
+        if not 0 <= e < trace.num_examples:
+            raise OracleError(f"example index {e} is out of range for a trace of "
+                              f"{trace.num_examples} examples")
+    return out
+
+
 def rank_accuracies(trace: Trace, k: int, examples: Iterable[int] | None = None) -> np.ndarray:
     """How often each rank of each extra head holds the greedy token (held-out data).
 
@@ -47,12 +61,8 @@ def rank_accuracies(trace: Trace, k: int, examples: Iterable[int] | None = None)
         raise OracleError("rank accuracies need a trace with h >= 2 heads")
     hits = np.zeros((trace.h - 1, k), dtype=np.int64)
     counts = np.zeros(trace.h - 1, dtype=np.int64)
-    indices = range(trace.num_examples) if examples is None else examples
-    for e in indices:
-        if not 0 <= int(e) < trace.num_examples:
-            raise OracleError(f"example index {e} is out of range for a trace of "
-                              f"{trace.num_examples} examples")
-        ex = trace[int(e)]
+    for e in _indices(trace, examples):
+        ex = trace[e]
         y = np.asarray(ex.greedy_ids, dtype=np.int64)
         topk = np.asarray(ex.topk_ids[:, :, :k], dtype=np.int64)  # (m, h, k)
         for d in range(1, trace.h):  # depth d: head d + 1 guesses y_{t+1+d} = y[t + d]
@@ -113,14 +123,11 @@ def fit_acceptance(trace: Trace, k: int = 8, lm: Any = None, copy_length: int = 
     counts = np.zeros((depths, nb_h, nb_l))
     copy_hits = np.zeros((copies, max_match, copy_length))
     copy_counts = np.zeros((copies, max_match, copy_length))
-    indices = list(range(trace.num_examples) if examples is None else examples)
-    total = sum(trace[int(e)].m for e in indices)
+    indices = _indices(trace, examples)
+    total = sum(trace[e].m for e in indices)
     done = 0
     for e in indices:
-        if not 0 <= int(e) < trace.num_examples:
-            raise OracleError(f"example index {e} is out of range for a trace of "
-                              f"{trace.num_examples} examples")
-        ex = trace[int(e)]
+        ex = trace[e]
         y = np.asarray(ex.greedy_ids, dtype=np.int64)
         text = np.concatenate([np.asarray(ex.prompt_ids, dtype=np.int64), y])
         n_prompt = int(ex.prompt_ids.shape[0])

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import torch
 
+from cache_testlib import unwritable_cache
+
 pytest.importorskip("gguf")
 
 from blockdraft.core.errors import BlockdraftWarning  # noqa: E402
@@ -216,24 +218,10 @@ def test_a_cache_that_cannot_be_written_is_refused_before_dequantising(
         where: str, gguf_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 28: BLOCKDRAFT_CACHE pointing at a file or a read-only folder failed only after
     the whole dequantisation, advising to free some space."""
-    import errno
 
     import transformers
 
-    root = tmp_path / "cache"
-    if where == "a file":
-        root.write_text("not a folder")
-    else:
-        root.mkdir()
-        real_open = open
-
-        def read_only(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-            if "x" in mode and str(file).startswith(str(root)):
-                raise OSError(errno.EROFS, "Read-only file system", str(file))
-            return real_open(file, mode, *args, **kwargs)
-
-        monkeypatch.setattr("builtins.open", read_only)
-    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(root))
+    root = unwritable_cache(tmp_path, monkeypatch, where)
 
     def no_dequantising(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("dequantised into a cache that cannot be written")

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import torch
 
+from cache_testlib import unwritable_cache
+
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
@@ -143,22 +145,8 @@ def test_a_damaged_record_is_rebuilt_with_a_warning(damage: str, cache: Path) ->
 @pytest.mark.parametrize("where", ["a file", "a read-only folder"])
 def test_a_cache_that_cannot_be_written_is_refused_before_the_build(
         where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import errno
 
-    root = tmp_path / "cache"
-    if where == "a file":
-        root.write_text("not a folder")
-    else:
-        (root / "onnx").mkdir(parents=True)
-        real_open = open
-
-        def read_only(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-            if "x" in mode and str(file).startswith(str(root)):
-                raise OSError(errno.EROFS, "Read-only file system", str(file))
-            return real_open(file, mode, *args, **kwargs)
-
-        monkeypatch.setattr("builtins.open", read_only)
-    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(root))
+    root = unwritable_cache(tmp_path, monkeypatch, where, inside="onnx")
 
     def no_build(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("built graphs for a cache that cannot be written")
