@@ -374,10 +374,11 @@ def trace_source(traces: Sequence[Any]) -> Callable[[np.random.Generator, int, i
 
 
 def machine_load() -> dict[str, Any]:
-    """The 1-minute load average and the cores (busy: load above half the cores)."""
+    """The 1-minute load average and the cores (busy: another job beside this one, a load
+    above 1.5: this process alone keeps one core, a load of about 1)."""
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return {"load1": load, "cores": cores, "busy": bool(load > 0.5 * cores)}
+    return {"load1": load, "cores": cores, "busy": bool(load > 1.5)}
 
 
 def measure_latency(traces: Sequence[Any], refiners: Sequence[Refiner], *, k: int,
