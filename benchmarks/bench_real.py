@@ -158,45 +158,6 @@ def _vanilla_depth(model: Any) -> Any:
                                 chain=True, name="vanilla heads, cost-aware depth")
 
 
-class TimedDrafter:
-    """A drafter that adds up the seconds its inner drafter's ``propose`` takes, so a step's
-    drafting time (``DecodeStep.draft_s``: lattice + propose) splits into the lattice and the
-    draft search / rescoring."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.k = int(getattr(inner, "k", 1))
-        self.name = str(getattr(inner, "name", "") or type(inner).__name__)
-        # what decode's vocabulary check reads (a rescorer's LM must fit the model)
-        self.rescorer = getattr(inner, "rescorer", None) or getattr(
-            getattr(inner, "heads", None), "rescorer", None)
-        self.heads_needed = getattr(inner, "heads_needed", None)
-        self.seconds = 0.0
-        if callable(getattr(inner, "propose_tree", None)) and not callable(
-                getattr(inner, "propose", None)):
-            self.propose_tree = self._propose_tree  # a tree builder stays one
-            self.lm = getattr(inner, "lm", None)  # what decode's vocabulary check reads
-
-    def _propose_tree(self, lattice: Any, context: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.inner.propose_tree(lattice, context)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "propose" and callable(getattr(self.inner, "propose", None)):
-            return self._propose
-        raise AttributeError(name)
-
-    def _propose(self, lattice: Any, context: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.inner.propose(lattice, context)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-
 def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: str = "",
                      neural: Any = None, neural_label: str = "", iad_min_match: int = 2,
                      only: Sequence[str] = STRATEGY_KEYS, trie: bool = False,
@@ -293,6 +254,7 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
     """``(tokens, row fields)`` of one prompt with one blockdraft strategy."""
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
+    from blockdraft.verify.records import TimeSplit
 
     if strategy.make is None:
         clock: list[float] = []
@@ -300,9 +262,8 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
         tokens = greedy_generate(model, ids, max_new, eos_id=eos_id, clock=clock)
         wall = time.perf_counter() - start
         return tokens, {"kind": "reference" if reference else "greedy", "calls": len(tokens),
-                        "wall_s": wall, "decode_wall_s": wall, "prefill_s": clock[0],
-                        "steps": len(clock) - 1, "forward_s": sum(clock[1:]), "heads_s": 0.0,
-                        "lattice_s": 0.0, "search_s": 0.0, "other_s": 0.0,
+                        **_split_fields(TimeSplit.greedy(wall, clock, len(tokens))),
+                        "wall_s": wall,
                         "stopped": "eos" if tokens and tokens[-1] == eos_id else "max"}
     made = strategy.make(ids)
     if isinstance(made, FromModel):
@@ -312,25 +273,28 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
         res = decode(model, ids, max_new_tokens=max_new, eos_id=eos_id)
         wall = time.perf_counter() - start
     else:
-        drafter = TimedDrafter(made)
-        builder = callable(getattr(drafter, "propose_tree", None))  # a tree builder
+        builder = callable(getattr(made, "propose_tree", None)) and not callable(
+            getattr(made, "propose", None))  # a tree builder (trees.py, budget.py)
         start = time.perf_counter()
-        res = decode(model, ids, drafter=None if builder else drafter, criterion="exact",
+        res = decode(model, ids, drafter=None if builder else made, criterion="exact",
                      max_new_tokens=max_new, eos_id=eos_id,
-                     tree=drafter if builder else True if strategy.tree else None)
+                     tree=made if builder else True if strategy.tree else None)
         wall = time.perf_counter() - start
     steps = res.steps
-    split = res.split
     return list(res.tokens), {
-        "kind": "blockdraft", "calls": res.calls, "wall_s": wall, "decode_wall_s": res.wall_s,
-        "prefill_s": res.prefill_s, "steps": len(steps), "forward_s": split.forward_s,
-        "heads_s": split.heads_s, "lattice_s": split.lattice_s, "search_s": split.draft_s,
-        "other_s": split.other_s,
+        "kind": "blockdraft", "calls": res.calls, **_split_fields(res.split), "wall_s": wall,
         "nodes": sum(s.tree.num_nodes if s.tree is not None else int(s.drafts.lengths.sum())
                      for s in steps),
         "iad_steps": sum(s.source in ("iad", "lookup") for s in steps),
         "stopped": "eos" if res.stopped == "eos" else "max",
     }
+
+
+def _split_fields(split: Any) -> dict[str, Any]:
+    """A call's ``TimeSplit`` as a row's fields (``decode_wall_s``: the call's own clock)."""
+    return {"decode_wall_s": split.wall_s, "prefill_s": split.prefill_s, "steps": split.steps,
+            "forward_s": split.forward_s, "heads_s": split.heads_s,
+            "lattice_s": split.lattice_s, "search_s": split.draft_s, "other_s": split.other_s}
 
 
 def _run_peer(peer: Any, ids: list[int], max_new: int, eos_id: int | None

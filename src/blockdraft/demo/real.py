@@ -323,10 +323,7 @@ def _decode(model: Any, prompt: list[int], strategy: Strategy, max_new_tokens: i
         start = time.perf_counter()
         tokens = greedy_generate(model, prompt, max_new_tokens, eos_id=eos, clock=clock)
         wall = time.perf_counter() - start
-        return tokens, len(tokens), TimeSplit(
-            wall_s=wall, prefill_s=clock[0], forward_s=sum(clock[1:]), heads_s=0.0,
-            lattice_s=0.0, draft_s=0.0, other_s=0.0, steps=len(clock) - 1,
-            tokens=len(tokens))
+        return tokens, len(tokens), TimeSplit.greedy(wall, clock, len(tokens))
     drafter = strategy.drafter()
     start = time.perf_counter()
     res = (decode(model, prompt, max_new_tokens=max_new_tokens, eos_id=eos)

@@ -78,22 +78,7 @@ def select_nodes(expected: np.ndarray, cost: CostCurve, max_nodes: int) -> int:
     """
     top = min(int(max_nodes), expected.size + 1)
     gain = 1.0 + np.concatenate([[0.0], np.cumsum(expected[: top - 1])])  # (top,)
-    return int(np.argmax(gain / step_prices(cost, top))) + 1
-
-
-def step_prices(cost: CostCurve, n: int) -> np.ndarray:
-    """float64 ``[n]``: ``cost.step(1 .. n)`` (heads projected), kept per curve."""
-    key = (id(cost), n)
-    prices = _PRICES.get(key)
-    if prices is None or prices[0] is not cost:
-        prices = (cost, np.array([cost.step(m) for m in range(1, n + 1)]))
-        if len(_PRICES) > 64:
-            _PRICES.clear()
-        _PRICES[key] = prices
-    return prices[1]
-
-
-_PRICES: dict[tuple[int, int], tuple[CostCurve, np.ndarray]] = {}
+    return int(np.argmax(gain / cost.steps(np.arange(1, top + 1)))) + 1
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,6 +12,7 @@ top-k at the accepted node, once).
 Public surface:
     CostCurve(nodes, step_ms, heads_ms, greedy_ms, device="")
         .step(n, heads=True) -> ms        one verification step over n nodes
+        .steps(n [...], heads=True) -> ms [...]   the same for many sizes at once
         .relative(n, heads=True) -> float the same over a greedy step
         .to_dict() / CostCurve.from_dict(d)
     measure_cost_curve(model, nodes=(1, 2, 4, 6, 8, 12, 16, 24, 32), prefix=128,
@@ -73,12 +74,16 @@ class CostCurve:
     def step(self, n: int, heads: bool = True) -> float:
         """ms of a step over ``n >= 1`` nodes (interpolated; past the last measured size, the
         last segment's slope)."""
-        x, y = self.nodes, self.step_ms
-        if n <= x[-1] or len(x) == 1:
-            ms = float(np.interp(n, x, y))
-        else:
+        return float(self.steps(np.asarray([n]), heads)[0])
+
+    def steps(self, n: np.ndarray, heads: bool = True) -> np.ndarray:
+        """:meth:`step` of every entry of ``n`` (int ``[...]``): float64 ``[...]``."""
+        x, y = np.asarray(self.nodes), np.asarray(self.step_ms)
+        n = np.asarray(n, dtype=np.float64)
+        ms = np.interp(n, x, y)
+        if len(x) > 1:
             slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
-            ms = y[-1] + slope * (n - x[-1])
+            ms = np.where(n > x[-1], y[-1] + slope * (n - x[-1]), ms)
         return ms + (self.heads_ms if heads else 0.0)
 
     def relative(self, n: int, heads: bool = True) -> float:

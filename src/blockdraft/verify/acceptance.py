@@ -16,7 +16,6 @@ Public surface:
     tree_accepted(tree, base_logits, criterion, eos_id=None) -> bool [N]
     accepted_nodes(tree, base, parent_rows, crit, eos_id) -> bool [N]   the same from the
                                    logits at some rows and each node's parent row, trusted
-    internal_nodes(tree) -> (nodes with children, each node's parent row among them)
     tree_winner(tree, accepted) -> node
     leaf_lengths(tree, accepted) -> n of every root-to-leaf path
     row_nodes(tree, tokens [p, w]) -> int64 [p, w]     each draft's nodes in its trie
@@ -57,7 +56,8 @@ def accepted_nodes(tree: DraftTree, base: torch.Tensor, parent_rows: np.ndarray,
     """:func:`tree_accepted` from the base head's raw logits ``base [I, V]`` at some nodes and,
     for each non-root node (node order), the row of its parent in ``base``
     (``parent_rows [N - 1]``), for a criterion already checked against the model: the
-    verifier's per-step path, which projects the base head at internal nodes only.
+    verifier's per-step path (it projects the base head at every node, so its rows are the
+    parents themselves).
     """
     n = tree.num_nodes
     ok = np.zeros(n, dtype=bool)
@@ -84,16 +84,6 @@ def accepted_nodes(tree: DraftTree, base: torch.Tensor, parent_rows: np.ndarray,
         run[u] = bool(run[par] and match_np[u - 1])
         ok[u] = run[u] or depths[u] <= floor
     return ok
-
-
-def internal_nodes(tree: DraftTree) -> tuple[np.ndarray, np.ndarray]:
-    """``(nodes, rows)``: the nodes with children (the only ones whose base logits a verdict
-    reads), and for each non-root node the index of its parent in ``nodes``."""
-    has_child = np.zeros(tree.num_nodes, dtype=bool)
-    has_child[tree.parents[1:]] = True
-    nodes = np.flatnonzero(has_child)
-    slot = np.cumsum(has_child) - 1
-    return nodes, slot[tree.parents[1:]]
 
 
 def tree_winner(tree: DraftTree, accepted: np.ndarray) -> int:

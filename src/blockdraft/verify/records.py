@@ -51,11 +51,6 @@ class DecodeStep:
     lattice_s: float = 0.0
     heads_s: float = 0.0
 
-    @property
-    def wall_s(self) -> float:
-        """The step's wall seconds: every part above."""
-        return self.forward_s + self.heads_s + self.lattice_s + self.draft_s + self.other_s
-
 
 @dataclass(frozen=True, eq=False)
 class DecodeResult:
@@ -139,6 +134,14 @@ class TimeSplit:
     other_s: float
     steps: int
     tokens: int
+
+    @classmethod
+    def greedy(cls, wall_s: float, clock: list[float], tokens: int) -> TimeSplit:
+        """A greedy loop's call from ``greedy_generate(..., clock=clock)``: the prefill is
+        ``clock[0]``, every later entry a step, all of it forward."""
+        return cls(wall_s=wall_s, prefill_s=clock[0], forward_s=sum(clock[1:]), heads_s=0.0,
+                   lattice_s=0.0, draft_s=0.0, other_s=0.0, steps=len(clock) - 1,
+                   tokens=tokens)
 
     @property
     def steps_s(self) -> float:
