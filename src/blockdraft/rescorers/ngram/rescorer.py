@@ -124,10 +124,8 @@ class NgramRescorer:
         self.context_weight = check_weight(context_weight)
         self.context_order = check_int(context_order, "context_order", RescorerError,
                                        minimum=0, maximum=MAX_ORDER)
-        # The context LM and the text it holds (a growing buffer: _text[:_text_len]).
-        self._context_lm: ContextLM | NativeContextLM | None = None
-        self._text = np.zeros(0, dtype=np.int64)
-        self._text_len = 0
+        native = self.backend == "exact" and self.lm.native_model is not None
+        self._counted = _CountedText(NativeContextLM if native else ContextLM, self.context_order)
         self._wfst: Any = None
         if backend == "wfst":
             from blockdraft.rescorers.ngram.wfst import WfstRescorer
@@ -191,34 +189,14 @@ class NgramRescorer:
         return self._rescore_python(lattice, ctx, p)
 
     # ------------------------------------------------------------------ context LM
+    @property
+    def _context_lm(self) -> ContextLM | NativeContextLM | None:
+        """The context LM of the last call's text (None before the first)."""
+        return self._counted.lm
+
     def _sync_context(self, ctx: np.ndarray) -> None:
-        """Bring the context LM to the text ``ctx``: count only its new tail when it extends
-        the text held (checked exactly), else rebuild it from ``ctx``."""
-        n = self._text_len
-        held = self._context_lm
-        if held is not None and ctx.size >= n and np.array_equal(ctx[:n], self._text[:n]):
-            new = ctx[n:]
-        else:
-            native = self.backend == "exact" and self.lm.native_model is not None
-            held = NativeContextLM(self.context_order) if native else ContextLM(
-                self.context_order)
-            self._context_lm, self._text_len, n, new = held, 0, 0, ctx
-        if new.size == 0:
-            return
-        try:
-            if isinstance(held, NativeContextLM):
-                held.extend(new)
-            else:
-                held.extend_checked(new)
-        except RescorerError:
-            self._context_lm = None  # counted nothing of it: rebuilt on the next call
-            raise
-        if self._text.size < ctx.size:  # grow the buffer geometrically: O(1) per token
-            grown = np.zeros(max(ctx.size, 2 * self._text.size, 256), dtype=np.int64)
-            grown[:n] = self._text[:n]
-            self._text = grown
-        self._text[n:ctx.size] = new
-        self._text_len = int(ctx.size)
+        """Bring the context LM to the text ``ctx`` (:meth:`_CountedText.sync`)."""
+        self._counted.sync(ctx)
 
     def draft_lm_scores(self, tokens: np.ndarray, context: Sequence[int] | np.ndarray
                         ) -> np.ndarray:
@@ -366,6 +344,58 @@ class NgramRescorer:
         )
 
 
+class _CountedText:
+    """A context LM and the text it has counted, kept in step with a growing context.
+
+    :meth:`sync` counts only the new tail when the context extends the text held (checked
+    exactly), else rebuilds the LM from the whole context. The text is a buffer grown
+    geometrically (``_text[:_len]``), so following a decode costs O(1) copies per token.
+
+    Args:
+        factory: the context-LM class (``ContextLM`` or ``NativeContextLM``).
+        order: its order ``n``.
+    """
+
+    def __init__(self, factory: type[ContextLM] | type[NativeContextLM], order: int) -> None:
+        self._factory = factory
+        self._order = order
+        self.lm: ContextLM | NativeContextLM | None = None
+        self._text = np.zeros(0, dtype=np.int64)
+        self._len = 0
+
+    def sync(self, ctx: np.ndarray) -> ContextLM | NativeContextLM:
+        """The context LM of ``ctx`` (validated int64 ids).
+
+        Raises:
+            RescorerError: ids the LM cannot hold; nothing of them is counted and the next
+                call rebuilds.
+        """
+        n = self._len
+        held = self.lm
+        if held is not None and ctx.size >= n and np.array_equal(ctx[:n], self._text[:n]):
+            new = ctx[n:]
+        else:
+            held = self.lm = self._factory(self._order)
+            self._len, n, new = 0, 0, ctx
+        if new.size == 0:
+            return held
+        try:
+            if isinstance(held, NativeContextLM):
+                held.extend(new)
+            else:
+                held.extend_checked(new)
+        except RescorerError:
+            self.lm = None
+            raise
+        if self._text.size < ctx.size:
+            grown = np.zeros(max(ctx.size, 2 * self._text.size, 256), dtype=np.int64)
+            grown[:n] = self._text[:n]
+            self._text = grown
+        self._text[n:ctx.size] = new
+        self._len = int(ctx.size)
+        return held
+
+
 def _merge(lists: list[list[Any]]) -> list[Any]:
     out: list[Any] = []
     for lst in lists:
@@ -385,6 +415,8 @@ class RescorerPathScorer:
 
         self.rescorer = rescorer
         self._kenlm = NgramPathScorer(rescorer.lm)
+        # A Python context LM (its states walk a tree), whatever the rescorer's backend holds.
+        self._counted = _CountedText(ContextLM, rescorer.context_order)
 
     def next_scores(self, path: Sequence[int] | np.ndarray, context: Sequence[int] | np.ndarray,
                     candidates: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -431,31 +463,15 @@ class RescorerPathScorer:
             out[~lm.known(toks)] = unk
         if not r.uses_context:
             return out
-        held = self._python_context(ctx)
+        held = self._counted.sync(ctx)
+        assert isinstance(held, ContextLM)
         cstates: list[Any] = []
         probs = np.empty(toks.size)
         root = held.state(held.tail)
         for u, t in enumerate(toks.tolist()):
             probs[u], st = held.step(root if par[u] < 0 else cstates[par[u]], t)
             cstates.append(st)
-        lam = r.context_weight
-        with np.errstate(divide="ignore"):
-            mixed = np.log(lam * probs + (1.0 - lam) * np.exp(out))
-            shifted = (np.log1p(-lam) if lam < 1.0 else -np.inf) + out
-        return np.where(probs > 0.0, mixed, shifted)
-
-    def _python_context(self, ctx: np.ndarray) -> ContextLM:
-        """A Python :class:`ContextLM` of ``ctx`` (its states walk a tree), kept in step with
-        the text incrementally (rebuilt when ``ctx`` does not extend the text it counted)."""
-        held: ContextLM | None = getattr(self, "_held", None)
-        text: np.ndarray = getattr(self, "_held_text", np.zeros(0, dtype=np.int64))
-        order = self.rescorer.context_order
-        if held is None or ctx.size < text.size or not np.array_equal(ctx[: text.size], text):
-            held, text = ContextLM(order), np.zeros(0, dtype=np.int64)
-        if ctx.size > text.size:
-            held.extend_checked(ctx[text.size:])
-        self._held, self._held_text = held, ctx.copy()
-        return held
+        return interpolate_ln(out, probs, r.context_weight)
 
     def score(self, tokens: Sequence[int] | np.ndarray,
               context: Sequence[int] | np.ndarray = ()) -> np.ndarray:
