@@ -239,3 +239,38 @@ def test_the_prompt_mix_is_recorded_in_the_heads(base: dict[str, Path], tmp_path
     assert "Prompt mix of mix.jsonl: explain=0.70,rewrite=0.30 (10 prompts, seed 7" in readme
     signature = json.loads((tmp_path / "heads" / "curve.json").read_text())["signature"]
     assert "mix:explain=0.70,rewrite=0.30" in signature
+
+
+def test_heads_label_then_train_on_the_labelled_set(base: dict[str, Path], tmp_path: Path,
+                                                    capsys: Any) -> None:
+    """``heads label`` mirrors a distillation set (the base's own answers: every label equals
+    its text), a second run does nothing, and ``heads train --data LABELLED`` needs no
+    --prompts; --train-tokens trains on a prefix of the training shards."""
+    from blockdraft.training.heads import open_distill_set
+    from blockdraft.training.heads.shards import read_shard
+
+    data, labelled = tmp_path / "data", tmp_path / "labelled"
+    _run(capsys, ["heads", "distill", *_data_args(base), "--folder", str(data), "--json"])
+    argv = ["heads", "label", str(data), "--base", str(base["model"]), "--folder",
+            str(labelled), "--batch-size", "3", "--threads", "1", "--json"]
+    got = _run(capsys, argv)
+    src = open_distill_set(data)
+    assert got["shards_done"] == len(src.done) and got["train_tokens"] == src.summary()[
+        "train_tokens"]
+    for name in src.done:
+        shard = read_shard(labelled / f"{name}.safetensors")
+        assert shard.text_ids is not None and (shard.answer_ids == shard.text_ids).all()
+    before = _tree(labelled)
+    assert _run(capsys, argv)["shards_done"] == len(src.done) and _tree(labelled) == before
+    out = tmp_path / "heads"
+    trained = _run(capsys, ["heads", "train", "--base", str(base["model"]), "--data",
+                            str(labelled), "-o", str(out), "--work", str(tmp_path / "w"),
+                            "--heads", "2", "--steps", "2", "--batch", "8", "--eval-every",
+                            "2", "--eval-positions", "16", "--warmup", "1", "--threads", "1",
+                            "--train-tokens", "1", "--json"])
+    assert trained["finished"] and "labelled by one forward" in (out / "README.md").read_text()
+    first = src.shards("train")[0]
+    assert f"prompts:{read_shard(data / f'{first}.safetensors').num_prompts}" in json.loads(
+        (out / "curve.json").read_text())["signature"]  # one training shard: the first
+    _one_line(_run(capsys, ["heads", "train", "--base", str(base["model"]), "--data", str(data),
+                            "-o", str(tmp_path / "h2"), "--json"], 1), "--prompts")

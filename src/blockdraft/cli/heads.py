@@ -9,6 +9,9 @@ frozen base (docs/definitions.md sec. 10; docs/real-models.md, "Training heads")
                     distillation set) and a follow-up request
     heads distill   the base's greedy answers and final hidden states on training prompts: a
                     distillation set, cached and resumable (a run stops between shards)
+    heads label     a distillation set's texts labelled by one forward each (the base's
+                    states and its own next tokens, at prefill speed): a labelled set that
+                    mirrors the source shard for shard, resumable
     heads train     the data step (or the set it left), then the heads, written in Medusa
                     version-2 layout with their learning curve and a README
     heads curve     trained heads scored on every held-out position of a set, against their
@@ -113,7 +116,7 @@ def cmd_heads_distill(args: argparse.Namespace) -> int:
 def _distill_stop(args: argparse.Namespace, dset: Any) -> str:
     """Where a distillation run stopped: its limits and the shards done."""
     limits = [f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
-              for flag, value in (("--max-prompts", args.max_prompts),
+              for flag, value in (("--max-prompts", getattr(args, "max_prompts", None)),
                                   ("--max-tokens", args.max_tokens),
                                   ("--minutes", args.minutes)) if value is not None]
     return (f"stopped by {' / '.join(limits) or 'a limit'} after {len(dset.done)} of "
@@ -137,16 +140,38 @@ def _report_distill(args: argparse.Namespace, dset: Any) -> None:
     ], caption=f"folder: {dset.folder}")
 
 
-def _data_arguments(p: argparse.ArgumentParser) -> None:
+# ------------------------------------------------------------------------------------ label
+
+
+def cmd_heads_label(args: argparse.Namespace) -> int:
+    """``heads label``: the source set's finished shards labelled into a labelled set (the
+    cache's folder keyed by the settings, or ``--folder``), continued on every run."""
+    from blockdraft.training import heads
+    from blockdraft.training.heads.labels import label
+
+    dset = label(args.source, args.base, folder=args.folder, dtype=args.dtype,
+                 batch_size=args.batch_size, max_tokens=args.max_tokens, minutes=args.minutes,
+                 threads=args.threads, progress=not args.json)
+    _report_distill(args, dset)
+    source = heads.open_distill_set(args.source)
+    if set(dset.done) >= set(source.done):
+        return 0
+    return stopped_early(f"{_distill_stop(args, dset)}: the labelled set in {dset.folder} "
+                         "lacks some of the source's shards; the same command goes on")
+
+
+def _data_arguments(p: argparse.ArgumentParser, prompts_required: bool = True) -> None:
     """The data step's options, shared by ``heads distill`` and ``heads train``."""
     from blockdraft.training.heads.distill import distill
 
     p.add_argument("--base", default="smollm2",
                    help="the base model: a known name (smollm2), a Hugging Face folder or a "
                         ".gguf file (default smollm2)")
-    p.add_argument("--prompts", nargs="+", required=True, type=Path,
+    p.add_argument("--prompts", nargs="+", required=prompts_required, type=Path,
                    help='JSON-lines files of training prompts, {"source": ..., "prompt": ...} '
-                        "a line (training data only, never evaluation text)")
+                        "a line (training data only, never evaluation text)"
+                        + ("" if prompts_required else "; not needed when --data holds a "
+                           "labelled set (heads label)"))
     p.add_argument("--dtype", choices=DTYPES, default=_default(distill, "dtype"),
                    help="the base's dtype while generating (default %(default)s)")
     p.add_argument("--max-new-tokens", type=positive_int,
@@ -181,7 +206,7 @@ def heads_settings(args: argparse.Namespace) -> Any:
         heads=args.heads, layers=args.layers, seed=args.seed, steps=args.steps,
         batch=args.batch, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
         loss=args.loss, eval_every=args.eval_every, eval_positions=args.eval_positions,
-        patience=args.patience, vocab=args.vocab)
+        patience=args.patience, vocab=args.vocab, shortlist=args.shortlist)
     settings.check()
     return settings
 
@@ -191,6 +216,10 @@ def cmd_heads_train(args: argparse.Namespace) -> int:
     from blockdraft.training import heads
 
     settings = heads_settings(args)
+    if not args.prompts and not (args.data is not None and (args.data / "plan.json").is_file()
+                                 and heads.open_distill_set(args.data).labelled):
+        raise CliError("heads train needs --prompts (the data step distils them), unless "
+                       "--data holds a labelled set (blockdraft heads label)")
     out = Path(args.out)
     if (args.resume and not args.overwrite and out.is_dir() and any(out.iterdir())
             and not (out / heads.CURVE_FILE).is_file()):
@@ -207,8 +236,9 @@ def cmd_heads_train(args: argparse.Namespace) -> int:
     # only when the training finished (an interrupted, failed or time-boxed run leaves it)
     with output.writing() as writing:
         result = heads.train_medusa_heads(
-            args.base, [str(p) for p in args.prompts], writing.path, heads=settings.heads,
-            layers=settings.layers, max_prompts=args.max_prompts, minutes=args.minutes,
+            args.base, [str(p) for p in args.prompts or ()], writing.path,
+            heads=settings.heads, layers=settings.layers, max_prompts=args.max_prompts,
+            train_tokens=args.train_tokens, minutes=args.minutes,
             distill_minutes=args.distill_minutes, seed=settings.seed, threads=args.threads,
             dtype=args.dtype, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
             shard_size=args.shard_size, heldout_fraction=args.heldout_fraction,
@@ -241,7 +271,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     from blockdraft.training.heads import HeadsTrainSettings
 
     defaults = HeadsTrainSettings()
-    _data_arguments(p)
+    _data_arguments(p, prompts_required=False)
     p.add_argument("-o", "--out", required=True, type=Path,
                    help="the heads folder to write (Medusa version-2 layout, bfloat16, "
                         "curve.json, curve.png, README.md)")
@@ -254,6 +284,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="time box of the data step, minutes (0: only read the set as it is)")
     p.add_argument("--minutes", type=float, default=None,
                    help="time box of the training, minutes (a later run with --resume goes on)")
+    p.add_argument("--train-tokens", type=positive_int, default=None,
+                   help="train on the first training shards holding this many answer tokens "
+                        "(a learning curve's point; default: all the set holds)")
     p.add_argument("--steps", type=positive_int, default=defaults.steps,
                    help="optimizer steps, the cosine schedule's length (default %(default)s)")
     p.add_argument("--batch", type=positive_int, default=defaults.batch,
@@ -265,9 +298,14 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", choices=("cosine", "constant"), default=defaults.schedule)
     p.add_argument("--loss", choices=("ce", "kl"), default=defaults.loss,
                    help="ce: the base's greedy tokens; kl: its distributions")
-    p.add_argument("--vocab", choices=("full", "seen"), default=defaults.vocab,
-                   help="softmax of the training loss over the full vocabulary or only the "
-                        "tokens seen in the training answers (several times faster)")
+    p.add_argument("--vocab", choices=("full", "seen", "shortlist"), default=defaults.vocab,
+                   help="softmax of the training loss over the full vocabulary, only the "
+                        "tokens seen in the training answers (several times faster), or the "
+                        "--shortlist most frequent of them: the draft vocabulary of heads "
+                        "packaged with that shortlist (faster still)")
+    p.add_argument("--shortlist", type=positive_int, default=defaults.shortlist,
+                   help="the training shortlist's size, with --vocab shortlist "
+                        "(default %(default)s; package the heads with the same size)")
     p.add_argument("--eval-every", type=positive_int, default=defaults.eval_every,
                    help="steps between held-out evaluations and checkpoints "
                         "(default %(default)s)")
@@ -494,7 +532,7 @@ def _prompt_file_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: Any) -> None:
-    """``heads prompts|questions|follow-ups|distill|train|curve|package``."""
+    """``heads prompts|questions|follow-ups|distill|label|train|curve|package``."""
     group = add_group(sub, "heads", "Medusa heads for a Hugging Face model, by self-distillation")
     p = add_command(group, "prompts",
                     "distillation prompts that look like what users ask, kinds mixed by "
@@ -551,6 +589,28 @@ def add_parsers(sub: Any) -> None:
                    help="--folder holds a set made with these settings: add to it")
     p.add_argument("--overwrite", action="store_true",
                    help="replace what --folder holds (only once this run ends)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+
+    p = add_command(group, "label",
+                    "a distillation set's texts labelled by the base in one forward each "
+                    "(states and next tokens at prefill speed; resumable)", cmd_heads_label)
+    p.add_argument("source", type=Path,
+                   help="the distillation folder whose answers are the texts to label")
+    p.add_argument("--base", default="smollm2",
+                   help="the model that labels (a known name, an HF folder or a GGUF file)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="the base's dtype while labelling (default %(default)s: the "
+                        "precision decoding is judged in)")
+    p.add_argument("--batch-size", type=positive_int, default=16,
+                   help="texts per forward (default %(default)s)")
+    p.add_argument("--folder", type=Path, default=None,
+                   help="the labelled set (default: $BLOCKDRAFT_CACHE/labels/<key>, keyed by "
+                        "the settings and the source; always continued)")
+    p.add_argument("--max-tokens", type=positive_int, default=None,
+                   help="tokens to reach in all (this run stops between shards)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="time box of this run, minutes (it stops between shards)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
 
     p = add_command(group, "train",

@@ -103,6 +103,45 @@ def test_the_seen_vocabulary_loss_trains_and_evaluation_ranks_the_full_one(
     assert "vocab:seen" in result.signature
 
 
+def test_the_shortlist_loss_scores_the_heads_as_they_draft(dataset: Any, tmp_path: Path) -> None:
+    """vocab="shortlist": held-out top-1/top-5 equal a brute-force ranking of the full
+    logits with every token outside the shortlist (the most frequent training targets) at
+    -inf, a target outside it counted as a miss; the size is in the signature."""
+    from blockdraft.training.heads.positions import IGNORE, head_targets
+    from blockdraft.training.heads.shortlist import frequency_shortlist
+
+    lm_head = lm_head_weight(tiny_llama(init=0.1))
+    train = load_positions(dataset, "train")
+    size = 12
+    assert torch.unique(train.targets).numel() > size  # some targets fall outside it
+    short = HeadsTrainSettings(**{**TRAIN.__dict__, "vocab": "shortlist", "shortlist": size,
+                                  "eval_positions": 10_000})
+    result = train_heads(dataset, lm_head, tmp_path / "w", short, log=None, progress=False)
+    assert "vocab:shortlist" in result.signature and f"shortlist:{size}" in result.signature
+    ids = frequency_shortlist(np.bincount(train.targets.numpy(), minlength=100), size)
+    held = load_positions(dataset, "heldout")
+    rows = held.usable()
+    with torch.no_grad():
+        logits = result.heads(held.hidden[rows].float()) @ lm_head.T  # (B, n, V)
+    outside = torch.ones(100, dtype=torch.bool)
+    outside[torch.from_numpy(ids)] = False
+    logits[..., outside] = -torch.inf
+    targets = head_targets(held, rows, short.heads)
+    valid = targets != IGNORE
+    top5 = logits.topk(5, dim=-1).indices
+    top1 = ((top5[..., 0] == targets) & valid).sum(0) / valid.sum(0)
+    hit5 = ((top5 == targets[..., None]).any(-1) & valid).sum(0) / valid.sum(0)
+    best = next(point for point in result.curve if point["step"] == result.best_step)
+    assert best["top1"] == pytest.approx(top1.tolist())  # the heads returned are the best's
+    assert best["top5"] == pytest.approx(hit5.tolist())
+    missed = valid & ~torch.isin(targets, torch.from_numpy(ids))
+    assert bool(missed.any())  # the brute force above counted some misses by construction
+    assert result.curve[-1]["heldout_loss"] < result.curve[0]["heldout_loss"]
+    plain = train_heads(dataset, lm_head, tmp_path / "p", TRAIN, stop_after=1, log=None,
+                        progress=False)
+    assert "shortlist:" not in plain.signature  # recorded only where it is used
+
+
 def test_kl_loss_trains_too(dataset: Any, tmp_path: Path) -> None:
     lm_head = lm_head_weight(tiny_llama(init=0.1))
     kl = HeadsTrainSettings(heads=2, steps=20, batch=64, lr=3e-3, warmup=5, eval_every=20,

@@ -33,6 +33,7 @@ from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.training.heads.distill import distill
 from blockdraft.training.heads.mix import describe_mix, read_mix
 from blockdraft.training.heads.progress import log_line
+from blockdraft.training.heads.shards import PLAN_FILE, open_distill_set
 from blockdraft.training.heads.trainer import (
     CURVE_FILE,
     HeadsTrainResult,
@@ -128,6 +129,7 @@ def train_medusa_heads(
     heads: int = 5,
     layers: int = 1,
     max_prompts: int | None = None,
+    train_tokens: int | None = None,
     minutes: float | None = None,
     distill_minutes: float | None = None,
     seed: int = 0,
@@ -153,13 +155,16 @@ def train_medusa_heads(
         out: the heads folder to write (Medusa version 2, bfloat16, README, curve).
         heads, layers: Medusa heads and ResBlocks per head (override ``settings``).
         max_prompts: train prompts to distil (the data step stops between shards).
+        train_tokens: train on the first training shards that hold this many answer tokens
+            (:meth:`DistillSet.first`; a learning curve's points), not on all of them.
         minutes: the training time box, wall minutes (None: until ``steps`` or patience).
         distill_minutes: the data step's time box, wall minutes (None: no box).
         seed: seeds the split, the heads and the sampler.
         threads: torch CPU threads (default: 1 on a busy machine; set by the data step).
         dtype, max_new_tokens, batch_size, shard_size, heldout_fraction, heldout_min, data: the
             data step (:func:`blockdraft.training.heads.distill.distill`; ``data`` its
-            folder, default ``$BLOCKDRAFT_CACHE/distill/<key>``).
+            folder, default ``$BLOCKDRAFT_CACHE/distill/<key>``; a labelled set there,
+            :mod:`~blockdraft.training.heads.labels`, is trained on as it is: no data step).
         work: the training folder (checkpoint); default ``$BLOCKDRAFT_CACHE/medusa-train/<key>``.
         settings: the other training settings (:class:`HeadsTrainSettings`).
         command: the command line to record in the README.
@@ -171,12 +176,20 @@ def train_medusa_heads(
     from blockdraft.models.hf.loading import load_causal_lm
 
     wall = time.monotonic()
-    # the prompts are read (and refused with a line number) before the base is loaded
-    dset = distill(base, prompts, folder=data, dtype=dtype, max_new_tokens=max_new_tokens,
-                   batch_size=batch_size, shard_size=shard_size, seed=seed,
-                   heldout_fraction=heldout_fraction,
-                   heldout_min=heldout_min, max_prompts=max_prompts, minutes=distill_minutes,
-                   threads=threads, progress=progress, log=log)
+    if data is not None and (Path(data) / PLAN_FILE).is_file() and open_distill_set(
+            data).labelled:  # labelled by one forward: no data step here
+        dset = open_distill_set(data)
+        if threads:
+            torch.set_num_threads(threads)
+    else:
+        # the prompts are read (and refused with a line number) before the base is loaded
+        dset = distill(base, prompts, folder=data, dtype=dtype, max_new_tokens=max_new_tokens,
+                       batch_size=batch_size, shard_size=shard_size, seed=seed,
+                       heldout_fraction=heldout_fraction,
+                       heldout_min=heldout_min, max_prompts=max_prompts,
+                       minutes=distill_minutes, threads=threads, progress=progress, log=log)
+    if train_tokens is not None:
+        dset = dset.first(train_tokens)
     distill_seconds = time.monotonic() - wall
     model, _ = load_causal_lm(base, "float32")
     lm_head = lm_head_weight(model)
@@ -200,8 +213,12 @@ def train_medusa_heads(
         f"{heads} Medusa heads (blockdraft heads 2..{heads + 1}, so h = {heads + 1}), "
         f"{layers} ResBlock{'' if layers == 1 else 's'} each, sharing the base's lm_head "
         "(Medusa version-2 layout, "
-        "bfloat16), trained by self-distillation: the base's own greedy answers to training "
-        "prompts and its final hidden states (docs/definitions.md sec. 10).\n\n"
+        "bfloat16), trained by self-distillation: "
+        + ("the base's own predictions and final hidden states along the answers of "
+           f"{dset.plan['labels'].get('source')}, labelled by one forward each"
+           if dset.labelled else
+           "the base's own greedy answers to training prompts and its final hidden states")
+        + " (docs/definitions.md sec. 10).\n\n"
         f"Command:\n\n    {command or '(called from Python)'}\n\n"
         f"Wall time (this call): data step {distill_seconds / 60:.1f} min, training "
         f"{train_seconds / 60:.1f} min; training time in all "

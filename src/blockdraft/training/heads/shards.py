@@ -13,6 +13,11 @@ ones. A shard of ``P`` prompts with ``N`` answer tokens holds
     ``hidden``          ``[N, d]`` (bfloat16 by default): row ``answer_offsets[p] + j`` is
                         ``h_j`` of prompt ``p``, so ``answer_ids`` at the same row is the base's
                         prediction from that state.
+    ``text_ids``        int32 ``[N]``, only in a set labelled by one forward over a text
+                        (:mod:`~blockdraft.training.heads.labels`): the text ``t_1 .. t_m``
+                        the states were computed on; ``answer_ids`` then holds the base's
+                        own prediction at each position (equal where the text is the base's
+                        greedy answer).
 
 Public surface:
     PLAN_FILE                                   ``plan.json``: what makes a folder a set
@@ -56,6 +61,7 @@ class Shard:
     answer_ids: np.ndarray  # int32 [N]
     answer_offsets: np.ndarray  # int64 [P + 1]
     hidden: torch.Tensor  # [N, d]
+    text_ids: np.ndarray | None = None  # int32 [N]: the text labelled (labelled sets only)
 
     @property
     def num_prompts(self) -> int:
@@ -109,6 +115,8 @@ def write_shard(path: Path, shard: Shard, metadata: dict[str, str]) -> None:
         "answer_offsets": torch.from_numpy(shard.answer_offsets.astype(np.int64)),
         "hidden": shard.hidden.contiguous(),
     }
+    if shard.text_ids is not None:
+        tensors["text_ids"] = torch.from_numpy(shard.text_ids.astype(np.int32))
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
 
@@ -132,6 +140,7 @@ def read_shard(path: str | os.PathLike[str]) -> Shard:
         answer_ids=t["answer_ids"].numpy(),
         answer_offsets=t["answer_offsets"].numpy(),
         hidden=t["hidden"],
+        text_ids=t["text_ids"].numpy() if "text_ids" in t else None,
     )
 
 
@@ -210,6 +219,31 @@ class DistillSet:
     def answers(self, split: str = "train") -> list[np.ndarray]:
         """The base model's answers of the finished shards of ``split`` (int32 arrays)."""
         return [a for n in self.shards(split) for a in read_answers(self.shard_path(n))]
+
+    def first(self, train_tokens: int) -> DistillSet:
+        """This set cut to its first finished training shards (plan order) that hold at
+        least ``train_tokens`` answer tokens (all of them if they hold fewer), every held-out
+        shard kept: the prefix a learning curve trains on.
+
+        Raises:
+            TrainingError: ``train_tokens`` < 1.
+        """
+        if isinstance(train_tokens, bool) or not isinstance(train_tokens, int) or (
+                train_tokens < 1):
+            raise TrainingError(f"train_tokens must be an integer >= 1, got {train_tokens!r}")
+        keep, total = set(self.shards("heldout")), 0
+        for name in self.shards("train"):
+            if total >= train_tokens:
+                break
+            keep.add(name)
+            total += int(_shard_metadata(self.shard_path(name)).get("tokens", 0))
+        return DistillSet(self.folder, self.plan, [n for n in self.done if n in keep])
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the set was labelled by one forward over another set's texts
+        (:mod:`~blockdraft.training.heads.labels`) rather than generated."""
+        return "labels" in self.plan
 
     def summary(self) -> dict[str, int]:
         """Prompts and answer tokens per finished split (from the shard headers)."""

@@ -60,12 +60,13 @@ from blockdraft.training.errors import TrainingError
 from blockdraft.training.heads.positions import IGNORE, PositionData, head_targets, load_positions
 from blockdraft.training.heads.progress import ProgressBar, log_line
 from blockdraft.training.heads.shards import DistillSet
+from blockdraft.training.heads.shortlist import frequency_shortlist
 from blockdraft.training.resume import changed_settings, check_run_folder
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CURVE_FILE = "curve.json"
 LOSSES = ("ce", "kl")
-VOCABS = ("full", "seen")
+VOCABS = ("full", "seen", "shortlist")
 SCHEDULES = ("cosine", "constant")
 
 
@@ -93,7 +94,13 @@ class HeadsTrainSettings:
             the tokens ``"seen"`` in the training answers (every target is one of them; on
             SmolLM2 a small share of ``V``, so a step costs that much less; the
             approximation: the heads are never taught to push unseen tokens down).
-            Evaluation always ranks the full vocabulary.
+            ``"shortlist"``: over the ``shortlist`` most frequent tokens of the training
+            answers (:func:`~blockdraft.training.heads.shortlist.frequency_shortlist`), the
+            draft vocabulary the packaged heads are normalised over at decode time
+            (``heads package --shortlist``); targets outside it leave the loss, and the
+            held-out scores rank the shortlist only (a target outside it is a miss).
+            Otherwise evaluation ranks the full vocabulary.
+        shortlist: the shortlist's size (used by ``vocab="shortlist"`` only).
     """
 
     heads: int = 5
@@ -111,11 +118,13 @@ class HeadsTrainSettings:
     eval_positions: int = 2048
     patience: int = 0
     vocab: str = "full"
+    shortlist: int = 4096
     version: str = field(default="1")
 
     def check(self) -> None:
         """Raise :class:`TrainingError` on an invalid setting."""
-        for name in ("heads", "layers", "steps", "batch", "eval_every", "eval_positions"):
+        for name in ("heads", "layers", "steps", "batch", "eval_every", "eval_positions",
+                     "shortlist"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise TrainingError(f"{name} must be an integer >= 1, got {value!r}")
@@ -138,9 +147,27 @@ class HeadsTrainSettings:
         return self.lr * 0.5 * (1.0 + math.cos(math.pi * min(step - self.warmup, span) / span))
 
 
+def _recorded(settings: HeadsTrainSettings) -> dict[str, Any]:
+    """The settings a run's identity and signature record: the shortlist's size only where
+    it is used (so checkpoints of the other vocabularies keep their identity)."""
+    fields = asdict(settings)
+    if settings.vocab != "shortlist":
+        del fields["shortlist"]
+    return fields
+
+
 def lm_head_weight(base: Any) -> torch.Tensor:
     """The base model's output projection ``[V, d]`` as a float32 copy (frozen)."""
     return base.get_output_embeddings().weight.detach().float().clone()  # type: ignore[no-any-return]
+
+
+def restrict_vocab(data: PositionData, ids: torch.Tensor, vocab_size: int) -> PositionData:
+    """``data`` with its targets renumbered into ``ids`` (int64 ``[V']``, distinct): target
+    ``ids[k]`` becomes ``k``, a target outside ``ids`` becomes :data:`IGNORE` (it leaves
+    the loss)."""
+    remap = torch.full((vocab_size,), IGNORE, dtype=torch.long)
+    remap[ids] = torch.arange(ids.numel())
+    return PositionData(data.hidden, remap[data.targets], data.remaining, data.prompts)
 
 
 # --------------------------------------------------------------------------------- the loss
@@ -187,22 +214,34 @@ def evaluate_heads(
     rows: torch.Tensor,
     settings: HeadsTrainSettings,
     chunk: int = 256,
+    vocab: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """Held-out top-1 / top-5 per head (against the base's greedy ``y_{j+1+i}``) and loss.
+
+    Args:
+        vocab: int64 ``[Vs]`` ids: rank these tokens only, as heads with this shortlist
+            draft (a target outside it is a miss; the loss is over the targets inside it).
+            None: the full vocabulary.
 
     Returns:
         ``{"loss": float, "top1": [n floats], "top5": [n floats], "positions": [n ints]}``.
     """
     n = settings.heads
+    scored = data
+    if vocab is not None:  # the loss and the ranking over the shortlist
+        scored = restrict_vocab(data, vocab, lm_head.shape[0])
+        lm_head = lm_head[vocab]
     hit1 = torch.zeros(n)
     hit5 = torch.zeros(n)
     count = torch.zeros(n)
     loss = 0.0
     for start in range(0, rows.numel(), chunk):
         part = rows[start:start + chunk]
-        value, logits, targets = heads_loss(heads, lm_head, data, part, settings)
+        value, logits, targets = heads_loss(heads, lm_head, scored, part, settings)
         loss += float(value) * part.numel()
-        top5 = logits.topk(5, dim=-1).indices  # (B, n, 5)
+        top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices  # (B, n, 5)
+        if vocab is not None:  # back to token ids, against every target
+            top5, targets = vocab[top5], head_targets(data, part, n)
         valid = targets != IGNORE
         match = (top5 == targets[..., None]) & valid[..., None]
         hit1 += match[..., 0].sum(0).float()
@@ -320,11 +359,11 @@ def train_heads(
         **(extra_signature or {}),
         "data": data_key(dset), "prompts": train.prompts, "tokens": human_count(train.tokens),
         "heldout": f"{held.prompts}p/{human_count(held.tokens)}",
-        **{k: v for k, v in asdict(settings).items() if k != "version"},
+        **{k: v for k, v in _recorded(settings).items() if k != "version"},
         "threads": torch.get_num_threads(), **environment(),
     }
     signature = format_signature(fields)
-    identity: dict[str, Any] = {"settings": asdict(settings), "data": data_key(dset)}
+    identity: dict[str, Any] = {"settings": _recorded(settings), "data": data_key(dset)}
 
     torch.manual_seed(settings.seed)
     heads = MedusaHeads(d, None, settings.heads, settings.layers)
@@ -333,12 +372,17 @@ def train_heads(
     sampler = torch.Generator().manual_seed(settings.seed)
     usable = train.usable()
     train_head = lm_head
-    if settings.vocab == "seen":  # the loss's softmax over the training answers' tokens only
-        seen = torch.unique(train.targets)  # (V',)
-        remap = torch.full((lm_head.shape[0],), IGNORE, dtype=torch.long)
-        remap[seen] = torch.arange(seen.numel())
-        train = PositionData(train.hidden, remap[train.targets], train.remaining, train.prompts)
-        train_head = lm_head[seen].contiguous()  # (V', d)
+    eval_vocab: torch.Tensor | None = None
+    if settings.vocab != "full":  # the loss's softmax over part of the vocabulary
+        if settings.vocab == "seen":  # the training answers' tokens
+            part = torch.unique(train.targets)  # (V',)
+        else:  # the draft vocabulary the packaged heads are normalised over
+            counts = np.bincount(train.targets.numpy(), minlength=lm_head.shape[0])
+            size = min(settings.shortlist, lm_head.shape[0])
+            part = torch.from_numpy(frequency_shortlist(counts, size))
+            eval_vocab = part
+        train = restrict_vocab(train, part, lm_head.shape[0])
+        train_head = lm_head[part].contiguous()  # (V', d)
     eval_rows = held.usable()
     if eval_rows.numel() > settings.eval_positions:
         pick = torch.randperm(eval_rows.numel(), generator=torch.Generator().manual_seed(
@@ -398,7 +442,8 @@ def train_heads(
             stop = stop_after is not None and step >= stop_after
             if step % settings.eval_every == 0 or finished or out_of_time or stop:
                 heads.eval()
-                scores = evaluate_heads(heads, lm_head, held, eval_rows, settings)
+                scores = evaluate_heads(heads, lm_head, held, eval_rows, settings,
+                                        vocab=eval_vocab)
                 heads.train()
                 seconds = seconds_before + time.monotonic() - start
                 curve.append({"step": step, "positions": step * settings.batch,
