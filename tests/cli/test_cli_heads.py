@@ -274,3 +274,31 @@ def test_heads_label_then_train_on_the_labelled_set(base: dict[str, Path], tmp_p
         (out / "curve.json").read_text())["signature"]  # one training shard: the first
     _one_line(_run(capsys, ["heads", "train", "--base", str(base["model"]), "--data", str(data),
                             "-o", str(tmp_path / "h2"), "--json"], 1), "--prompts")
+
+
+def test_prefix_heads_train_and_score_from_the_command_line(base: dict[str, Path],
+                                                            tmp_path: Path, capsys: Any) -> None:
+    """heads train --arch prefix writes prefix heads (with their training shortlist) that
+    heads curve scores, from the heads folder and from the training folder alike."""
+    import torch
+
+    from blockdraft.models.hf.prefix_heads import read_prefix_heads
+
+    out = tmp_path / "heads"
+    got = _run(capsys, [*_train_args(base, tmp_path, out), "--arch", "prefix", "--vocab",
+                        "shortlist", "--shortlist", "20"])
+    assert got["finished"]
+    heads = read_prefix_heads(out)
+    assert heads.shortlist is not None and heads.shortlist.numel() == 20
+    curve = _run(capsys, ["heads", "curve", str(out), str(tmp_path / "work"), "--data",
+                          str(tmp_path / "data"), "--base", str(base["model"]), "-o",
+                          str(tmp_path / "curve"), "--json"])
+    folder, work = curve["runs"]
+    assert "arch:prefix" in folder["signature"]
+    assert 1.0 <= folder["B_vanilla"] <= folder["B_oracle5"]
+    from blockdraft.training.heads import read_run
+
+    assert torch.equal(read_run(tmp_path / "work").heads.shortlist, heads.shortlist)
+    # the training folder's best heads are the folder's (bfloat16 there): the same scores
+    assert work["B_vanilla"] == pytest.approx(folder["B_vanilla"], abs=0.05)
+    assert work["top1"] == pytest.approx(folder["top1"], abs=0.1)

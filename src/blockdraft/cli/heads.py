@@ -206,7 +206,7 @@ def heads_settings(args: argparse.Namespace) -> Any:
         heads=args.heads, layers=args.layers, seed=args.seed, steps=args.steps,
         batch=args.batch, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
         loss=args.loss, eval_every=args.eval_every, eval_positions=args.eval_positions,
-        patience=args.patience, vocab=args.vocab, shortlist=args.shortlist)
+        patience=args.patience, vocab=args.vocab, shortlist=args.shortlist, arch=args.arch)
     settings.check()
     return settings
 
@@ -284,6 +284,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="time box of the data step, minutes (0: only read the set as it is)")
     p.add_argument("--minutes", type=float, default=None,
                    help="time box of the training, minutes (a later run with --resume goes on)")
+    p.add_argument("--arch", choices=("medusa", "prefix"), default=defaults.arch,
+                   help="medusa: independent heads; prefix: each head also reads the token "
+                        "before its target (Hydra-style; scored offline, not decodable yet)")
     p.add_argument("--train-tokens", type=positive_int, default=None,
                    help="train on the first training shards holding this many answer tokens "
                         "(a learning curve's point; default: all the set holds)")
@@ -355,8 +358,9 @@ def cmd_heads_curve(args: argparse.Namespace) -> int:
 
     model, _ = load_causal_lm(args.base, "float32")
     lm_head = heads.lm_head_weight(model)
+    embed = model.get_input_embeddings().weight.detach().float().clone()  # prefix heads read it
     del model
-    rows = heads.score_runs(runs, dset, lm_head)
+    rows = heads.score_runs(runs, dset, lm_head, embed=embed)
     with output.writing() as writing:
         heads.write_data_curve(rows, writing.path, command=_command(args))
     if args.json:

@@ -134,6 +134,10 @@ def test_the_shortlist_loss_scores_the_heads_as_they_draft(dataset: Any, tmp_pat
     best = next(point for point in result.curve if point["step"] == result.best_step)
     assert best["top1"] == pytest.approx(top1.tolist())  # the heads returned are the best's
     assert best["top5"] == pytest.approx(hit5.tolist())
+    assert torch.equal(result.heads.shortlist, torch.from_numpy(ids))  # they draft over it
+    from blockdraft.training.heads.data_curve import head_topk
+
+    assert torch.equal(head_topk(result.heads, lm_head, held, 5)[rows], top5)
     missed = valid & ~torch.isin(targets, torch.from_numpy(ids))
     assert bool(missed.any())  # the brute force above counted some misses by construction
     assert result.curve[-1]["heldout_loss"] < result.curve[0]["heldout_loss"]

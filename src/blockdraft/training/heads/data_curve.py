@@ -43,11 +43,17 @@ import torch
 
 from blockdraft.core.files import atomic_directory, atomic_path, write_text_atomic
 from blockdraft.models.hf.medusa import MedusaHeads
+from blockdraft.models.hf.prefix_heads import PrefixHeads, is_prefix_folder, read_prefix_heads
 from blockdraft.training.errors import TrainingError
 from blockdraft.training.heads.positions import IGNORE, PositionData, head_targets, load_positions
 from blockdraft.training.heads.progress import log_line
 from blockdraft.training.heads.shards import DistillSet
-from blockdraft.training.heads.trainer import CHECKPOINT_FILE, CURVE_FILE, read_checkpoint
+from blockdraft.training.heads.trainer import (
+    CHECKPOINT_FILE,
+    CURVE_FILE,
+    head_states,
+    read_checkpoint,
+)
 
 CURVE_FILES = ("data_curve.json", "data_curve.md", "data_curve.png")
 """The files :func:`write_data_curve` writes in its folder."""
@@ -109,12 +115,16 @@ def read_run(path: str | os.PathLike[str]) -> HeadsRun:
         if "heads" not in fields or "blocks.0.0.linear.weight" not in weights:
             raise TrainingError(f"{checkpoint} is not a Medusa head training checkpoint")
         d = int(weights["blocks.0.0.linear.weight"].shape[1])
-        heads = MedusaHeads(d, None, int(fields["heads"]), int(fields.get("layers", 1)))
+        n, layers = int(fields["heads"]), int(fields.get("layers", 1))
+        heads = (PrefixHeads(d, n, layers) if "prefix.0.weight" in weights
+                 else MedusaHeads(d, None, n, layers))
         heads.load_state_dict(weights)
+        if state.get("shortlist") is not None:  # trained over it: scored as it drafts
+            heads.set_shortlist(state["shortlist"])
     elif curve.is_file():
         from blockdraft.models.hf.formats import read_heads
 
-        heads = read_heads(root)
+        heads = read_prefix_heads(root) if is_prefix_folder(root) else read_heads(root)
         try:
             record = json.loads(curve.read_text(encoding="utf-8"))
             signature = str(record["signature"])
@@ -143,14 +153,21 @@ def _best_step(curve: Sequence[dict[str, Any]]) -> int:
 
 @torch.no_grad()
 def head_topk(heads: MedusaHeads, lm_head: torch.Tensor, data: PositionData, k: int = 5,
-              chunk: int = 256) -> torch.Tensor:
+              chunk: int = 256, embed: torch.Tensor | None = None) -> torch.Tensor:
     """int64 ``[N, n, k]``: the ``k`` best tokens of each of the ``n`` heads at every row of
-    ``data`` (best first; logits ``heads(h_j) @ lm_head.T`` in float32)."""
+    ``data`` (best first; logits ``heads(h_j) @ lm_head.T`` in float32), ranked over the heads'
+    shortlist when they carry one (as they draft). Prefix heads read the greedy token before
+    each target (teacher-forced; ``embed`` the base's input embeddings, default ``lm_head``:
+    :func:`~blockdraft.training.heads.trainer.head_states`)."""
     out = []
-    weight = lm_head.float()
+    ids = heads.shortlist
+    weight = lm_head.float() if ids is None else lm_head.float()[ids]  # (V or Vs, d)
+    embed = lm_head if embed is None else embed
     for start in range(0, data.tokens, chunk):
-        x = data.hidden[start:start + chunk].float()  # (b, d)
-        out.append((heads(x) @ weight.T).topk(k, dim=-1).indices)  # (b, n, k)
+        rows = torch.arange(start, min(start + chunk, data.tokens))
+        states = head_states(heads, data, rows, embed)  # (b, n, d)
+        best = (states @ weight.T).topk(k, dim=-1).indices  # (b, n, k)
+        out.append(best if ids is None else ids[best])
     return torch.cat(out)
 
 
@@ -193,6 +210,7 @@ def score_runs(
     dset: DistillSet,
     lm_head: torch.Tensor,
     log: Callable[[str], None] | None = log_line,
+    embed: torch.Tensor | None = None,
 ) -> list[dict[str, Any]]:
     """Every run's held-out top-1/top-5 per head on all usable held-out positions.
 
@@ -202,6 +220,7 @@ def score_runs(
             trained beside: its held-out prompts were never trained on).
         lm_head: the base's output projection ``[V, d]`` (float32).
         log: one line per run; None for silence.
+        embed: the base's input embeddings ``[V, d]`` (prefix heads; default ``lm_head``).
 
     Returns:
         One dict per run, sorted by training tokens: ``path``, ``prompts``, ``tokens``,
@@ -212,7 +231,7 @@ def score_runs(
     out = []
     for run in sorted(runs, key=lambda r: r.tokens):
         heads = run.heads.float()
-        topk = head_topk(heads, lm_head, held, 5)  # (N, n, 5)
+        topk = head_topk(heads, lm_head, held, 5, embed=embed)  # (N, n, 5)
         targets = head_targets(held, torch.arange(held.tokens), topk.shape[1])  # (N, n)
         valid = targets != IGNORE
         match = topk == targets[..., None]  # (N, n, 5)

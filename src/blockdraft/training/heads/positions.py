@@ -34,12 +34,21 @@ class PositionData:
             ``i`` has a target at row ``r`` iff ``i <= remaining[r]``
             (``targets[r + i]``).
         prompts: prompts in the split.
+        ids: int64 ``[N]``: the targets as vocabulary ids where ``targets`` was renumbered
+            (a training vocabulary); None when ``targets`` are the ids.
     """
 
     hidden: torch.Tensor
     targets: torch.Tensor
     remaining: torch.Tensor
     prompts: int
+    ids: torch.Tensor | None = None
+
+    @property
+    def token_ids(self) -> torch.Tensor:
+        """int64 ``[N]``: the base's greedy token from each row as a vocabulary id (``targets``
+        unless a restricted vocabulary renumbered them)."""
+        return self.targets if self.ids is None else self.ids
 
     @property
     def tokens(self) -> int:

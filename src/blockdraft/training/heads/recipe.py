@@ -89,14 +89,23 @@ def write_trained_heads(result: HeadsTrainResult, out: str | os.PathLike[str], b
     user's files check ``out`` first (:func:`blockdraft.core.outputs.claim_output`).
     """
     from blockdraft.models.hf.formats import write_heads
+    from blockdraft.models.hf.prefix_heads import PrefixHeads, write_prefix_heads
 
-    heads = MedusaHeads(result.heads.d_model, None, result.heads.num_heads,
-                        result.heads.num_layers)
+    prefix = isinstance(result.heads, PrefixHeads)
+    heads = (PrefixHeads(result.heads.d_model, result.heads.num_heads, result.heads.num_layers)
+             if prefix else MedusaHeads(result.heads.d_model, None, result.heads.num_heads,
+                                        result.heads.num_layers))
     heads.load_state_dict(result.heads.state_dict())
+    if result.heads.shortlist is not None:  # trained over it (vocab="shortlist")
+        heads.set_shortlist(result.heads.shortlist, info=result.heads.shortlist_info)
     folder = Path(out)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(folder) as tmp:
-        write_heads(heads.to(torch.bfloat16), tmp, "medusa-v2", base_model=base)
+        if prefix:  # assert for mypy: built above as PrefixHeads
+            assert isinstance(heads, PrefixHeads)
+            write_prefix_heads(heads.to(torch.bfloat16), tmp, base_model=base)
+        else:
+            write_heads(heads.to(torch.bfloat16), tmp, "medusa-v2", base_model=base)
         write_text_atomic(tmp / CURVE_FILE, json.dumps(
             {"signature": result.signature, "curve": result.curve}, indent=1) + "\n")
         if result.curve:
@@ -193,6 +202,7 @@ def train_medusa_heads(
     distill_seconds = time.monotonic() - wall
     model, _ = load_causal_lm(base, "float32")
     lm_head = lm_head_weight(model)
+    embed = model.get_input_embeddings().weight.detach().float().clone()  # prefix heads
     del model
     fields = dict(asdict(settings or HeadsTrainSettings()), heads=heads, layers=layers, seed=seed)
     run = HeadsTrainSettings(**fields)
@@ -205,7 +215,7 @@ def train_medusa_heads(
         extra["mix"] = "+".join(describe_mix(m) for _, m in mixes)
     t0 = time.monotonic()
     result = train_heads(dset, lm_head, folder, run, minutes=minutes, progress=progress, log=log,
-                         extra_signature=extra)
+                         extra_signature=extra, embed=embed)
     train_seconds = time.monotonic() - t0
     summary = dset.summary()
     readme = (

@@ -56,6 +56,7 @@ import torch.nn.functional as F  # noqa: N812
 from blockdraft.core.files import atomic_path, write_text_atomic
 from blockdraft.core.signature import environment, format_signature, human_count
 from blockdraft.models.hf.medusa import MedusaHeads
+from blockdraft.models.hf.prefix_heads import PrefixHeads
 from blockdraft.training.errors import TrainingError
 from blockdraft.training.heads.positions import IGNORE, PositionData, head_targets, load_positions
 from blockdraft.training.heads.progress import ProgressBar, log_line
@@ -66,6 +67,7 @@ from blockdraft.training.resume import changed_settings, check_run_folder
 CHECKPOINT_FILE = "checkpoint.pt"
 CURVE_FILE = "curve.json"
 LOSSES = ("ce", "kl")
+ARCHS = ("medusa", "prefix")
 VOCABS = ("full", "seen", "shortlist")
 SCHEDULES = ("cosine", "constant")
 
@@ -101,6 +103,9 @@ class HeadsTrainSettings:
             held-out scores rank the shortlist only (a target outside it is a miss).
             Otherwise evaluation ranks the full vocabulary.
         shortlist: the shortlist's size (used by ``vocab="shortlist"`` only).
+        arch: ``"medusa"`` (independent heads) or ``"prefix"`` (each head also reads the
+            token before its target: :class:`~blockdraft.models.hf.prefix_heads.PrefixHeads`,
+            Hydra-style).
     """
 
     heads: int = 5
@@ -119,6 +124,7 @@ class HeadsTrainSettings:
     patience: int = 0
     vocab: str = "full"
     shortlist: int = 4096
+    arch: str = "medusa"
     version: str = field(default="1")
 
     def check(self) -> None:
@@ -130,6 +136,8 @@ class HeadsTrainSettings:
                 raise TrainingError(f"{name} must be an integer >= 1, got {value!r}")
         if self.loss not in LOSSES:
             raise TrainingError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.arch not in ARCHS:
+            raise TrainingError(f"arch must be one of {', '.join(ARCHS)}, got {self.arch!r}")
         if self.vocab not in VOCABS:
             raise TrainingError(f"vocab must be one of {', '.join(VOCABS)}, got {self.vocab!r}")
         if self.schedule not in SCHEDULES:
@@ -148,11 +156,14 @@ class HeadsTrainSettings:
 
 
 def _recorded(settings: HeadsTrainSettings) -> dict[str, Any]:
-    """The settings a run's identity and signature record: the shortlist's size only where
-    it is used (so checkpoints of the other vocabularies keep their identity)."""
+    """The settings a run's identity and signature record: the shortlist's size and the
+    architecture only where they are not the defaults of before (so older checkpoints keep
+    their identity)."""
     fields = asdict(settings)
     if settings.vocab != "shortlist":
         del fields["shortlist"]
+    if settings.arch == "medusa":
+        del fields["arch"]
     return fields
 
 
@@ -167,7 +178,30 @@ def restrict_vocab(data: PositionData, ids: torch.Tensor, vocab_size: int) -> Po
     the loss)."""
     remap = torch.full((vocab_size,), IGNORE, dtype=torch.long)
     remap[ids] = torch.arange(ids.numel())
-    return PositionData(data.hidden, remap[data.targets], data.remaining, data.prompts)
+    return PositionData(data.hidden, remap[data.token_ids], data.remaining, data.prompts,
+                        data.token_ids)
+
+
+def head_states(heads: MedusaHeads, data: PositionData, rows: torch.Tensor,
+                embed: torch.Tensor | None) -> torch.Tensor:
+    """The heads' pre-projection states at ``rows``: ``[B, n, d]`` float32.
+
+    Prefix heads (:class:`~blockdraft.models.hf.prefix_heads.PrefixHeads`) also read the
+    embedding (``embed [V, d]``, the base's input embeddings) of the token before each head's
+    target, teacher-forced: the base's greedy token ``y_{j+1+i-1}`` (row ``rows + i - 1``;
+    past an answer's end a placeholder whose target is :data:`IGNORE` anyway).
+
+    Raises:
+        TrainingError: prefix heads without ``embed``.
+    """
+    x = data.hidden[rows].float()  # (B, d)
+    if not isinstance(heads, PrefixHeads):
+        return heads(x)  # type: ignore[no-any-return]
+    if embed is None:
+        raise TrainingError("prefix heads need the base's input embeddings (embed)")
+    index = (rows[:, None] + torch.arange(heads.num_heads)).clamp(max=data.tokens - 1)
+    previous = embed[data.token_ids[index]].float()  # (B, n, d)
+    return heads(x, previous=previous)  # type: ignore[no-any-return]
 
 
 # --------------------------------------------------------------------------------- the loss
@@ -179,16 +213,17 @@ def heads_loss(
     data: PositionData,
     rows: torch.Tensor,
     settings: HeadsTrainSettings,
+    embed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The weighted loss at ``rows`` and each head's logits.
+    """The weighted loss at ``rows`` and each head's logits (``embed``: see
+    :func:`head_states`).
 
     Returns:
         ``(loss [], logits [B, n, V], targets [B, n])`` (targets :data:`IGNORE` where the
         answer has ended).
     """
     n = settings.heads
-    x = data.hidden[rows].float()  # (B, d)
-    logits = heads(x) @ lm_head.T  # (B, n, V)
+    logits = head_states(heads, data, rows, embed) @ lm_head.T  # (B, n, V)
     targets = head_targets(data, rows, n)  # (B, n)
     total = logits.new_zeros(())
     for i in range(n):
@@ -215,6 +250,7 @@ def evaluate_heads(
     settings: HeadsTrainSettings,
     chunk: int = 256,
     vocab: torch.Tensor | None = None,
+    embed: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """Held-out top-1 / top-5 per head (against the base's greedy ``y_{j+1+i}``) and loss.
 
@@ -222,6 +258,7 @@ def evaluate_heads(
         vocab: int64 ``[Vs]`` ids: rank these tokens only, as heads with this shortlist
             draft (a target outside it is a miss; the loss is over the targets inside it).
             None: the full vocabulary.
+        embed: the base's input embeddings (prefix heads; :func:`head_states`).
 
     Returns:
         ``{"loss": float, "top1": [n floats], "top5": [n floats], "positions": [n ints]}``.
@@ -237,7 +274,7 @@ def evaluate_heads(
     loss = 0.0
     for start in range(0, rows.numel(), chunk):
         part = rows[start:start + chunk]
-        value, logits, targets = heads_loss(heads, lm_head, scored, part, settings)
+        value, logits, targets = heads_loss(heads, lm_head, scored, part, settings, embed)
         loss += float(value) * part.numel()
         top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices  # (B, n, 5)
         if vocab is not None:  # back to token ids, against every target
@@ -323,6 +360,7 @@ def train_heads(
     progress: bool = True,
     log: Callable[[str], None] | None = log_line,
     extra_signature: dict[str, object] | None = None,
+    embed: torch.Tensor | None = None,
 ) -> HeadsTrainResult:
     """Train Medusa heads on a distillation set, resuming from ``work/checkpoint.pt``.
 
@@ -338,6 +376,8 @@ def train_heads(
         progress: a rich progress bar on a terminal.
         log: one line per evaluation; None for silence.
         extra_signature: more fields for the signature (the base, the command...).
+        embed: the base's input embeddings ``[V, d]`` (prefix heads; default ``lm_head``,
+            right for tied embeddings).
 
     Returns:
         See :class:`HeadsTrainResult`.
@@ -366,7 +406,12 @@ def train_heads(
     identity: dict[str, Any] = {"settings": _recorded(settings), "data": data_key(dset)}
 
     torch.manual_seed(settings.seed)
-    heads = MedusaHeads(d, None, settings.heads, settings.layers)
+    heads = (PrefixHeads(d, settings.heads, settings.layers) if settings.arch == "prefix"
+             else MedusaHeads(d, None, settings.heads, settings.layers))
+    if embed is None and settings.arch == "prefix":
+        embed = lm_head  # tied input and output embeddings (SmolLM2, the tiny models)
+    if embed is not None:
+        embed = embed.float().requires_grad_(False)
     optimizer = torch.optim.AdamW(heads.parameters(), lr=settings.lr,
                                   weight_decay=settings.weight_decay)
     sampler = torch.Generator().manual_seed(settings.seed)
@@ -417,7 +462,7 @@ def train_heads(
                         "optimizer": optimizer.state_dict(), "sampler": sampler.get_state(),
                         "step": step, "curve": curve, "best": best, "stale": stale,
                         "running": running, "best_heads": best_heads,
-                        "best_step": best_step}, tmp)
+                        "best_step": best_step, "shortlist": eval_vocab}, tmp)
         write_text_atomic(root / CURVE_FILE, json.dumps(
             {"signature": signature, "curve": curve}, indent=1) + "\n")
 
@@ -430,7 +475,7 @@ def train_heads(
             rows = usable[torch.randint(usable.numel(), (settings.batch,), generator=sampler)]
             for group in optimizer.param_groups:
                 group["lr"] = settings.lr_at(step)
-            loss, _, _ = heads_loss(heads, train_head, train, rows, settings)
+            loss, _, _ = heads_loss(heads, train_head, train, rows, settings, embed)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
@@ -443,7 +488,7 @@ def train_heads(
             if step % settings.eval_every == 0 or finished or out_of_time or stop:
                 heads.eval()
                 scores = evaluate_heads(heads, lm_head, held, eval_rows, settings,
-                                        vocab=eval_vocab)
+                                        vocab=eval_vocab, embed=embed)
                 heads.train()
                 seconds = seconds_before + time.monotonic() - start
                 curve.append({"step": step, "positions": step * settings.batch,
@@ -473,5 +518,10 @@ def train_heads(
         bar.close()
     if best_heads is not None:
         heads.load_state_dict(best_heads)
+    if eval_vocab is not None:  # the heads draft over the shortlist they were trained on
+        heads.set_shortlist(eval_vocab, lm_head.shape[0], info={
+            "counted_on": f"training targets of {data_key(dset)}",
+            "tokens": int(train.targets.numel()),
+            "coverage": round(float((train.targets != IGNORE).double().mean()), 6)})
     heads.eval()
     return HeadsTrainResult(heads, curve, signature, step, finished, best_step)

@@ -1,0 +1,160 @@
+"""Prefix-conditioned (Hydra-style) heads: each head also sees the token drafted before it.
+
+Medusa heads guess independently: head ``j`` sees only the base's state ``h_t``. Hydra
+(Ankner et al. 2024, arXiv 2402.05109) makes the heads sequentially dependent. Here head
+``j`` (Medusa numbering: it predicts ``y_{t+j+2}``) adds the embedding of the token just before
+its target, ``y_{t+j+1}`` (for ``j = 0`` the base's own next token), through a ``[d, d]``
+projection, then runs its ResBlocks and the base's ``lm_head``:
+
+    state_j = ResBlocks_j(h_t + P_j e(y_{t+j+1}))
+
+``P_j`` starts at zero, so new heads are Medusa heads; its cost is one ``d x d`` product a
+head, the cost of one more ResBlock. In a lattice such a head is a conditional arc score: each
+kept prefix is expanded by the head conditioned on its last token (a tree lattice, not a
+sausage). Along the base's greedy answer, teacher-forced scores (the previous token the true
+one) are exactly what a chain of 1-best drafts, or a tree's oracle path, sees wherever the
+earlier heads were right.
+
+Public surface:
+    PrefixHeads(d_model, num_heads, num_layers=1)
+        heads(h [..., d], previous=e [..., n, d]) -> [..., n, d]   pre-projection states
+    (everything else as :class:`~blockdraft.models.hf.medusa.MedusaHeads`: logits, the
+    shortlist; they share the base's ``lm_head``)
+    LAYOUT                                       the ``layout`` of their folder's config
+    write_prefix_heads(heads, folder, base_model) / read_prefix_heads(folder)
+
+Files. A folder of prefix heads holds ``config.json`` (``layout``, sizes, the base, the
+shortlist entry of :mod:`.shortlist`), ``prefix_heads.safetensors`` (the state dict, sealed by
+its digest) and, with a shortlist, ``shortlist.safetensors``. The decoders do not take them
+yet: loading a model with them is refused by :func:`~.formats.read_heads`, which knows only the
+Medusa layouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from blockdraft.models.errors import ModelError
+from blockdraft.models.hf.medusa import MedusaHeads
+
+
+class PrefixHeads(MedusaHeads):
+    """Medusa heads (version 2: the base's ``lm_head``) whose head ``j`` also reads the
+    embedding of the token before its target (see the module docstring).
+
+    Args:
+        d_model: the base's hidden size ``d`` (its input embeddings have the same size).
+        num_heads: heads ``n >= 1``.
+        num_layers: ResBlocks per head ``L >= 1``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, num_layers: int = 1) -> None:
+        super().__init__(d_model, None, num_heads, num_layers)
+        self.prefix = nn.ModuleList(nn.Linear(d_model, d_model, bias=False)
+                                    for _ in range(num_heads))
+        for layer in self.prefix:
+            assert isinstance(layer, nn.Linear)
+            nn.init.zeros_(layer.weight)
+
+    def forward(self, hidden: torch.Tensor, heads: int | None = None,
+                previous: torch.Tensor | None = None) -> torch.Tensor:
+        """``hidden [..., d]`` and ``previous [..., n, d]`` (the embedding of the token before
+        each head's target) -> ``[..., n, d]``, the states of heads ``0 .. n-1``.
+
+        Raises:
+            ModelError: no ``previous``, or one of another shape.
+        """
+        n = self.num_heads if heads is None else heads
+        if not 0 <= n <= self.num_heads:
+            raise ModelError(f"heads must lie in [0, {self.num_heads}], got {n}")
+        want = (*hidden.shape[:-1], n, hidden.shape[-1])
+        if previous is None or tuple(previous.shape) != want:
+            got = None if previous is None else tuple(previous.shape)
+            raise ModelError(f"prefix heads need previous of shape {want} (the embedding of "
+                             f"the token before each head's target), got {got}")
+        if n == 0:
+            return hidden.new_zeros(want)
+        return torch.stack([self.blocks[j](hidden + self.prefix[j](previous[..., j, :]))
+                            for j in range(n)], dim=-2)  # (..., n, d)
+
+    def extra_repr(self) -> str:
+        return "prefix-conditioned, " + super().extra_repr()
+
+
+LAYOUT = "blockdraft-prefix"
+WEIGHTS_FILE = "prefix_heads.safetensors"
+
+
+def write_prefix_heads(heads: PrefixHeads, folder: str | os.PathLike[str],
+                       base_model: str | None = None) -> Path:
+    """Write ``heads`` (their stored dtype) and their shortlist into ``folder`` (created;
+    callers make it atomic)."""
+    from safetensors.torch import save_file
+
+    from blockdraft.models.hf.formats import CONFIG_FILE, DIGEST_KEY, tensors_digest
+    from blockdraft.models.hf.shortlist import CONFIG_KEY, shortlist_files
+
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous().clone() for k, v in heads.state_dict().items()}
+    save_file(state, str(root / WEIGHTS_FILE),
+              metadata={"format": "pt", DIGEST_KEY: tensors_digest(state)})
+    config: dict[str, Any] = {"layout": LAYOUT, "num_heads": heads.num_heads,
+                              "num_layers": heads.num_layers, "d_model": heads.d_model,
+                              "base_model_name_or_path": base_model or ""}
+    if heads.shortlist is not None:
+        tensors, entry = shortlist_files(heads.shortlist, heads.shortlist_info)
+        save_file(tensors, str(root / entry["file"]),
+                  metadata={"format": "pt", DIGEST_KEY: tensors_digest(tensors)})
+        config[CONFIG_KEY] = entry
+    (root / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
+                                    encoding="utf-8")
+    return root
+
+
+def is_prefix_folder(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder``'s config names the prefix-heads layout."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("layout") == LAYOUT
+
+
+def read_prefix_heads(folder: str | os.PathLike[str]) -> PrefixHeads:
+    """The prefix heads of a folder written by :func:`write_prefix_heads`.
+
+    Raises:
+        ModelError: not such a folder, or a damaged file (its digest).
+    """
+    from safetensors import safe_open
+
+    from blockdraft.models.hf.formats import DIGEST_KEY, tensors_digest
+    from blockdraft.models.hf.shortlist import read_shortlist
+
+    root = Path(folder)
+    if not is_prefix_folder(root):
+        raise ModelError(f"{root} holds no prefix heads (config.json layout {LAYOUT!r})")
+    config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    try:
+        with safe_open(str(root / WEIGHTS_FILE), framework="pt") as f:
+            meta = f.metadata() or {}
+            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    except Exception as e:  # safetensors raises its own error types
+        raise ModelError(f"cannot read {root / WEIGHTS_FILE}: {e}") from e
+    if meta.get(DIGEST_KEY) != tensors_digest(state):
+        raise ModelError(f"{root / WEIGHTS_FILE} is damaged (its tensors do not match the "
+                         "digest it was written with)")
+    heads = PrefixHeads(int(config["d_model"]), int(config["num_heads"]),
+                        int(config["num_layers"]))
+    heads.load_state_dict({k: v.float() for k, v in state.items()})
+    found = read_shortlist(root)
+    if found is not None:
+        heads.set_shortlist(found[0], info=found[1])
+    return heads
