@@ -132,3 +132,43 @@ def test_prefix_heads_files_round_trip_and_damage_is_refused(tmp_path: Path) -> 
     (folder / "prefix_heads.safetensors").write_bytes(bytes(raw))
     with pytest.raises(ModelError, match="damaged|cannot read"):
         read_prefix_heads(folder)
+
+
+def test_the_expanders_greedy_walk_is_the_chain_of_drafts_and_pbest_is_exact() -> None:
+    """One step's tree lattice from prefix heads: following each node's best arc is the
+    greedy chain (each head reading the draft before it), and the p-best equals a
+    brute-force enumeration of the k^h paths of the same expander."""
+    import itertools
+
+    from blockdraft.lattice.conditional import conditional_pbest
+
+    lm_head = lm_head_weight(tiny_llama(init=0.1))
+    heads = _random_prefix()
+    heads.set_shortlist(torch.arange(0, 100, 3))
+    h, certain, k = torch.randn(32), 7, 3
+    expand = heads.expander(h, certain, lm_head, lm_head, k)
+    chain, prev = [certain], certain
+    with torch.no_grad():
+        for j in range(heads.num_heads):
+            e = lm_head[prev].repeat(heads.num_heads, 1)
+            logits = heads(h, previous=e)[j] @ lm_head[heads.shortlist].T
+            prev = int(heads.shortlist[logits.argmax()])
+            chain.append(prev)
+    walk, score = (certain,), 0.0  # the expander's first arc at each node: the argmax
+    for _ in range(heads.num_heads):
+        ids, scores = expand(walk)
+        walk, score = (*walk, int(ids[0])), score + float(scores[0])
+    assert list(walk) == chain
+    best = conditional_pbest(expand, 1 + heads.num_heads, 1)
+    assert best[0][1] >= score - 1e-9  # the 1-best path scores at least the greedy chain
+    every = []
+    for choice in itertools.product(range(k), repeat=heads.num_heads):
+        path, score = (certain,), 0.0
+        for c in choice:
+            ids, scores = expand(path)
+            path, score = (*path, int(ids[c])), score + float(scores[c])
+        every.append((path, score))
+    every.sort(key=lambda x: (-x[1], x[0]))
+    got = conditional_pbest(expand, 1 + heads.num_heads, 10)
+    assert [p for p, _ in got] == [p for p, _ in every[:10]]
+    assert all(int(t) % 3 == 0 for p, _ in got for t in p[1:])  # the shortlist only

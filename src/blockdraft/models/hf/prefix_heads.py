@@ -18,6 +18,7 @@ earlier heads were right.
 Public surface:
     PrefixHeads(d_model, num_heads, num_layers=1)
         heads(h [..., d], previous=e [..., n, d]) -> [..., n, d]   pre-projection states
+        heads.expander(h [d], certain, lm_head, embed, k) -> expand   one step's tree lattice
     (everything else as :class:`~blockdraft.models.hf.medusa.MedusaHeads`: logits, the
     shortlist; they share the base's ``lm_head``)
     LAYOUT                                       the ``layout`` of their folder's config
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,49 @@ class PrefixHeads(MedusaHeads):
             return hidden.new_zeros(want)
         return torch.stack([self.blocks[j](hidden + self.prefix[j](previous[..., j, :]))
                             for j in range(n)], dim=-2)  # (..., n, d)
+
+    @torch.no_grad()
+    def expander(self, hidden: torch.Tensor, certain: int, lm_head: torch.Tensor,
+                 embed: torch.Tensor, k: int) -> Callable[[tuple[int, ...]], tuple[Any, Any]]:
+        """The conditional lattice of one step (:mod:`blockdraft.lattice.conditional`), for
+        :func:`~blockdraft.lattice.conditional.conditional_pbest`.
+
+        Depth 1 is the base's own next token ``certain`` (log-prob 0); a node of depth
+        ``i >= 1`` is expanded by head ``i - 1`` reading the node's last token: its top ``k``
+        over the shortlist (the whole vocabulary without one) as natural-log probabilities.
+
+        Args:
+            hidden: ``[d]``, the base's final hidden state at the accepted position.
+            certain: the base's greedy token from it.
+            lm_head: ``[V, d]`` the base's output projection; embed: ``[V, d]`` its input
+                embeddings (the same tensor when they are tied).
+            k: arcs per node.
+
+        Returns:
+            ``expand(prefix) -> (ids int64 [k'], log-probs float64 [k'])``; a prefix deeper
+            than the heads, or not starting with ``certain``, has no children.
+        """
+        ids = self.shortlist
+        weight = (lm_head if ids is None else lm_head[ids]).float()  # (V or Vs, d)
+        h = hidden.float()
+
+        def expand(prefix: tuple[int, ...]) -> tuple[Any, Any]:
+            import numpy as np
+
+            if not prefix:
+                return np.asarray([certain]), np.zeros(1)
+            depth = len(prefix)
+            if prefix[0] != certain or depth > self.num_heads:
+                return np.zeros(0, dtype=np.int64), np.zeros(0)
+            previous = embed[prefix[-1]].float()
+            with torch.no_grad():
+                state = self.blocks[depth - 1](h + self.prefix[depth - 1](previous))  # (d,)
+                logp = torch.log_softmax(state @ weight.T, dim=-1)  # (V or Vs,)
+                top = logp.topk(min(k, logp.numel()))
+            best = top.indices if ids is None else ids[top.indices]
+            return best.numpy().astype(np.int64), top.values.double().numpy()
+
+        return expand
 
     def extra_repr(self) -> str:
         return "prefix-conditioned, " + super().extra_repr()

@@ -1,0 +1,111 @@
+"""A conditional (tree) lattice: arcs whose scores depend on the path so far.
+
+docs/definitions.md sec. 3. A sausage lattice holds one fixed top-``k`` per slot: the heads
+guess independently. Prefix-conditioned (Hydra-style) heads score slot ``i``'s tokens given the
+token chosen at slot ``i - 1``, so each prefix has its own children: the lattice is a tree of
+depth ``h`` whose node ``(t_1 .. t_i)`` is expanded by ``expand(prefix) -> (ids [k'],
+log-probs [k'])``, called lazily, once per node that the search reaches.
+
+The ``p`` best paths under ``sum(arc log-probs) + alpha * sum(LM log-probs)`` are found
+exactly by best-first search: every term is a log-probability (``<= 0``), so a partial path's
+score bounds every completion from above and the first ``p`` complete paths popped are the
+``p`` best (ties: the smaller token sequence first). A brute-force enumeration of the
+``k^h`` paths gives the same list (tests).
+
+Public surface:
+    Expand                                     ``(prefix tuple) -> (ids int64 [k'], scores [k'])``
+    conditional_pbest(expand, depth, p, *, scorer=None, context=(), alpha=1.0,
+                      max_expansions=None) -> list[(path tuple, score float)]
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from blockdraft.core.checks import check_positive_int
+from blockdraft.lattice.sausage import LatticeError
+
+Expand = Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]
+
+
+def _children(expand: Expand, prefix: tuple[int, ...]) -> tuple[list[int], list[float]]:
+    """``expand(prefix)`` checked: distinct ids >= 0, finite log-probs <= 0 (``-inf`` arcs
+    dropped)."""
+    ids, scores = expand(prefix)
+    ids = np.asarray(ids, dtype=np.int64).ravel()
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    if ids.shape != scores.shape:
+        raise LatticeError(f"expand{prefix} gave {ids.size} ids and {scores.size} scores")
+    keep = np.isfinite(scores)
+    ids, scores = ids[keep], scores[keep]
+    if ids.size and (ids.min() < 0 or np.unique(ids).size != ids.size):
+        raise LatticeError(f"expand{prefix} gave ids that are negative or repeated: "
+                           f"{ids.tolist()}")
+    if scores.size and scores.max() > 1e-9:
+        raise LatticeError(f"expand{prefix} gave a score above 0 ({scores.max():g}): arc "
+                           "scores must be natural-log probabilities")
+    return ids.tolist(), scores.tolist()
+
+
+def conditional_pbest(
+    expand: Expand,
+    depth: int,
+    p: int,
+    *,
+    scorer: Any = None,
+    context: Sequence[int] | np.ndarray = (),
+    alpha: float = 1.0,
+    max_expansions: int | None = None,
+) -> list[tuple[tuple[int, ...], float]]:
+    """The ``p`` best full-depth paths of a conditional lattice, best first.
+
+    Args:
+        expand: a node's children (see the module docstring); called once per expanded node.
+        depth: the lattice's depth ``h >= 1`` (every path has ``h`` tokens).
+        p: paths wanted (fewer when the lattice has fewer).
+        scorer: an LM with ``next_scores(path, context, candidates) -> float64 [c]``
+            (``ln P``; :class:`~blockdraft.rescorers.ngram.NgramPathScorer`), or None for
+            the arc scores alone.
+        context: the committed tokens before the lattice, oldest first.
+        alpha: the LM's weight (``>= 0``).
+        max_expansions: stop after expanding this many nodes (the search is then no longer
+            exact; None: no limit).
+
+    Returns:
+        ``[(path, score)]``: up to ``p`` paths of ``depth`` tokens with their total scores.
+
+    Raises:
+        LatticeError: a bad ``depth``, ``p`` or ``alpha``, or a bad expansion.
+    """
+    depth = check_positive_int(depth, "depth", LatticeError)
+    p = check_positive_int(p, "p", LatticeError)
+    if not alpha >= 0:  # NaN too
+        raise LatticeError(f"alpha must be >= 0, got {alpha!r}")
+    ctx = np.asarray(context, dtype=np.int64)
+    heap: list[tuple[float, tuple[int, ...]]] = [(-0.0, ())]
+    out: list[tuple[tuple[int, ...], float]] = []
+    expanded = 0
+    while heap and len(out) < p:
+        neg, prefix = heapq.heappop(heap)
+        if len(prefix) == depth:
+            out.append((prefix, -neg))
+            continue
+        if max_expansions is not None and expanded >= max_expansions:
+            break
+        expanded += 1
+        ids, scores = _children(expand, prefix)
+        if not ids:
+            continue
+        total = np.asarray(scores)
+        if scorer is not None and alpha > 0:
+            lm = np.asarray(scorer.next_scores(list(prefix), ctx, np.asarray(ids)),
+                            dtype=np.float64)
+            total = total + alpha * lm
+        for token, score in zip(ids, total.tolist(), strict=True):
+            if score > -np.inf:  # an LM that rules a token out drops its arc
+                heapq.heappush(heap, (neg - score, (*prefix, token)))
+    return out

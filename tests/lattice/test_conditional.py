@@ -1,0 +1,146 @@
+"""The conditional (tree) lattice's exact p-best (lattice/conditional): equal to a brute-force
+enumeration of every path, with and without an n-gram LM; a sausage (children independent of
+the prefix) gives the sausage's own p-best; each node is expanded at most once; bad input is
+refused."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blockdraft.lattice.conditional import conditional_pbest
+from blockdraft.lattice.sausage import LatticeError, SausageLattice, log_softmax
+
+
+def _random_tree(seed: int, k: int, vocab: int = 9) -> Any:
+    """A tree lattice whose children depend on the whole prefix (a hash of it seeds them)."""
+
+    def expand(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng([seed, len(prefix), *prefix])
+        ids = rng.choice(vocab, size=k, replace=False)
+        return ids, log_softmax(rng.normal(0, 2, size=vocab))[ids]
+
+    return expand
+
+
+class _BigramScorer:
+    """A random bigram LM over ids 0..vocab-1 with ``next_scores`` (and a start row)."""
+
+    def __init__(self, seed: int, vocab: int = 9) -> None:
+        rng = np.random.default_rng(seed)
+        self.table = log_softmax(rng.normal(0, 1.5, size=(vocab + 1, vocab)))
+        self.calls = 0
+
+    def next_scores(self, path: list[int], context: np.ndarray, candidates: np.ndarray
+                    ) -> np.ndarray:
+        self.calls += 1
+        last = path[-1] if path else (int(context[-1]) if context.size else -1)
+        return self.table[last][np.asarray(candidates)]
+
+
+def _brute(expand: Any, depth: int, scorer: Any, context: list[int], alpha: float
+           ) -> list[tuple[tuple[int, ...], float]]:
+    paths: list[tuple[tuple[int, ...], float]] = []
+
+    def walk(prefix: tuple[int, ...], score: float) -> None:
+        if len(prefix) == depth:
+            paths.append((prefix, score))
+            return
+        ids, scores = expand(prefix)
+        lm = (scorer.next_scores(list(prefix), np.asarray(context), ids) if scorer is not None
+              else np.zeros(len(ids)))
+        for t, s, m in zip(ids.tolist(), scores.tolist(), lm.tolist(), strict=True):
+            walk((*prefix, t), score + s + alpha * m)
+
+    walk((), 0.0)
+    return sorted(paths, key=lambda x: (-x[1], x[0]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), k=st.integers(1, 4), depth=st.integers(1, 4),
+       p=st.integers(1, 30), alpha=st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+       with_lm=st.booleans())
+def test_pbest_equals_brute_force(seed: int, k: int, depth: int, p: int, alpha: float,
+                                  with_lm: bool) -> None:
+    expand = _random_tree(seed, k)
+    scorer = _BigramScorer(seed + 1) if with_lm else None
+    got = conditional_pbest(expand, depth, p, scorer=scorer, context=[3], alpha=alpha)
+    want = _brute(expand, depth, scorer, [3], alpha)[:p]
+    assert [path for path, _ in got] == [path for path, _ in want]
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=1e-9, atol=1e-9)
+    assert len(got) == min(p, k ** depth)
+
+
+def test_a_sausage_gives_the_sausages_own_pbest() -> None:
+    rng = np.random.default_rng(0)
+    lattice = SausageLattice.from_logits(rng.normal(0, 2, size=(4, 30)), k=5,
+                                         certain_first=False)
+
+    def expand(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        return lattice.tokens[len(prefix)], lattice.scores[len(prefix)]
+
+    got = conditional_pbest(expand, 4, 12)
+    want = lattice.best_paths(12)
+    assert [path for path, _ in got] == [tuple(int(t) for t in row) for row in want.tokens]
+    np.testing.assert_allclose([s for _, s in got], want.scores)
+
+
+def test_each_node_is_expanded_once_and_a_cap_stops_the_search() -> None:
+    seen: list[tuple[int, ...]] = []
+    base = _random_tree(7, 3)
+
+    def counting(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        seen.append(prefix)
+        return base(prefix)
+
+    full = conditional_pbest(counting, 4, 81)  # every path: every internal node once
+    assert len(full) == 81 and len(seen) == len(set(seen)) == 1 + 3 + 9 + 27
+    seen.clear()
+    first = conditional_pbest(counting, 4, 1)
+    assert first[0] == full[0] and len(seen) < 40  # the best path needs few expansions
+    assert len(conditional_pbest(counting, 4, 5, max_expansions=1)) == 0
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"depth": 0}, "depth"), ({"p": 0}, "p"), ({"alpha": -1.0}, "alpha"),
+    ({"alpha": float("nan")}, "alpha")])
+def test_bad_arguments_are_refused(kwargs: dict[str, Any], match: str) -> None:
+    args = {"depth": 2, "p": 1, **kwargs}
+    with pytest.raises(LatticeError, match=match):
+        conditional_pbest(_random_tree(0, 2), args.pop("depth"), args.pop("p"), **args)
+
+
+@pytest.mark.parametrize(("ids", "scores", "match"), [
+    ([1, 1], [-1.0, -2.0], "repeated"), ([1, 2], [0.5, -1.0], "above 0"),
+    ([1, 2], [-1.0], "ids and")])
+def test_bad_expansions_are_refused(ids: list[int], scores: list[float], match: str) -> None:
+    def expand(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(ids), np.asarray(scores)
+
+    with pytest.raises(LatticeError, match=match):
+        conditional_pbest(expand, 2, 3)
+
+
+def test_an_arc_the_lm_rules_out_is_dropped() -> None:
+    class Forbid:
+        def next_scores(self, path: list[int], context: np.ndarray, cands: np.ndarray
+                        ) -> np.ndarray:
+            return np.where(np.asarray(cands) == 0, -np.inf, -0.1)
+
+    expand = _random_tree(3, 4, vocab=5)
+    got = conditional_pbest(expand, 3, 100, scorer=Forbid())
+    assert got and all(0 not in path for path, _ in got)
+    assert len(got) == sum(1 for path in itertools.product(range(5), repeat=3)
+                           if 0 not in path and _in_tree(expand, path))
+
+
+def _in_tree(expand: Any, path: tuple[int, ...]) -> bool:
+    for i in range(len(path)):
+        if path[i] not in expand(path[:i])[0].tolist():
+            return False
+    return True
