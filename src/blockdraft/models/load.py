@@ -248,7 +248,10 @@ def load_model(
     if isinstance(heads_source, MedusaHeads):
         medusa = heads_source
     elif isinstance(heads_source, (str, os.PathLike)):
-        medusa = read_heads(heads_source)
+        from blockdraft.models.hf.prefix_heads import is_prefix_folder, read_prefix_heads
+
+        medusa = (read_prefix_heads(heads_source) if is_prefix_folder(heads_source)
+                  else read_heads(heads_source))
     else:
         raise ModelError(
             f"heads must be a folder or MedusaHeads, got {type(heads_source).__name__}"

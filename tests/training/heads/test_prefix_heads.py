@@ -172,3 +172,40 @@ def test_the_expanders_greedy_walk_is_the_chain_of_drafts_and_pbest_is_exact() -
     got = conditional_pbest(expand, 1 + heads.num_heads, 10)
     assert [p for p, _ in got] == [p for p, _ in every[:10]]
     assert all(int(t) % 3 == 0 for p, _ in got for t in p[1:])  # the shortlist only
+
+
+def test_decoding_with_prefix_heads_is_lossless_and_its_b_is_the_offline_one(
+        dataset: Any, tmp_path: Path) -> None:
+    """Trained prefix heads on the torch runtime: vanilla decoding (each head reading the
+    draft before it) gives the base's greedy answers, and its pooled B equals the offline
+    chain B of the same heads on the same answers (teacher-forced, chain_block_efficiency);
+    the ONNX Runtime refuses them by name."""
+    from blockdraft.drafts import HeadDrafter
+    from blockdraft.models.hf import HFBlockwiseModel
+    from blockdraft.models.runtimes import on_runtime
+    from blockdraft.training.heads.shards import read_shard
+    from blockdraft.verify.decode import decode
+
+    base = tiny_llama(init=0.1)
+    lm_head = lm_head_weight(base)
+    trained = train_heads(dataset, lm_head, tmp_path / "p",
+                          HeadsTrainSettings(**{**TRAIN.__dict__, "arch": "prefix",
+                                                "steps": 80}), log=None, progress=False)
+    heads = trained.heads
+    held = load_positions(dataset, "heldout")
+    offline = chain_block_efficiency(head_topk(heads, lm_head, held, 1), held, 1)
+    model = HFBlockwiseModel(base, heads)
+    tokens = calls = 0
+    for name in dataset.shards("heldout"):
+        shard = read_shard(dataset.shard_path(name))
+        for p in range(shard.num_prompts):
+            answer = shard.answer(p)
+            out = decode(model, shard.prompt(p), drafter=HeadDrafter(k=1, p=1),
+                         max_new_tokens=32, eos_id=1)
+            assert out.tokens == answer  # lossless
+            tokens, calls = tokens + len(out.tokens), calls + out.calls
+    assert offline > 1.05  # the heads accept drafts: the equality below has teeth
+    assert tokens / calls == pytest.approx(offline)
+    pytest.importorskip("onnxruntime")
+    with pytest.raises(ModelError, match="runtime 'torch'"):
+        on_runtime(model, "onnxruntime", "float32")

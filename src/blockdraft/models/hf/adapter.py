@@ -42,6 +42,7 @@ from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.hf.body import cache_argument, call_with_cache
 from blockdraft.models.hf.cache import HFCache
 from blockdraft.models.hf.medusa import MedusaHeads
+from blockdraft.models.hf.prefix_heads import PrefixHeads
 from blockdraft.models.hf.tokenizer import HFTokenizer
 from blockdraft.models.inputs import check_input_ids, check_past_fits
 from blockdraft.models.topk import topk_logprobs
@@ -398,7 +399,29 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         n = self.heads_kept(heads)
         if n == 1:
             return x.unsqueeze(-2)  # (..., 1, d)
-        return torch.cat((x.unsqueeze(-2), self.heads(x, n - 1)), dim=-2)  # (..., n, d)
+        return torch.cat((x.unsqueeze(-2), self._medusa_states(x, n - 1)), dim=-2)
+
+    def _medusa_states(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """Medusa heads ``0 .. n-1``'s states at ``x [..., d]``: ``[..., n, d]``.
+
+        Prefix heads (:class:`~blockdraft.models.hf.prefix_heads.PrefixHeads`) read the token
+        before each target greedily: head 0 the base's argmax at ``x``, head ``j`` the argmax
+        of head ``j - 1`` (over the shortlist). The 1-best path of the lattice they give is
+        then the chain a Hydra model drafts; its other arcs are conditioned on that chain.
+        """
+        if not isinstance(self.heads, PrefixHeads):
+            return self.heads(x, n)  # type: ignore[no-any-return]
+        weight, bias, ids = self._shortlist_projection()
+        embed = self.base.get_input_embeddings().weight
+        previous = self.lm_head(x).argmax(-1)  # (...,): the base's greedy token
+        states = []
+        for j in range(n):
+            state = self.heads.blocks[j](x + self.heads.prefix[j](embed[previous]))
+            states.append(state)
+            if j + 1 < n:
+                best = nn.functional.linear(state, weight, bias).argmax(-1)
+                previous = best if ids is None else ids.to(best.device)[best]
+        return torch.stack(states, dim=-2)  # (..., n, d)
 
     def project(self, states: torch.Tensor) -> torch.Tensor:
         """The vocabulary projection of head states: ``[..., n, d] -> [..., n, V]`` raw logits.
@@ -435,7 +458,7 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
             return super().head_topk(x, k, heads)
         n = self.heads_kept(heads)
         weight, bias, ids = self._shortlist_projection()
-        states = self.heads(x, n - 1)  # (M, n - 1, d)
+        states = self._medusa_states(x, n - 1)  # (M, n - 1, d)
         logits = nn.functional.linear(states, weight, bias)  # (M, n - 1, Vs)
         top, scores = topk_logprobs(logits.reshape(-1, logits.shape[-1]), k, ids)
         return top.reshape(x.shape[0], n - 1, k), scores.reshape(x.shape[0], n - 1, k)
