@@ -71,9 +71,10 @@ def test_pbest_equals_brute_force(seed: int, k: int, depth: int, p: int, alpha: 
     scorer = _BigramScorer(seed + 1) if with_lm else None
     got = conditional_pbest(expand, depth, p, scorer=scorer, context=[3], alpha=alpha)
     want = _brute(expand, depth, scorer, [3], alpha)[:p]
-    assert [path for path, _ in got] == [path for path, _ in want]
-    np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=1e-9, atol=1e-9)
-    assert len(got) == min(p, k ** depth)
+    assert _paths(got) == [path for path, _ in want]
+    np.testing.assert_allclose(got.scores, [s for _, s in want], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got.scores, got.head_scores + got.alpha * got.lm_scores)
+    assert len(got) == min(p, k ** depth) and got.exhausted == (p > k ** depth)
 
 
 def test_a_sausage_gives_the_sausages_own_pbest() -> None:
@@ -86,8 +87,8 @@ def test_a_sausage_gives_the_sausages_own_pbest() -> None:
 
     got = conditional_pbest(expand, 4, 12)
     want = lattice.best_paths(12)
-    assert [path for path, _ in got] == [tuple(int(t) for t in row) for row in want.tokens]
-    np.testing.assert_allclose([s for _, s in got], want.scores)
+    assert _paths(got) == _paths(want)
+    np.testing.assert_allclose(got.scores, want.scores)
 
 
 def test_each_node_is_expanded_once_and_a_cap_stops_the_search() -> None:
@@ -102,8 +103,13 @@ def test_each_node_is_expanded_once_and_a_cap_stops_the_search() -> None:
     assert len(full) == 81 and len(seen) == len(set(seen)) == 1 + 3 + 9 + 27
     seen.clear()
     first = conditional_pbest(counting, 4, 1)
-    assert first[0] == full[0] and len(seen) < 40  # the best path needs few expansions
-    assert len(conditional_pbest(counting, 4, 5, max_expansions=1)) == 0
+    assert _paths(first) == _paths(full)[:1] and len(seen) < 40  # few expansions needed
+    capped = conditional_pbest(counting, 4, 5, max_expansions=1)
+    walk: tuple[int, ...] = ()  # no full path by the cap: the best partial one, completed
+    for _ in range(4):
+        ids, scores = base(walk)
+        walk = (*walk, int(ids[int(np.argmax(scores))]))
+    assert _paths(capped) == [walk]
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
@@ -134,9 +140,13 @@ def test_an_arc_the_lm_rules_out_is_dropped() -> None:
 
     expand = _random_tree(3, 4, vocab=5)
     got = conditional_pbest(expand, 3, 100, scorer=Forbid())
-    assert got and all(0 not in path for path, _ in got)
+    assert len(got) and all(0 not in path for path in _paths(got))
     assert len(got) == sum(1 for path in itertools.product(range(5), repeat=3)
                            if 0 not in path and _in_tree(expand, path))
+
+
+def _paths(batch: Any) -> list[tuple[int, ...]]:
+    return [tuple(int(t) for t in row) for row in batch.tokens]
 
 
 def _in_tree(expand: Any, path: tuple[int, ...]) -> bool:

@@ -9,6 +9,8 @@ at the bottom of the house because the lattice and the rescorers return it too):
     LookupDrafter(min_match, max_match, lengths)   prompt lookup: copy what followed the
                                     latest earlier occurrence of the text's last n-gram
     CombinedDrafter(heads, iad)     the heads' drafts plus a copy (IAD or lookup) as one row
+    ConditionalDrafter(k, p, scorer, alpha)   the p best paths of prefix-conditioned heads'
+                                    tree lattice (exact, with or without an LM), in a decode
 
 Token trees (docs/definitions.md sec. 11; ``DraftTree`` lives in ``core/tree.py``), each a
 ``TreeDrafter`` (``propose_tree(lattice, context) -> DraftTree``):
@@ -31,6 +33,7 @@ from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.budget import CostAwareTreeDrafter, TreeStats, select_nodes
 from blockdraft.drafts.calibration import AcceptanceTables
+from blockdraft.drafts.conditional import ConditionalDrafter
 from blockdraft.drafts.heads import HeadDrafter, vanilla
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
 from blockdraft.drafts.lookup import LookupDrafter
@@ -50,7 +53,8 @@ from blockdraft.drafts.trees import (
 )
 
 __all__ = [
-    "MC_SIM_7B_63", "AcceptanceTables", "CombinedDrafter", "ConfidenceTreeDrafter",
+    "MC_SIM_7B_63", "AcceptanceTables", "CombinedDrafter", "ConditionalDrafter",
+    "ConfidenceTreeDrafter",
     "CostAwareTreeDrafter", "DraftBatch", "DraftError", "TreeStats", "select_nodes",
     "DraftTree", "Drafter", "HeadDrafter", "InputCopyDrafter", "LookupDrafter",
     "MedusaTreeDrafter",

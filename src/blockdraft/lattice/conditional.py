@@ -15,7 +15,7 @@ score bounds every completion from above and the first ``p`` complete paths popp
 Public surface:
     Expand                                     ``(prefix tuple) -> (ids int64 [k'], scores [k'])``
     conditional_pbest(expand, depth, p, *, scorer=None, context=(), alpha=1.0,
-                      max_expansions=None) -> list[(path tuple, score float)]
+                      max_expansions=None) -> DraftBatch     best first
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from blockdraft.core.batch import DraftBatch
 from blockdraft.core.checks import check_positive_int
 from blockdraft.lattice.sausage import LatticeError
 
@@ -60,52 +61,80 @@ def conditional_pbest(
     context: Sequence[int] | np.ndarray = (),
     alpha: float = 1.0,
     max_expansions: int | None = None,
-) -> list[tuple[tuple[int, ...], float]]:
+) -> DraftBatch:
     """The ``p`` best full-depth paths of a conditional lattice, best first.
 
     Args:
         expand: a node's children (see the module docstring); called once per expanded node.
         depth: the lattice's depth ``h >= 1`` (every path has ``h`` tokens).
-        p: paths wanted (fewer when the lattice has fewer).
+        p: paths wanted (fewer when the lattice has fewer: ``exhausted``).
         scorer: an LM with ``next_scores(path, context, candidates) -> float64 [c]``
             (``ln P``; :class:`~blockdraft.rescorers.ngram.NgramPathScorer`), or None for
             the arc scores alone.
         context: the committed tokens before the lattice, oldest first.
         alpha: the LM's weight (``>= 0``).
-        max_expansions: stop after expanding this many nodes (the search is then no longer
-            exact; None: no limit).
+        max_expansions: expand at most this many nodes (the search is then exact only if
+            it ended before the cap; when it stopped with no full path, the best partial
+            path is completed along each node's best arc). None: no limit.
 
     Returns:
-        ``[(path, score)]``: up to ``p`` paths of ``depth`` tokens with their total scores.
+        A :class:`~blockdraft.core.batch.DraftBatch` of up to ``p`` paths of ``depth`` tokens
+        (``source="conditional"``): total, arc and LM scores per path.
 
     Raises:
-        LatticeError: a bad ``depth``, ``p`` or ``alpha``, or a bad expansion.
+        LatticeError: a bad ``depth``, ``p``, ``alpha`` or expansion, or a lattice with no
+            full-depth path.
     """
     depth = check_positive_int(depth, "depth", LatticeError)
     p = check_positive_int(p, "p", LatticeError)
     if not alpha >= 0:  # NaN too
         raise LatticeError(f"alpha must be >= 0, got {alpha!r}")
     ctx = np.asarray(context, dtype=np.int64)
-    heap: list[tuple[float, tuple[int, ...]]] = [(-0.0, ())]
-    out: list[tuple[tuple[int, ...], float]] = []
+    use_lm = scorer is not None and alpha > 0
+    # entries: (-total, path, arc sum, LM sum); paths are distinct, so ties end at the path
+    heap: list[tuple[float, tuple[int, ...], float, float]] = [(-0.0, (), 0.0, 0.0)]
+    out: list[tuple[tuple[int, ...], float, float, float]] = []
     expanded = 0
     while heap and len(out) < p:
-        neg, prefix = heapq.heappop(heap)
+        neg, prefix, arcs, lm_sum = heapq.heappop(heap)
         if len(prefix) == depth:
-            out.append((prefix, -neg))
+            out.append((prefix, -neg, arcs, lm_sum))
             continue
         if max_expansions is not None and expanded >= max_expansions:
+            if not out:  # no full path yet: the best partial one, completed greedily
+                out.append(_complete(expand, prefix, depth, arcs, lm_sum, scorer, ctx,
+                                     alpha if use_lm else 0.0))
             break
         expanded += 1
         ids, scores = _children(expand, prefix)
+        lm = (np.asarray(scorer.next_scores(list(prefix), ctx, np.asarray(ids)),
+                         dtype=np.float64) if use_lm and ids else np.zeros(len(ids)))
+        for token, arc, lp in zip(ids, scores, lm.tolist(), strict=True):
+            total = -neg + arc + alpha * lp if use_lm else -neg + arc
+            if total > -np.inf:  # an LM that rules a token out drops its arc
+                heapq.heappush(heap, (-total, (*prefix, token), arcs + arc,
+                                      lm_sum + (lp if use_lm else 0.0)))
+    if not out:
+        raise LatticeError(f"the conditional lattice has no path of depth {depth}")
+    return DraftBatch(
+        tokens=np.asarray([path for path, _, _, _ in out], dtype=np.int64),
+        scores=np.asarray([total for _, total, _, _ in out]),
+        head_scores=np.asarray([arcs for _, _, arcs, _ in out]),
+        lm_scores=np.asarray([lm for _, _, _, lm in out]),
+        alpha=alpha if use_lm else 0.0, requested=p, source="conditional")
+
+
+def _complete(expand: Expand, prefix: tuple[int, ...], depth: int, arcs: float, lm_sum: float,
+              scorer: Any, ctx: np.ndarray, alpha: float
+              ) -> tuple[tuple[int, ...], float, float, float]:
+    """``prefix`` extended to ``depth`` along each node's best arc (by its arc score)."""
+    while len(prefix) < depth:
+        ids, scores = _children(expand, prefix)
         if not ids:
-            continue
-        total = np.asarray(scores)
-        if scorer is not None and alpha > 0:
-            lm = np.asarray(scorer.next_scores(list(prefix), ctx, np.asarray(ids)),
-                            dtype=np.float64)
-            total = total + alpha * lm
-        for token, score in zip(ids, total.tolist(), strict=True):
-            if score > -np.inf:  # an LM that rules a token out drops its arc
-                heapq.heappush(heap, (neg - score, (*prefix, token)))
-    return out
+            raise LatticeError(f"the conditional lattice has no path of depth {depth}")
+        best = int(np.argmax(scores))
+        if alpha > 0:
+            chosen = np.asarray(ids[best:best + 1])
+            lm_sum += float(scorer.next_scores(list(prefix), ctx, chosen)[0])
+        prefix, arcs = (*prefix, ids[best]), arcs + scores[best]
+    return prefix, arcs + alpha * lm_sum, arcs, lm_sum

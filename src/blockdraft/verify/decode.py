@@ -177,12 +177,23 @@ class _Proposal:
 
 def _propose(
     source: Drafter | TreeDrafter, trees: bool, name: str, lattice: SausageLattice,
-    context: np.ndarray, vocab_size: int | None,
+    context: np.ndarray, vocab_size: int | None, expand: Any = None,
 ) -> _Proposal:
     """Step 1 (no model call): the drafts of one step, checked where they enter the loop
-    (every draft starts with the certain token; every token is in the vocabulary)."""
+    (every draft starts with the certain token; every token is in the vocabulary). A drafter
+    of the tree lattice (``conditional``: prefix-conditioned heads) is given ``expand``."""
     certain = int(lattice.tokens[0, 0])
-    if trees:
+    if getattr(source, "conditional", False):
+        if expand is None:
+            raise VerifyError(f"{name} drafts from the tree lattice of prefix-conditioned "
+                              "heads (heads train --arch prefix); this model's heads are "
+                              "Medusa heads: use a HeadDrafter")
+        drafts = source.propose_conditional(expand, lattice, context)  # type: ignore[union-attr]
+        if not isinstance(drafts, DraftBatch) or (drafts.tokens[:, 0] != certain).any():
+            raise VerifyError(f"{name}.propose_conditional must return drafts that start with "
+                              f"the certain token d_1 = {certain}")
+        proposal = _Proposal(tree=DraftTree.from_drafts(drafts), drafts=drafts)
+    elif trees:
         tree = cast(TreeDrafter, source).propose_tree(lattice, context)
         if not isinstance(tree, DraftTree):
             raise VerifyError(f"{name}.propose_tree returned {type(tree).__name__}, not a "
@@ -233,7 +244,7 @@ def _decode_prompt(
     trees = not callable(getattr(drafter, "propose", None))  # a TreeDrafter
     heads_needed = getattr(drafter, "heads_needed", None)  # None: every head
     start = time.perf_counter()
-    head_logits, head_topk, past = verifier.prefill_heads(prompt, heads_needed, k)  # call 1
+    head_logits, head_topk, past, expand = verifier.prefill_heads(prompt, heads_needed, k)
     synchronize(device)
     prefill_s = time.perf_counter() - start
     tokens = [int(torch.argmax(head_logits[0]))]  # d_1 is certain
@@ -245,7 +256,7 @@ def _decode_prompt(
         lattice = step_lattice(head_logits, head_topk, k)
         lattice_s = time.perf_counter() - step_start
         proposal = _propose(drafter, trees, name, lattice, np.asarray(prompt + tokens[:-1]),
-                            verifier.vocab_size)
+                            verifier.vocab_size, expand)
         draft_s = time.perf_counter() - step_start - lattice_s
         # 2. verify: every draft in one serial call, no deeper than can count
         width = _block_width(proposal.tree.max_depth + 1, remaining, past.length,
@@ -277,6 +288,7 @@ def _decode_prompt(
         ))
         tokens.extend(new)
         past, head_logits, head_topk = outcome.past, outcome.next_logits, outcome.next_topk
+        expand = outcome.next_expand
     stopped = "eos" if eos_id is not None and tokens[-1] == eos_id else "max_new_tokens"
     return DecodeResult(
         tokens=tokens,

@@ -104,6 +104,9 @@ class VerifyOutcome:
             None when ``next_logits`` holds every head (or the call asked for head 1 alone).
         heads_s: wall seconds in the model for the next step's heads (the Medusa ResBlocks,
             their projection and top-k, at the accepted node).
+        next_expand: with prefix-conditioned heads, the next step's tree lattice
+            (``expand(prefix) -> (ids, log-probs)``, :mod:`blockdraft.lattice.conditional`);
+            None otherwise.
     """
 
     n: int
@@ -118,6 +121,7 @@ class VerifyOutcome:
     accept_s: float
     next_topk: tuple[np.ndarray, np.ndarray] | None = None
     heads_s: float = 0.0
+    next_expand: Any = None
 
     @property
     def next_token(self) -> int:
@@ -178,26 +182,34 @@ class Verifier:
         ``argmax z^1`` is the first certain token ``d_1``); ``past`` is the batch-1 cache of
         the prompt. The prompt is validated by the model.
         """
-        logits, _, past = self.prefill_heads(prompt_ids)
+        logits, _, past, _ = self.prefill_heads(prompt_ids)
         return logits, past
 
     @torch.no_grad()
     def prefill_heads(self, prompt_ids: Sequence[int] | np.ndarray, heads: int | None = None,
                       k: int | None = None
-                      ) -> tuple[torch.Tensor, tuple[np.ndarray, np.ndarray] | None, Any]:
+                      ) -> tuple[torch.Tensor, tuple[np.ndarray, np.ndarray] | None, Any, Any]:
         """The prompt's serial call, with the heads as a verification call gives them:
-        ``(next_logits, next_topk, past)`` (see :class:`VerifyOutcome`; ``heads`` and ``k``
-        as in :meth:`run`)."""
+        ``(next_logits, next_topk, past, next_expand)`` (see :class:`VerifyOutcome`;
+        ``heads`` and ``k`` as in :meth:`run`)."""
         ids = torch.as_tensor(np.asarray(prompt_ids, dtype=np.int64),
                               device=self.device).reshape(1, -1)  # (1, T)
         model = self._heads
         if factored(self.model):
             x, past = model.hidden(ids, None)  # (1, T, d)
             logits, topk = self._next_heads(x[0, -1], None, heads, k)
-            return logits.clone(), topk, past
+            return logits.clone(), topk, past, self._expander(x[0, -1], k)
         kwargs = {"last_only": True} if takes_last_only(self.model) else {}
         logits, past = self.model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
-        return logits[0, -1].clone(), None, past  # (h, V)
+        return logits[0, -1].clone(), None, past, None  # (h, V)
+
+    def _expander(self, state: torch.Tensor, k: int | None) -> Any:
+        """The next step's tree lattice at ``state [d]`` when the model's heads are
+        prefix-conditioned (``model.expander``), else None."""
+        expander = getattr(self._heads, "expander", None)
+        if k is None or not callable(expander):
+            return None
+        return expander(state, k)
 
     # ---- one verification call ---------------------------------------------------------------
 
@@ -349,6 +361,7 @@ class Verifier:
             accept_s=accept_s,
             next_topk=next_topk,
             heads_s=heads_s,
+            next_expand=self._expander(states[node], k),
         )
 
     def _next_heads(self, state: torch.Tensor, base: torch.Tensor | None, heads: int | None,

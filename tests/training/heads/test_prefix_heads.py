@@ -160,7 +160,7 @@ def test_the_expanders_greedy_walk_is_the_chain_of_drafts_and_pbest_is_exact() -
         walk, score = (*walk, int(ids[0])), score + float(scores[0])
     assert list(walk) == chain
     best = conditional_pbest(expand, 1 + heads.num_heads, 1)
-    assert best[0][1] >= score - 1e-9  # the 1-best path scores at least the greedy chain
+    assert best.scores[0] >= score - 1e-9  # the 1-best path scores at least the greedy chain
     every = []
     for choice in itertools.product(range(k), repeat=heads.num_heads):
         path, score = (certain,), 0.0
@@ -170,8 +170,8 @@ def test_the_expanders_greedy_walk_is_the_chain_of_drafts_and_pbest_is_exact() -
         every.append((path, score))
     every.sort(key=lambda x: (-x[1], x[0]))
     got = conditional_pbest(expand, 1 + heads.num_heads, 10)
-    assert [p for p, _ in got] == [p for p, _ in every[:10]]
-    assert all(int(t) % 3 == 0 for p, _ in got for t in p[1:])  # the shortlist only
+    assert [tuple(int(t) for t in row) for row in got.tokens] == [p for p, _ in every[:10]]
+    assert all(int(t) % 3 == 0 for row in got.tokens for t in row[1:])  # the shortlist only
 
 
 def test_decoding_with_prefix_heads_is_lossless_and_its_b_is_the_offline_one(
@@ -209,3 +209,44 @@ def test_decoding_with_prefix_heads_is_lossless_and_its_b_is_the_offline_one(
     pytest.importorskip("onnxruntime")
     with pytest.raises(ModelError, match="runtime 'torch'"):
         on_runtime(model, "onnxruntime", "float32")
+
+
+def test_the_tree_lattice_drafter_decodes_losslessly_and_accepts_more(
+        dataset: Any, tmp_path: Path) -> None:
+    """ConditionalDrafter in a decode with prefix heads: the base's greedy answers; with
+    p = 1, k = 1 it is the vanilla chain (same B); p-best over the tree lattice accepts at
+    least as many tokens per call in all; Medusa heads and the offline path refuse it."""
+    from blockdraft.core.batch import DraftError
+    from blockdraft.drafts import ConditionalDrafter, HeadDrafter
+    from blockdraft.lattice.sausage import SausageLattice
+    from blockdraft.models.hf import HFBlockwiseModel
+    from blockdraft.training.heads.shards import read_shard
+    from blockdraft.verify.decode import decode
+    from blockdraft.verify.errors import VerifyError
+
+    base = tiny_llama(init=0.1)
+    lm_head = lm_head_weight(base)
+    trained = train_heads(dataset, lm_head, tmp_path / "p",
+                          HeadsTrainSettings(**{**TRAIN.__dict__, "arch": "prefix",
+                                                "steps": 80}), log=None, progress=False)
+    model = HFBlockwiseModel(base, trained.heads)
+    prompts, answers = [], []
+    for name in dataset.shards("heldout"):
+        shard = read_shard(dataset.shard_path(name))
+        prompts += [shard.prompt(p) for p in range(shard.num_prompts)]
+        answers += [shard.answer(p) for p in range(shard.num_prompts)]
+    b = {}
+    for label, drafter in (("vanilla", HeadDrafter(k=1, p=1)),
+                           ("chain", ConditionalDrafter(k=1, p=1)),
+                           ("tree", ConditionalDrafter(k=3, p=6, max_expansions=None))):
+        outs = decode(model, prompts, drafter=drafter, max_new_tokens=32, eos_id=1)
+        assert [o.tokens for o in outs] == answers, label  # lossless
+        b[label] = sum(len(o.tokens) for o in outs) / sum(o.calls for o in outs)
+    assert b["chain"] == b["vanilla"]
+    assert b["tree"] >= b["vanilla"] and b["tree"] > 1.05
+    medusa = HFBlockwiseModel(tiny_llama(init=0.1), MedusaHeads(32, None, 3))
+    with pytest.raises(VerifyError, match="Medusa heads"):
+        decode(medusa, prompts[0], drafter=ConditionalDrafter(), max_new_tokens=8, eos_id=1)
+    lattice = SausageLattice.from_logits(torch.randn(4, 100).numpy(), k=2)
+    with pytest.raises(DraftError, match="tree lattice"):
+        ConditionalDrafter().propose(lattice, [])

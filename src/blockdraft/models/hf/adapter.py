@@ -463,6 +463,17 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         top, scores = topk_logprobs(logits.reshape(-1, logits.shape[-1]), k, ids)
         return top.reshape(x.shape[0], n - 1, k), scores.reshape(x.shape[0], n - 1, k)
 
+    def expander(self, x: torch.Tensor, k: int) -> Any:
+        """The tree lattice of prefix heads at ``x [d]`` (one step's, for
+        :func:`~blockdraft.lattice.conditional.conditional_pbest`: depth 1 the base's greedy
+        token, each node expanded by the head reading its last token, ``k`` arcs); None for
+        Medusa heads, whose lattice is a sausage."""
+        if not isinstance(self.heads, PrefixHeads):
+            return None
+        certain = int(self.lm_head(x).argmax(-1))
+        return self.heads.expander(x, certain, self.lm_head.weight,
+                                   self.base.get_input_embeddings().weight, k)
+
     def _shortlist_projection(self) -> tuple[torch.Tensor, torch.Tensor | None,
                                              torch.Tensor | None]:
         """``(weight [Vs, d], bias [Vs] or None, ids [Vs] or None)`` of the heads'

@@ -1,0 +1,79 @@
+"""Drafting from the tree lattice of prefix-conditioned (Hydra-style) heads.
+
+A :class:`ConditionalDrafter` proposes the ``p`` best paths of one step's conditional lattice
+(:mod:`blockdraft.lattice.conditional`: each node expanded by the head that reads its last
+token), ranked by the heads' log-probs alone or with an LM's (``alpha``), exactly; the decode
+loop verifies them together as a trie. The n-gram rescoring and the heads' learned dependence
+then compete on the same search: ``scorer=None`` is the heads' own p-best, a path scorer adds
+the LM.
+
+The decode loop hands it the step's ``expand`` (the verifier builds it at the accepted node
+when the model's heads are prefix-conditioned); the offline simulator has no heads to expand
+with, so :meth:`propose` refuses by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blockdraft.core.batch import DraftBatch, DraftError
+from blockdraft.core.checks import check_positive_int
+from blockdraft.lattice.conditional import Expand, conditional_pbest
+from blockdraft.lattice.sausage import SausageLattice
+
+
+@dataclass(frozen=True)
+class ConditionalDrafter:
+    """The ``p`` best paths of prefix heads' tree lattice, ``k`` arcs a node.
+
+    Attributes:
+        k: arcs per node (the top ``k`` of the head that expands it).
+        p: drafts per step (one trie, one verification call).
+        scorer: an LM path scorer (``next_scores(path, context, candidates)``:
+            :class:`~blockdraft.rescorers.ngram.NgramPathScorer`), or None.
+        alpha: the LM's weight (``>= 0``).
+        max_expansions: nodes expanded at most per step (each costs one head evaluation);
+            None: no limit (exact).
+        name: a label for tables; derived from the settings when empty.
+    """
+
+    k: int = 4
+    p: int = 4
+    scorer: Any = None
+    alpha: float = 1.0
+    max_expansions: int | None = 256
+    name: str = ""
+
+    conditional = True  # the decode loop hands it the step's tree lattice
+
+    def __post_init__(self) -> None:
+        for field in ("k", "p"):
+            value = check_positive_int(getattr(self, field), f"ConditionalDrafter.{field}",
+                                       DraftError)
+            object.__setattr__(self, field, value)
+        if self.max_expansions is not None:
+            check_positive_int(self.max_expansions, "ConditionalDrafter.max_expansions",
+                               DraftError)
+        if not self.alpha >= 0:
+            raise DraftError(f"ConditionalDrafter.alpha must be >= 0, got {self.alpha!r}")
+        if not self.name:
+            lm = "" if self.scorer is None else f" + {type(self.scorer).__name__}"
+            object.__setattr__(self, "name", f"{self.p}-best tree lattice{lm} (k={self.k})")
+
+    def propose(self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
+                ) -> DraftBatch:
+        """Refused: a sausage lattice holds no conditional arcs (the offline simulator)."""
+        raise DraftError(f"{self.name} drafts from the tree lattice of prefix-conditioned "
+                         "heads, which only a decode with such heads gives; a sausage lattice "
+                         "(a trace, Medusa heads) takes a HeadDrafter")
+
+    def propose_conditional(self, expand: Expand, lattice: SausageLattice,
+                            context: Sequence[int] | np.ndarray) -> DraftBatch:
+        """The step's drafts: ``expand`` is its tree lattice (depth ``lattice.h``)."""
+        return conditional_pbest(expand, lattice.h, self.p, scorer=self.scorer,
+                                 context=context, alpha=self.alpha,
+                                 max_expansions=self.max_expansions)
