@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from blockdraft.core.efficiency import block_efficiency
+
 # ---- summarising ---------------------------------------------------------------------------------
 
 
@@ -38,7 +40,7 @@ def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
     more = [r for r in counted if r["calls"] > 1]
     cell: dict[str, Any] = {
         "prompts": len(rows), "tokens": tokens,
-        "B": sum(r["tokens"] for r in counted) / calls if calls else None,
+        "B": block_efficiency(sum(r["tokens"] for r in counted), calls) if calls else None,
         "B_verify": (sum(r["tokens"] - 1 for r in more) / sum(r["calls"] - 1 for r in more)
                      if more else None),
         "tok_s": _median([r["tok_s"] for r in rows]),
