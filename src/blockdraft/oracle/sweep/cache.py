@@ -32,7 +32,7 @@ from typing import Any
 
 from blockdraft.core.digest import seal, sha256_file, sha256_json, unseal
 from blockdraft.core.errors import BlockdraftWarning
-from blockdraft.core.files import write_text_atomic
+from blockdraft.core.files import cache_dir, write_text_atomic
 from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.sweep.settings import Setting
 from blockdraft.oracle.trace.format import ARRAY_DTYPES, META_FILE, read_meta
@@ -44,8 +44,7 @@ ENTRY_FORMAT = "blockdraft-sweep-entry"
 
 def default_cache_dir() -> Path:
     """``$BLOCKDRAFT_CACHE/sweep`` when the variable is set, else ``~/.cache/blockdraft/sweep``."""
-    root = os.environ.get("BLOCKDRAFT_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "blockdraft") / "sweep"
+    return cache_dir("sweep")
 
 
 def trace_digest(path: str | os.PathLike[str]) -> str:

@@ -63,8 +63,8 @@ class SweepRow:
         nodes_histogram: ``((nodes, steps), ...)``, ascending: how many steps held how many
             tokens.
         steps_sha256: :func:`steps_digest` of the simulation.
-        work_s: seconds the simulation took (summed over its shards; the engine's wall time
-            is the sweep's).
+        work_s: seconds the simulation took (summed over its shards, opening the inputs and
+            building the strategy left out; the engine's wall time is the sweep's).
         cached: read from the cache, not computed in this sweep.
     """
 

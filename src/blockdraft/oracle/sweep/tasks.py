@@ -70,7 +70,9 @@ class ShardOutcome:
         index: the task's index.
         examples, generated, calls: int64 ``[e]`` per example of the shard.
         steps: the shard's per-step records, by field name.
-        work_s: seconds inside the worker, opening the inputs included.
+        work_s: seconds of the simulation itself.
+        setup_s: seconds before it: opening the trace and loading an LM (once per process),
+            building the strategy.
         pid: the worker process.
     """
 
@@ -80,6 +82,7 @@ class ShardOutcome:
     calls: np.ndarray
     steps: dict[str, np.ndarray]
     work_s: float
+    setup_s: float
     pid: int
 
 
@@ -126,6 +129,7 @@ def run_task(task: Task) -> ShardOutcome:
     start = time.perf_counter()
     trace = _trace(task.trace, task.trace_digest)
     strategy = task.setting.build(_resources(task))
+    ready = time.perf_counter()
     with warnings.catch_warnings():  # the sweep warns once about the trace's ties
         warnings.simplefilter("ignore", TraceMismatchWarning)
         res = simulate(trace, strategy, examples=list(task.examples))
@@ -133,7 +137,7 @@ def run_task(task: Task) -> ShardOutcome:
         index=task.index, examples=np.asarray(res.examples), generated=np.asarray(res.generated),
         calls=np.asarray(res.calls),
         steps={name: np.asarray(getattr(res.steps, name)) for name in _STEP_FIELDS},
-        work_s=time.perf_counter() - start, pid=os.getpid())
+        work_s=time.perf_counter() - ready, setup_s=ready - start, pid=os.getpid())
 
 
 def plan_shards(lengths: np.ndarray, examples: np.ndarray, shards: int) -> list[np.ndarray]:
