@@ -64,7 +64,9 @@ def _paths(text: str) -> list[str]:
     return items
 
 
-def _grid(args: argparse.Namespace, trace: Any) -> Any:
+def grid_from_args(args: argparse.Namespace, trace: Any) -> Any:
+    """The :class:`~blockdraft.oracle.sweep.Grid` of parsed ``sweep`` arguments (checked
+    against the trace: its ``K``, the LM files there)."""
     from blockdraft.oracle.sweep import Grid
 
     rescorers: list[tuple[str, str]] = []
@@ -130,7 +132,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.cost_variant and not args.cost:
         raise CliError("--cost-variant picks a row of the --cost file; give --cost too")
     trace = Trace.open(args.trace)
-    settings = _grid(args, trace).expand()
+    settings = grid_from_args(args, trace).expand()
     engine = _engine(args)
     examples = (None if args.max_examples is None
                 else range(min(args.max_examples, trace.num_examples)))
