@@ -306,21 +306,25 @@ def test_local_processes_equal_the_serial_run(world: dict[str, Path]) -> None:
     _same(serial, parallel)
 
 
-def test_a_dead_local_worker_loses_only_its_task(world: dict[str, Path],
-                                                 tmp_path: Path) -> None:
-    marks = tmp_path / "marks"
+def _a_dead_worker_loses_only_its_task(trace: Path, marks: Path, kind: str) -> None:
+    """A worker that dies once while running a configuration: the sweep retries that task and
+    equals the serial run; a configuration whose worker always dies stops the sweep after the
+    retries, saying so."""
     marks.mkdir()
     settings = [Setting("heads", k=4, p=3), Setting("oracle", k=4), Setting("lookup")]
-    serial = sweep(world["trace"], settings)
+    serial = sweep(trace, settings)
     dying = [settings[0], lib.as_kind(lib.DyingSetting, settings[1], marks=str(marks)),
              settings[2]]
-    res = sweep(world["trace"], dying, engine=Engine("processes", workers=2), shards=1)
-    _same(serial, res)
+    _same(serial, sweep(trace, dying, engine=Engine(kind, workers=2), shards=1))
     assert len(list(marks.glob("death-*"))) == 1 and len(list(marks.glob("built-*"))) == 1
     always = [lib.as_kind(lib.DyingSetting, settings[1], marks=str(marks), times=-1)]
     with pytest.raises(OracleError, match="died 2 times"):
-        sweep(world["trace"], always, engine=Engine("processes", workers=1, retries=1),
-              shards=1)
+        sweep(trace, always, engine=Engine(kind, workers=2, retries=1), shards=1)
+
+
+def test_a_dead_local_worker_loses_only_its_task(world: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    _a_dead_worker_loses_only_its_task(world["trace"], tmp_path / "marks", "processes")
 
 
 @pytest.fixture(scope="module")
@@ -345,18 +349,7 @@ def test_ray_equals_the_serial_run_bit_for_bit(world: dict[str, Path], ray_clust
 
 def test_a_dead_ray_worker_loses_only_its_task(world: dict[str, Path], ray_cluster: Any,
                                                tmp_path: Path) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    settings = [Setting("heads", k=4, p=3), Setting("oracle", k=4), Setting("lookup")]
-    serial = sweep(world["trace"], settings)
-    dying = [settings[0], lib.as_kind(lib.DyingSetting, settings[1], marks=str(marks)),
-             settings[2]]
-    res = sweep(world["trace"], dying, engine=Engine("ray", workers=2), shards=1)
-    _same(serial, res)
-    assert len(list(marks.glob("death-*"))) == 1 and len(list(marks.glob("built-*"))) == 1
-    always = [lib.as_kind(lib.DyingSetting, settings[1], marks=str(marks), times=-1)]
-    with pytest.raises(OracleError, match="died 2 times"):
-        sweep(world["trace"], always, engine=Engine("ray", workers=2, retries=1), shards=1)
+    _a_dead_worker_loses_only_its_task(world["trace"], tmp_path / "marks", "ray")
 
 
 def test_engines_refuse_bad_settings() -> None:
@@ -367,3 +360,14 @@ def test_engines_refuse_bad_settings() -> None:
     with pytest.raises(OracleError, match="Ray cluster"):
         Engine("processes", address="auto")
     assert Engine("ray", address="auto").name == "ray:auto"
+
+
+def test_the_cache_lives_in_blockdraft_cache(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from blockdraft.oracle.sweep import default_cache_dir
+
+    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "sweep"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OracleError, match="not a folder"):
+        ResultCache(tmp_path / "file")
