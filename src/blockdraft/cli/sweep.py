@@ -24,6 +24,7 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_overwrite,
+    check_plot,
     finite_float,
     int_list,
     non_negative_int,
@@ -31,7 +32,6 @@ from blockdraft.cli.common import (
     print_json,
     print_table,
 )
-from blockdraft.core.outputs import claim_output
 
 
 def _words(choices: tuple[str, ...]) -> Any:
@@ -118,13 +118,10 @@ def _progress(total: int) -> Iterator[Any]:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from blockdraft.models.cost import read_cost_curve
     from blockdraft.oracle import Trace
-    from blockdraft.oracle.plots import plot_format, plot_sweep
+    from blockdraft.oracle.plots import plot_sweep
     from blockdraft.oracle.sweep import ResultCache, default_cache_dir, sweep
 
-    if args.plot:
-        plot_format(args.plot)
-        claim_output(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
-                     folder=False, flag="--plot")
+    check_plot(args)
     if args.no_cache and args.cache is not None:
         raise CliError("--cache names the folder of the results --no-cache would not keep; "
                        "pass one of them")
