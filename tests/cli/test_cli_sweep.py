@@ -86,6 +86,17 @@ def test_workers_equal_the_serial_run(trace: Path, capsys: Any) -> None:
             "head_acceptance"] and a["block_efficiency"] == b["block_efficiency"]
 
 
+def test_an_unreachable_ray_cluster_is_one_error(trace: Path, capsys: Any) -> None:
+    pytest.importorskip("ray", reason="Ray is the blockdraft[ray] extra; not installed")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _, err = _run(capsys, ["sweep", str(trace), "--no-cache", "--ray", f"127.0.0.1:{port}"], 1)
+    assert "no Ray cluster answers there" in err
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--k", "7"], "K = 6"),
     (["--lm", "missing.bin"], "missing.bin does not exist"),

@@ -40,6 +40,26 @@ def _worker_env() -> dict[str, Any]:
                                                        for p in entries)}}
 
 
+def _reachable(address: str, timeout: float = 10.0) -> None:
+    """A ``HOST:PORT`` (or ``ray://HOST:PORT``) address that no server answers is refused at
+    once (Ray itself would retry for minutes); ``auto`` and other forms are left to Ray.
+
+    Raises:
+        OracleError: nothing listens there.
+    """
+    import socket
+
+    where = address.removeprefix("ray://")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise OracleError(f"--ray {address}: no Ray cluster answers there ({e}); start one "
+                          "(ray start --head) or give its address") from e
+
+
 def run_ray(engine: Any, tasks: Sequence[Task], on_outcome: Callable[[ShardOutcome], None]
             ) -> None:
     """Run ``tasks`` as Ray tasks (see the module docstring).
@@ -51,6 +71,8 @@ def run_ray(engine: Any, tasks: Sequence[Task], on_outcome: Callable[[ShardOutco
     ray = import_optional("ray", "ray", "--ray (sweeps on a Ray cluster)", OracleError)
     started = False
     if not ray.is_initialized():
+        if engine.address:
+            _reachable(engine.address)
         try:
             if engine.address:
                 ray.init(address=engine.address, log_to_driver=False)
