@@ -8,7 +8,7 @@ STAMP   := .venv/.blockdraft-installed
 
 .PHONY: setup test test-all test-latest lock demo lint bench bench-quick bench-rescore bench-steps clean \
 	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup bench-trees bench-costs \
-	bench-shortlist package-drafting
+	bench-shortlist package-drafting bench-sweep
 
 setup: $(STAMP) build/kenlm/.stamp
 
@@ -94,6 +94,15 @@ clean:
 .PHONY: bench-kim
 bench-kim: setup
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_kim.py $(KIM_ARGS)
+
+# One sweep on SmolLM2 (34 configurations: k 4,8,16 x p 1,4,16 x alpha 0.5,1,2 x {none, the
+# packaged answers 4-gram}) timed serially, on 2 processes and on a local Ray of 2 CPUs, with
+# offline = online on 4 prompts: benchmarks/results/sweep/. Run it on a quiet machine; the trace
+# is bench-kim's chat trace (SWEEP_ARGS="--trace DIR" for another).
+bench-sweep: setup
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_sweep.py --k 4,8,16 --p 1,4,16 --alpha 0.5,1,2 \
+		--lm none src/blockdraft/models/hf/heads/smollm2/ngram/answers4.bin --online 4 \
+		--out benchmarks/results/sweep $(SWEEP_ARGS)
 
 # The packaged heads' shortlist size: coverage, B and step time by size (benchmarks/results/shortlist).
 bench-shortlist: setup

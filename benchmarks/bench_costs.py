@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from real_report import save_figure, write_files  # noqa: E402
+from report import save_figure, write_report  # noqa: E402
 
 from blockdraft.core.signature import cpu_flags, cpu_model, environment, format_signature  # noqa: E402
 from blockdraft.core.tree import DraftTree  # noqa: E402
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     models = build_variants(args)
     report = make_report(measure(models, args), args)
     report = json.loads(json.dumps(report))  # int keys as strings, as the JSON file has them
-    for path in write_files(report, args.out, "costs", markdown, plot):
+    for path in write_report(report, args.out, "costs", markdown, plot):
         print(path)
     print(markdown(report))
     return 0

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -55,8 +54,8 @@ def head_accuracy(trace: Any, examples: list[int], ks: tuple[int, ...] = (1, 5)
 
 def main(argv: list[str] | None = None) -> int:
     import torch
+    from report import command_line, header, write_report
 
-    from blockdraft.core.files import write_text_atomic
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.drafts import HeadDrafter, TrieDrafter
     from blockdraft.models import load_model
@@ -100,13 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         "model": "smollm2", "heads": Path(heads).name, "runtime": "onnxruntime",
         "precision": "float32", "set": CHAT.name, "max_new_tokens": args.max_new_tokens,
         "criterion": "exact", "version": env["version"], "commit": env["commit"]})
-    report = {"command": "python benchmarks/bench_heads_chat.py " + " ".join(
-        sys.argv[1:] if argv is None else argv), "signature": signature, "groups": result,
-        "wall_s": time.perf_counter() - start}
+    report = {"command": command_line("bench_heads_chat.py", argv), "signature": signature,
+              "groups": result, "wall_s": time.perf_counter() - start}
     report = json.loads(json.dumps(report))
     h = max(int(k) for k in report["groups"]["all"]["top1"]) if report["groups"] else 0
-    lines = ["# Medusa heads on a held-out chat set", "", f"Command: `{report['command']}`", "",
-             f"Signature: `{signature}`", "",
+    lines = [*header("Medusa heads on a held-out chat set", report),
              "top-1 / top-5: head i's guess of the token i - 1 positions after the next one, "
              "pooled over the greedy answers; B: tokens per serial call, simulated exactly.", "",
              "| kind | prompts | tokens | " + " | ".join(f"head {i} top-1/top-5"
@@ -116,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} | {g['prompts']} | {g['tokens']} | " + " | ".join(
             f"{g['top1'][str(i)]:.3f} / {g['top5'][str(i)]:.3f}" for i in range(2, h + 1))
             + f" | {g['B_vanilla']:.3f} | {g['B_trie8']:.3f} |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "chat.json", json.dumps(report, indent=1) + "\n")
-    write_text_atomic(args.out / "chat.md", "\n".join(lines) + "\n")
+    write_report(report, args.out, "chat", "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -31,7 +31,7 @@ threads, h, k, p, prompts, max_new_tokens, version, commit).
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from blockdraft.core.files import write_text_atomic
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # report.py beside this script
+
+from report import command_line, header, write_report  # noqa: E402
+
 from blockdraft.core.signature import environment, format_signature
 from blockdraft.drafts import HeadDrafter
 from blockdraft.models import greedy_generate, load_model
@@ -228,9 +231,8 @@ def _top2_cell(x: dict[str, Any] | None) -> str:
 def markdown(signature: str, summary: list[dict[str, Any]], runs: list[dict[str, Any]],
              command: str) -> str:
     lines = [
-        "# Lossless in practice: exact BPD vs greedy on SmolLM2-135M-Instruct", "",
-        f"Command: `{command}`", "",
-        f"Signature: `{signature}`", "",
+        *header("Lossless in practice: exact BPD vs greedy on SmolLM2-135M-Instruct",
+                {"command": command, "signature": signature}),
         "Identical = the exact-BPD output equals `greedy_generate`'s token for token. At a "
         "first divergence, the margin is top-1 minus top-2 base logit at that position on each "
         "path (greedy: one-token forwards; BPD: the chunk that chose the token), in the "
@@ -261,9 +263,6 @@ def markdown(signature: str, summary: list[dict[str, Any]], runs: list[dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    import shlex
-    import sys
-
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
@@ -292,14 +291,11 @@ def main(argv: list[str] | None = None) -> int:
               "criterion": "exact", **environment("cpu")}
     signature = format_signature(fields)
     summary = summarise(runs)
-    command = "python benchmarks/bench_identity.py " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "identity.json", json.dumps(
-        {"signature": signature, "fields": fields, "command": command,
-         "wall_s": time.perf_counter() - wall, "summary": summary, "runs": runs,
-         "prompts": list(prompts)}, indent=1) + "\n")
-    write_text_atomic(args.out / "identity.md", markdown(signature, summary, runs, command))
+    command = command_line("bench_identity.py", argv)
+    write_report({"signature": signature, "fields": fields, "command": command,
+                  "wall_s": time.perf_counter() - wall, "summary": summary, "runs": runs,
+                  "prompts": list(prompts)}, args.out, "identity",
+                 markdown(signature, summary, runs, command))
     print(markdown(signature, summary, runs, command))
     return 0
 

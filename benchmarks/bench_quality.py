@@ -16,7 +16,6 @@ and the top-2 margin of the reference at the disagreements. Writes ``quality.{js
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -48,7 +47,8 @@ def base_logits(model: Any, ids: list[int]) -> torch.Tensor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from blockdraft.core.files import write_text_atomic
+    from report import command_line, header, write_report
+
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.models import load_model
     from blockdraft.models.runtimes import on_runtime
@@ -105,11 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         "model": "smollm2", "text": "wikitext2-test", "windows": args.windows,
         "window": args.window, "seed": args.seed, "threads": args.threads,
         "torch": torch.__version__, "version": env["version"], "commit": env["commit"]})
-    report = {"command": "python benchmarks/bench_quality.py " + " ".join(
-        sys.argv[1:] if argv is None else argv), "signature": signature,
+    report = {"command": command_line("bench_quality.py", argv), "signature": signature,
         "reference": ref_name, "rows": rows, "wall_s": time.perf_counter() - start}
-    lines = ["# Quality of a runtime's precision: held-out perplexity and next-token agreement",
-             "", f"Command: `{report['command']}`", "", f"Signature: `{signature}`", "",
+    lines = [*header("Quality of a runtime's precision: held-out perplexity and next-token "
+                     "agreement", report),
              f"Teacher-forced over {args.windows} windows of {args.window} WikiText-2 test "
              f"tokens; agreement: the argmax of the base head at each position equals the "
              f"reference's ({ref_name}); margin: the reference's top-2 logit gap where they "
@@ -122,9 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['variant']} | {r['positions']} | {r['perplexity']:.3f} | "
                      f"{100 * r['argmax_agreement']:.2f}% | {r['disagreements']} | "
                      + ("-" if med is None else f"{med:.3f} / {mx:.3f}") + " |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "quality.json", json.dumps(report, indent=1) + "\n")
-    write_text_atomic(args.out / "quality.md", "\n".join(lines) + "\n")
+    write_report(report, args.out, "quality", "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -80,6 +80,8 @@ from real_report import (  # noqa: E402  (beside this script)
     write_report,
 )
 
+from blockdraft.core.efficiency import block_efficiency  # noqa: E402
+
 RESULTS = BENCH / "results" / "real"
 SHARED = Path(os.environ.get("BLOCKDRAFT_SHARED_DATA", REPO.parent / "shared" / "data"))
 MODEL = "smollm2"
@@ -406,7 +408,7 @@ def _run(models: dict[str, Any], cases: Sequence[PromptCase], strategies: Sequen
                 row.update(
                     task=case.task, case=i, strategy=name, tokens=n, tok_s=tok_s,
                     speedup=tok_s / ref_tok_s if ref_tok_s else math.nan,
-                    B=n / calls if calls else None,
+                    B=block_efficiency(n, calls) if calls else None,
                     B_verify=(n - 1) / (calls - 1) if calls and calls > 1 else None,
                     identical=tokens == outputs[i], first_diff=_first_diff(outputs[i], tokens),
                 )

@@ -360,7 +360,7 @@ def plot_oracle(report: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from real_report import save_figure
+    from report import save_figure
 
     fig, (ax, side) = plt.subplots(1, 2, figsize=(10, 4.6), gridspec_kw={"width_ratios": [3, 2]})
     for i, (name, s) in enumerate(report["sets"].items()):
@@ -397,17 +397,11 @@ def plot_oracle(report: dict[str, Any], path: Path) -> None:
 
 def write_page(report: dict[str, Any], out: Path) -> list[Path]:
     """``kim.json`` (strict JSON), ``kim.md`` and ``kim_oracle.png`` in ``out``."""
-    from real_report import _finite
+    from report import finite, write_report
 
-    from blockdraft.core.files import write_text_atomic
-
-    report = _finite(report)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "kim.json", out / "kim.md", out / "kim_oracle.png"]
-    write_text_atomic(paths[0], json.dumps(report, indent=1, allow_nan=False) + "\n")
-    write_text_atomic(paths[1], markdown(report))
-    plot_oracle(report, paths[2])
-    return paths
+    paths = write_report(report, out, "kim", markdown)
+    plot_oracle(finite(report), out / "kim_oracle.png")
+    return [*paths, out / "kim_oracle.png"]
 
 
 if __name__ == "__main__":

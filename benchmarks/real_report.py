@@ -8,14 +8,16 @@ Markdown, JSON (strict: non-finite numbers written as null) and the speedup plot
 
 from __future__ import annotations
 
-import json
 import math
-import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from report import finite, save_figure
+from report import write_report as write_report_files
+
+from blockdraft.core.efficiency import block_efficiency
 
 # ---- summarising ---------------------------------------------------------------------------------
 
@@ -38,7 +40,7 @@ def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
     more = [r for r in counted if r["calls"] > 1]
     cell: dict[str, Any] = {
         "prompts": len(rows), "tokens": tokens,
-        "B": sum(r["tokens"] for r in counted) / calls if calls else None,
+        "B": block_efficiency(sum(r["tokens"] for r in counted), calls) if calls else None,
         "B_verify": (sum(r["tokens"] - 1 for r in more) / sum(r["calls"] - 1 for r in more)
                      if more else None),
         "tok_s": _median([r["tok_s"] for r in rows]),
@@ -324,36 +326,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
     save_figure(fig, path, report, width=200)
 
 
-def save_figure(fig: Any, path: Path, report: dict[str, Any], width: int = 200,
-                top: float = 1.0) -> None:
-    """Caption ``fig`` with the report's command and signature (wrapped at ``width``
-    characters), lay it out below ``top`` (a title above) and write it as PNG atomically."""
-    import matplotlib.pyplot as plt
-
-    from blockdraft.core.files import atomic_path
-
-    caption = "\n".join([report["command"], *textwrap.wrap(report["signature"], width,
-                                                            break_on_hyphens=False)])
-    fig.text(0.01, 0.005, caption, fontsize=5, family="monospace", va="bottom")
-    fig.tight_layout(rect=(0, 0.02 * (caption.count("\n") + 2), 1, top))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=130)
-    plt.close(fig)
-
-
-def _finite(x: Any) -> Any:
-    """The report with every non-finite float as None (strict JSON)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, np.generic):
-        return _finite(x.item())
-    return x
-
-
 def make_report(result: dict[str, Any], cases: Sequence[Any],
                 strategies: Sequence[Any], peers: Sequence[Any], *,
                 fields: dict[str, Any], command: str, skipped: dict[str, str],
@@ -406,24 +378,9 @@ def make_report(result: dict[str, Any], cases: Sequence[Any],
         "errors": list(result.get("errors", [])),
         "prompts": prompts, "rows": rows,
     }
-    return _finite(report)
+    return finite(report)
 
 
 def write_report(report: dict[str, Any], out: Path, stem: str = "real") -> list[Path]:
     """``<stem>.json``, ``<stem>.md`` and ``<stem>.png`` in ``out`` (each written atomically)."""
-    return write_files(report, out, stem, markdown, plot)
-
-
-def write_files(report: dict[str, Any], out: Path, stem: str,
-                to_markdown: Callable[[dict[str, Any]], str],
-                to_plot: Callable[[dict[str, Any], Path], None]) -> list[Path]:
-    """A report as ``<stem>.json`` (strict), ``<stem>.md`` and ``<stem>.png`` in ``out``,
-    each written atomically."""
-    from blockdraft.core.files import write_text_atomic
-
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{stem}.json", out / f"{stem}.md", out / f"{stem}.png"]
-    write_text_atomic(paths[0], json.dumps(report, indent=1, allow_nan=False) + "\n")
-    write_text_atomic(paths[1], to_markdown(report))
-    to_plot(report, paths[2])
-    return paths
+    return write_report_files(report, out, stem, markdown, plot)

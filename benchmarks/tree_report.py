@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from real_report import _finite, _median, save_figure, write_files
+from real_report import _median
+from report import finite, save_figure
+from report import write_report as write_report_files
 
 DEFINITIONS = [
     "N: the budget, nodes of the tree (the root, the certain token, included), i.e. the tokens "
@@ -79,7 +81,7 @@ def make_report(*, rows: list[dict[str, Any]], costs: dict[str, Any],
             accuracies[:, :3], 4).tolist()},
         "lm": lm, "targets": _targets(rows, summary),
     }
-    return _finite(report)
+    return finite(report)
 
 
 def _row(rows: Sequence[dict[str, Any]], key: str, n: int) -> dict[str, Any] | None:
@@ -233,4 +235,4 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 def write_report(report: dict[str, Any], out: Path, stem: str = "trees") -> list[Path]:
     """``<stem>.json``, ``<stem>.md`` and ``<stem>.png`` in ``out`` (each written atomically)."""
-    return write_files(report, out, stem, markdown, plot)
+    return write_report_files(report, out, stem, markdown, plot)

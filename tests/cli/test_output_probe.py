@@ -78,6 +78,9 @@ PROBES: dict[str, Probe] = {
                                      "--plot", str(o)], kind="file"),
     "entropy": Probe(lambda w, o, v: ["entropy", str(w["trace"]), "--plot", str(o),
                                       *(["--all-positions"] if v else [])], kind="file"),
+    "sweep": Probe(lambda w, o, v: ["sweep", str(w["trace"]), "--no-cache", "--p", "1,2",
+                                    "--k", "2,3" if v else "2", "--plot", str(o)],
+                   kind="file"),
     "lattice draw": Probe(lambda w, o, v: ["lattice", "draw", str(w["lattice"]), "-o", str(o),
                                            *(["--reference", "1,3,5"] if v else [])],
                           kind="file"),
@@ -283,7 +286,8 @@ def test_the_output_rule(name: str, world: World, tmp_path: Path, capsys: Any,
             pytest.skip(f"KenLM's {probe.needs} is not built ({e})")
     work = tmp_path / "work"
     work.mkdir()
-    suffix = {"oracle": ".png", "entropy": ".png", "lattice draw": ".svg"}.get(name, "")
+    suffix = {"oracle": ".png", "entropy": ".png", "sweep": ".png",
+              "lattice draw": ".svg"}.get(name, "")
     out = work / f"out{suffix}"
     first, second = probe.argv(world, out, 0), probe.argv(world, out, 1)
 

@@ -55,9 +55,12 @@ SKIP = {  # optional parts left out of the run (they still parse), and why
     "[--dtype bfloat16]": "bfloat16 is lossless only up to rounding (docs/real-models.md)",
     "[--lm lm4-smollm2.bin]": "made by a later line",
     "[--distilled DISTILL_DIR]": "needs a distillation set (heads distill runs --help here)",
+    "[--ray]": "starts a local Ray (tests/oracle/test_sweep.py runs sweeps on one)",
+    "[--cost curve.json]": "a curve of benchmarks/results/costs (tests/cli/test_cli_sweep.py "
+    "reads one)",
 }
 RUNS = {"ngram train", "rescore", "lattice draw", "trace", "decode", "heads prompts", "oracle",
-        "repetition", "entropy", "demo"}
+        "repetition", "entropy", "sweep", "demo"}
 
 
 @dataclass(frozen=True)

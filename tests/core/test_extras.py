@@ -27,7 +27,7 @@ def test_every_extra_of_pyproject_is_known_and_complete() -> None:
         for module in modules:  # import names equal the distribution names here
             assert module in declared, (extra, module)
     assert set(EXTRAS) | {"all", "test"} == set(extras)
-    assert "blockdraft[hf,onnx,wfst]" in extras["all"]
+    assert "blockdraft[hf,onnx,wfst,ray]" in extras["all"]
     core = " ".join(project["dependencies"])
     for modules in EXTRAS.values():
         assert not any(m in core for m in modules)

@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from blockdraft.core.digest import sha256_file as file_sha256
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram import NgramLM, interpolate_arpa, native, train_ngram
 from blockdraft.rescorers.ngram.arpa import read_arpa
 from blockdraft.rescorers.ngram.interpolate import INTERPOLATE_SUFFIXES, output_files
-from blockdraft.rescorers.ngram.lm import file_sha256, write_vocab_record
+from blockdraft.rescorers.ngram.records import write_vocab_record
 from ngram_testlib import WordCorpus
 
 kenlm = pytest.importorskip("kenlm")

@@ -72,3 +72,73 @@ def test_online_equals_offline_with_input_copy(chain_model, tmp_path) -> None:  
     prompt = o[0:20] + [o[40], o[50], o[3]]
     drafter = CombinedDrafter(HeadDrafter(k=2, p=2), InputCopyDrafter(prompt))
     compare(model, prompt, drafter, 30, tmp_path / "trace")
+
+
+# ------------------------------------------------------------------------------ every kind
+PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [7, 7, 2, 8, 7, 7, 2], [11, 5, 11, 5, 11, 30, 12]]
+MAX_NEW = 36
+
+
+@pytest.fixture(scope="module")
+def every_kind(random_model, tiny_ngram, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A tiny model, its trace of PROMPTS and one sweep setting of every strategy kind."""
+    from blockdraft.oracle.sweep import Setting
+
+    model = random_model(seed=3, vocab=64, h=4, scale=3.0, head_scale=0.8)
+    rows = []
+    for prompt in PROMPTS:
+        y = greedy_generate(model, prompt, MAX_NEW)
+        rows.append((prompt, y, teacher_forced_logits(model, prompt, y)))
+    path = tmp_path_factory.mktemp("kinds") / "trace"
+    Trace.from_head_logits(path, rows, K=8)
+    lm = str(tiny_ngram)
+    settings = {
+        "vanilla": Setting("heads"),
+        "1-best": Setting("heads", k=4, rescorer="ngram", lm=lm, alpha=1.0),
+        "p-best trie": Setting("heads", k=4, p=3),
+        "p-best rescored trie": Setting("heads", k=4, p=3, rescorer="ngram", lm=lm),
+        "confidence tree": Setting("tree", k=4, tree="confidence", budget=8),
+        "medusa tree": Setting("tree", tree="medusa", budget=8),
+        "rescored tree": Setting("tree", k=4, tree="rescored", budget=8, rescorer="ngram",
+                                 lm=lm, alpha=0.5),
+        "lookup": Setting("lookup"),
+        "combined": Setting("combined", k=4, p=2, rescorer="ngram", lm=lm),
+    }
+    return model, path, settings
+
+
+@pytest.mark.parametrize("kind", ["vanilla", "1-best", "p-best trie", "p-best rescored trie",
+                                  "confidence tree", "medusa tree", "rescored tree", "lookup",
+                                  "combined"])
+def test_a_swept_strategy_equals_its_online_decode(every_kind, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """Issue 31: for every strategy kind the sweep simulates, its B over the trace equals a
+    real decode's B on the same prompts, and every step accepts as many tokens."""
+    from blockdraft.drafts import TreeDrafter
+    from blockdraft.oracle.sweep import Resources, sweep
+
+    model, path, settings = every_kind
+    setting = settings[kind]
+    row = sweep(path, [setting]).rows[0]
+    tokens = calls = 0
+    offline = simulate(Trace.open(path), setting.build(Resources()))
+    for e, prompt in enumerate(PROMPTS):
+        strategy = setting.build(Resources())
+        online = (decode(model, prompt, tree=strategy, max_new_tokens=MAX_NEW)
+                  if isinstance(strategy, TreeDrafter)
+                  else decode(model, prompt, drafter=strategy, max_new_tokens=MAX_NEW))
+        assert online.tokens == greedy_generate(model, prompt, MAX_NEW)
+        assert online.accept_lengths == offline.steps.n[offline.steps.example == e].tolist()
+        tokens += len(online.tokens)
+        calls += online.calls
+    assert row.block_efficiency == tokens / calls
+    assert row.calls == calls and row.tokens == tokens
+    assert row.block_efficiency > 1.0  # it accepted drafted tokens: the check has teeth
+
+
+def test_the_kinds_draft_differently(every_kind) -> None:  # type: ignore[no-untyped-def]
+    """The kinds above are not one strategy under many names: their steps differ."""
+    from blockdraft.oracle.sweep import sweep
+
+    _, path, settings = every_kind
+    rows = sweep(path, list(settings.values())).rows
+    assert len({r.steps_sha256 for r in rows}) >= len(rows) - 1

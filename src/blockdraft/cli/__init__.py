@@ -5,6 +5,7 @@ Subcommands (``blockdraft COMMAND --help`` for each):
     oracle TRACE            oracle block efficiency B_oracle(k) and the curve B_oracle(k)/B
     repetition TRACE        consecutive repetition in drafts, vanilla vs n-gram rescored
     entropy TRACE           head entropies, their means and h_max
+    sweep TRACE             a grid of strategies simulated from a trace (processes or Ray)
     train                   train a BlockwiseLM (or RescorerLM) and its tokenizer
     heads distill           Medusa heads' data: the base's greedy answers and hidden states
     heads train             Medusa heads on a Hugging Face model, by self-distillation
@@ -33,9 +34,8 @@ complete new one replaces it.
 
 Modules: ``parser`` (the argument parser, assembled from each group's ``add_parsers``),
 ``common`` (output helpers, argument types, readers), one per command group: ``analyses``
-(oracle, repetition, entropy), ``models`` (train, trace, decode), ``heads`` (heads distill,
-train, curve), ``demo``, ``lattice``
-(rescore, lattice draw), ``ngram``, ``bench``.
+(oracle, repetition, entropy), ``sweep``, ``models`` (train, trace, decode), ``heads`` (heads
+distill, train, curve), ``demo``, ``lattice`` (rescore, lattice draw), ``ngram``, ``bench``.
 """
 
 from __future__ import annotations

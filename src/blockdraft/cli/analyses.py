@@ -14,29 +14,18 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_overwrite,
+    check_plot,
     finite_float,
     int_list,
     print_json,
     print_table,
 )
-from blockdraft.core.outputs import claim_output
 
 
 def _trace(path: Path) -> Any:
     from blockdraft.oracle import Trace
 
     return Trace.open(path)
-
-
-def _check_plot(args: argparse.Namespace) -> None:
-    """``--plot FILE``: a suffix the plots know and, like every output, no existing file
-    replaced without ``--overwrite`` (checked before any work)."""
-    from blockdraft.oracle.plots import plot_format
-
-    if args.plot:
-        plot_format(args.plot)
-        claim_output(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
-                     folder=False, flag="--plot")
 
 
 def _sig_caption(trace: Any) -> str:
@@ -46,7 +35,7 @@ def _sig_caption(trace: Any) -> str:
 def cmd_oracle(args: argparse.Namespace) -> int:
     from blockdraft.oracle import oracle_curve, plot_oracle_curve
 
-    _check_plot(args)
+    check_plot(args)
     trace = _trace(args.trace)
     if args.k is None:
         ks = [1, 2, 4, 8, 16]  # those above the trace's K are dropped, K is added
@@ -111,7 +100,7 @@ def cmd_entropy(args: argparse.Namespace) -> int:
     from blockdraft.drafts.heads import HeadDrafter
     from blockdraft.oracle import head_entropy, plot_entropy_densities, simulate
 
-    _check_plot(args)
+    check_plot(args)
     trace = _trace(args.trace)
     visited = None if args.all_positions else simulate(trace, HeadDrafter(k=1, p=1))
     stats = head_entropy(trace, visited)

@@ -25,15 +25,16 @@ from blockdraft.cli.common import (
 
 
 def cmd_bench_rescore(args: argparse.Namespace) -> int:
+    from blockdraft.core.digest import sha256_file
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.rescorers.latency import bench_rescore, hits_source, random_source
     from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
-    from blockdraft.rescorers.ngram.lm import check_arpa_pair, file_sha256
+    from blockdraft.rescorers.ngram.records import check_arpa_pair
 
     lm = NgramLM(args.lm)
     if args.arpa is not None:
         if lm.is_arpa:
-            if file_sha256(args.arpa) != file_sha256(args.lm):
+            if sha256_file(args.arpa) != sha256_file(args.lm):
                 raise CliError(f"--arpa {args.arpa} is not the LM --lm {args.lm}; pass the "
                                "ARPA file of the --lm binary (or leave --arpa out)")
         else:

@@ -222,6 +222,18 @@ def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
                         "refused; the old one stays until the new one is complete)")
 
 
+def check_plot(args: argparse.Namespace) -> None:
+    """``--plot FILE`` of the trace commands: a suffix the plots know and, like every output,
+    no existing file replaced without ``--overwrite`` (checked before any work)."""
+    from blockdraft.core.outputs import claim_output
+    from blockdraft.oracle.plots import plot_format
+
+    if args.plot:
+        plot_format(args.plot)
+        claim_output(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
+                     folder=False, flag="--plot")
+
+
 def add_group(sub: Any, name: str, help_: str) -> Any:
     """A command group ``name`` (``blockdraft NAME ACTION``) of the subparsers ``sub``; returns
     its own subparsers, for :func:`add_command`. The chosen action is ``args.NAME_command``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from blockdraft.cli import analyses, bench, demo, heads, lattice, models, ngram
+from blockdraft.cli import analyses, bench, demo, heads, lattice, models, ngram, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     analyses.add_parsers(sub)  # oracle, repetition, entropy
+    sweep.add_parsers(sub)  # sweep
     models.add_parsers(sub)  # train, trace, decode
     heads.add_parsers(sub)  # heads distill, heads train, heads curve
     demo.add_parser(sub)  # demo

@@ -5,6 +5,7 @@ room can import from here without a cycle (see ``docs/architecture.md``).
 
 Modules:
     errors    BlockdraftError, the root of every room's error class; BlockdraftWarning
+    efficiency the counting rule of block efficiency B (tokens per serial call)
     extras    the optional parts (pyproject extras hf, onnx, wfst) and their install hint
     outputs   the rule every command that writes an output follows (--overwrite, --resume)
     version   the package version (one home; ``pyproject.toml`` reads it from here)

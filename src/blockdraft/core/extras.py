@@ -8,6 +8,7 @@ traces, plots); the extras bring what only some parts need:
     onnx    onnxruntime, onnx, onnxscript    the ONNX Runtime model runtime, the neural
                                              rescorer's ONNX backend
     wfst    pynini                           the WFST rescoring backend, lattice acceptors
+    ray     ray                              sweeps on a Ray cluster (``blockdraft sweep --ray``)
     all     every extra above
 
 Public surface:
@@ -27,6 +28,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "hf": ("transformers", "gguf", "accelerate"),
     "onnx": ("onnxruntime", "onnx", "onnxscript"),
     "wfst": ("pynini",),
+    "ray": ("ray",),
 }
 """Each extra of ``pyproject.toml`` and the import names of the packages it installs."""
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from blockdraft.core.efficiency import block_efficiency
 from blockdraft.demo.config import DEMO_K, DEMO_P, NEURAL_ALPHA, NGRAM_ALPHA
 from blockdraft.demo.errors import DemoError
 from blockdraft.demo.results import DemoRow
@@ -90,7 +91,7 @@ def measure(
             calls += res.calls
             tokens += len(res.tokens)
             wall += res.wall_s
-        b = tokens / calls
+        b = block_efficiency(tokens, calls)
         offline = simulate(trace, HeadDrafter(k=k, p=p, rescorer=rescorer))
         base_b = b if base_b is None else base_b
         rows.append(DemoRow(label, b, b / base_b - 1.0, offline.block_efficiency, wall,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from blockdraft.core.checks import check_positive_int
+from blockdraft.core.efficiency import block_efficiency
 from blockdraft.demo.config import (
     DRAW_K,
     NGRAM_ALPHA,
@@ -266,8 +267,8 @@ def run_real_demo(
             row_split = splits[s]
             assert row_split is not None
             rows.append(RealDemoRow(
-                strategy=label, block_efficiency=n_tokens / max(n_calls, 1), tokens=n_tokens,
-                calls=n_calls, wall_s=wall[s],
+                strategy=label, block_efficiency=block_efficiency(n_tokens, n_calls),
+                tokens=n_tokens, calls=n_calls, wall_s=wall[s],
                 draft_s=row_split.lattice_s + row_split.draft_s, split=_split_dict(row_split),
                 speedup=wall[0] / wall[s] if wall[s] else 0.0,
                 speedup_torch=(wall[torch_row] / wall[s] if torch_row is not None and wall[s]

@@ -17,6 +17,7 @@ Public surface:
         .to_dict() / CostCurve.from_dict(d)
     measure_cost_curve(model, nodes=(1, 2, 4, 6, 8, 12, 16, 24, 32), prefix=128,
                        repeats=5) -> CostCurve
+    read_cost_curve(path, variant=None) -> CostCurve   a curve file of benchmarks/results/costs
     monotone(values) -> list        the non-decreasing least-squares fit (a dip is noise)
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -108,6 +110,52 @@ class CostCurve:
                        device=str(data.get("device", "")))
         except (KeyError, TypeError, ValueError) as e:
             raise ModelError(f"not a cost curve ({e}): {data!r}") from e
+
+
+def read_cost_curve(path: str | Path, variant: str | None = None) -> CostCurve:
+    """A cost curve from a file of ``benchmarks/results/costs``: a :meth:`CostCurve.to_dict`
+    JSON (``curve-ort32.json``, written by ``benchmarks/measure_curve.py``), or the runtime
+    comparison of ``benchmarks/bench_costs.py`` (``costs.json``), whose ``variant`` row
+    (``"onnxruntime:float32"``; needed when it holds several) gives the curve: a whole
+    verification call over ``N`` nodes (``verify_ms``, the heads' projection included, so
+    ``heads_ms`` is 0) and its greedy step.
+
+    Raises:
+        ModelError: a file that cannot be read or is neither kind, or an unknown variant.
+    """
+    import json
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read the cost curve {p}: {e}") from e
+    if not isinstance(data, dict):
+        raise ModelError(f"{p} is not a cost curve (a JSON object)")
+    if "nodes" in data:
+        if variant:
+            raise ModelError(f"{p} holds one curve; drop its variant {variant!r}")
+        return CostCurve.from_dict(data)
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ModelError(f"{p} is neither a cost curve (nodes, step_ms) nor bench_costs.py's "
+                         "comparison (rows)")
+    names = [str(r.get("variant")) for r in rows]
+    if variant is None and len(rows) != 1:
+        raise ModelError(f"{p} holds the curves of {', '.join(names)}: name one "
+                         f"({p}:{names[0]})")
+    if variant is not None and variant not in names:
+        raise ModelError(f"{p} has no variant {variant!r}; it holds {', '.join(names)}")
+    row = rows[names.index(variant) if variant is not None else 0]
+    try:
+        ms = {int(n): float(v) for n, v in row["verify_ms"].items()}
+        sizes = sorted(ms)
+        return CostCurve(nodes=tuple(sizes), step_ms=tuple(monotone([ms[n] for n in sizes])),
+                         heads_ms=0.0, greedy_ms=float(row["greedy_ms"]),
+                         device=f"{row['variant']} ({p.name}: verify_ms)")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ModelError(f"{p}: variant {row.get('variant')!r} has no usable verify_ms and "
+                         f"greedy_ms ({e})") from e
 
 
 def _bushy_tree(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -6,8 +6,10 @@ Public surface:
         ``B_oracle(k) / B_vanilla`` against ``k`` (log2 axis), like Kim et al. Fig. 6.
     plot_entropy_densities(stats, path) -> Path
         one entropy density per head (Gaussian KDE, nats), like Kim et al. Fig. 3.
+    plot_sweep(result, path) -> Path
+        a sweep's ``B`` against each swept axis (one panel per axis).
 
-Both draw on a standalone ``Figure`` (no pyplot, no global backend switch) and write the
+Each draws on a standalone ``Figure`` (no pyplot, no global backend switch) and write the
 trace's signature under the axes.
 """
 
@@ -140,4 +142,71 @@ def plot_entropy_densities(stats: EntropyStats, path: str | os.PathLike[str]) ->
     ax.set_title(f"Head entropy over {stats.entropy.shape[0]} positions (h_max = {stats.h_max})")
     ax.legend(fontsize=7)
     _caption(fig, stats.signature)
+    return _save(fig, path)
+
+
+SWEEP_AXES = ("strategy", "k", "p", "rescorer", "alpha", "tree", "budget")
+"""The axes of a sweep a plot can put on x (those with more than one value get a panel)."""
+
+
+_TIED = {"rescorer": ("alpha",), "tree": ("rescorer", "alpha")}
+"""Axes that change with another (no rescorer has no alpha): a line of that other's panel
+joins configurations across them."""
+
+
+def _axis_value(setting: Any, axis: str) -> Any:
+    """The setting's value on ``axis``, or None where the axis does not apply to it."""
+    if axis == "rescorer":
+        return setting.rescorer_label
+    value = getattr(setting, axis)
+    return None if value is None or value == "" or (axis == "budget" and value == 0) else value
+
+
+def _order(values: Any) -> list[Any]:
+    """Distinct values, numbers ascending before words."""
+    return sorted(set(values), key=lambda v: (isinstance(v, str), v if not isinstance(v, str)
+                                              else 0, str(v)))
+
+
+def plot_sweep(result: Any, path: str | os.PathLike[str]) -> Path:
+    """Draw ``B`` against each swept axis of a sweep, one panel per axis with more than one
+    value where it applies (``alpha`` with a rescorer, ``tree`` and ``budget`` for trees); in a
+    panel, one line joins the configurations that differ in that axis alone.
+
+    Args:
+        result: a :class:`~blockdraft.oracle.sweep.SweepResult`.
+        path: the image to write (.png, .pdf or .svg); its folder must exist.
+
+    Returns:
+        ``path``.
+    """
+    rows = list(result.rows)
+    axes = [a for a in SWEEP_AXES
+            if len({_axis_value(r.setting, a) for r in rows} - {None}) > 1] or ["strategy"]
+    cols = min(3, len(axes))
+    lines = -(-len(axes) // cols)
+    fig = _figure(4.2 * cols, 3.4 * lines + 0.6)
+    for j, axis in enumerate(axes):
+        ax = fig.add_subplot(lines, cols, j + 1)
+        mine = [r for r in rows if _axis_value(r.setting, axis) is not None]
+        xs = _order(_axis_value(r.setting, axis) for r in mine)
+        groups: dict[tuple[Any, ...], list[tuple[int, float]]] = {}
+        for r in mine:
+            rest = tuple(_axis_value(r.setting, a) for a in SWEEP_AXES
+                         if a != axis and a not in _TIED.get(axis, ()))
+            groups.setdefault(rest, []).append((xs.index(_axis_value(r.setting, axis)),
+                                                r.block_efficiency))
+        for points in groups.values():
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", lw=0.8,
+                    ms=3, alpha=0.8)
+        ax.set_xticks(range(len(xs)), [str(x) for x in xs], fontsize=7,
+                      rotation=20 if any(isinstance(x, str) and len(x) > 6 for x in xs) else 0)
+        ax.set_xlabel(axis)
+        ax.set_ylabel("B")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Block efficiency B over {len(rows)} configurations ({result.engine})",
+                 fontsize=9)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    _caption(fig, result.signature)
     return _save(fig, path)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from blockdraft.core.arrays import readonly
+from blockdraft.core.efficiency import block_efficiency
 from blockdraft.oracle.errors import OracleError
 
 
@@ -132,13 +133,16 @@ class SimulationResult:
     @property
     def block_efficiency(self) -> float:
         """``B`` pooled over examples: ``sum m / sum calls`` (tokens per serial call, the
-        number this project reports; docs/definitions.md sec. 2)."""
-        return self.total_generated / self.total_calls
+        number this project reports; docs/definitions.md sec. 2, the rule of
+        :func:`~blockdraft.core.efficiency.block_efficiency`)."""
+        return block_efficiency(self.total_generated, self.total_calls)
 
     @property
     def example_block_efficiency(self) -> np.ndarray:
         """float64 ``[E]``: ``m / calls`` of each example."""
-        return self.generated / self.calls
+        return np.array([block_efficiency(m, c) for m, c in
+                         zip(self.generated.tolist(), self.calls.tolist(), strict=True)],
+                        dtype=np.float64)
 
     @property
     def mean_example_block_efficiency(self) -> float:

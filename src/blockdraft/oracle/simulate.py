@@ -42,6 +42,7 @@ import numpy as np
 
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
+from blockdraft.core.efficiency import call_tokens
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.protocol import Drafter, TreeDrafter
 from blockdraft.oracle.acceptance import Oracle, accept_lengths, oracle_accept_lengths
@@ -279,7 +280,7 @@ def simulate(
             rows["example"].append(e)
             rows["t"].append(t)
             rows["n"].append(out.n)
-            rows["tokens"].append(min(1 + out.n, m - (t + 1)))
+            rows["tokens"].append(call_tokens(out.n, m - (t + 1)))
             rows["winner"].append(out.winner)
             rows["drafts"].append(out.draft)
             rows["num_drafts"].append(out.num_drafts)
@@ -392,7 +393,7 @@ def simulate_at_positions(
         out = step(int(t_arr[j]))
         n[j], winner[j], num_drafts[j], nodes[j] = out.n, out.winner, out.num_drafts, out.nodes
         drafts[j] = out.draft
-        tokens[j] = min(1 + out.n, int(lengths[e]) - (int(t_arr[j]) + 1))
+        tokens[j] = call_tokens(out.n, int(lengths[e]) - (int(t_arr[j]) + 1))
     return StepRecords(
         example=ex_arr, t=t_arr, n=n, tokens=tokens, winner=winner, drafts=drafts,
         num_drafts=num_drafts, nodes=nodes,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from blockdraft.core.batch import DraftBatch
+from blockdraft.core.efficiency import block_efficiency
 from blockdraft.core.tree import DraftTree
 
 
@@ -82,9 +83,10 @@ class DecodeResult:
 
     @property
     def block_efficiency(self) -> float:
-        """``B = len(tokens) / calls`` (docs/definitions.md sec. 2), ``1 <= B <= h``; 0.0
-        without calls."""
-        return len(self.tokens) / self.calls if self.calls else 0.0
+        """``B = len(tokens) / calls`` (docs/definitions.md sec. 2, the rule of
+        :func:`~blockdraft.core.efficiency.block_efficiency`), ``1 <= B <= h``; 0.0 without
+        calls."""
+        return block_efficiency(len(self.tokens), self.calls)
 
     @property
     def accept_lengths(self) -> list[int]:

@@ -6,13 +6,9 @@ back-off LM)."""
 
 from blockdraft.rescorers.ngram.context import ContextLM
 from blockdraft.rescorers.ngram.interpolate import InterpolationResult, interpolate_arpa
-from blockdraft.rescorers.ngram.lm import (
-    NgramLM,
-    read_vocab_mapping,
-    read_vocab_record,
-    vocab_record_path,
-)
+from blockdraft.rescorers.ngram.lm import NgramLM, read_vocab_mapping
 from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer
+from blockdraft.rescorers.ngram.records import read_vocab_record, vocab_record_path
 from blockdraft.rescorers.ngram.rescorer import BACKENDS, NgramRescorer, SearchStats
 from blockdraft.rescorers.ngram.train import NgramTrainResult, find_kenlm_tool, train_ngram
 

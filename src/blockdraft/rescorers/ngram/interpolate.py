@@ -79,8 +79,8 @@ from blockdraft.core.version import __version__
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram.arpa import arpa_header, read_arpa
-from blockdraft.rescorers.ngram.lm import (
-    is_arpa,
+from blockdraft.rescorers.ngram.lm import is_arpa
+from blockdraft.rescorers.ngram.records import (
     read_vocab_record,
     vocab_record_path,
     write_fingerprint,

@@ -47,7 +47,7 @@ from blockdraft.core.files import pid_alive
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram.arpa import arpa_header
-from blockdraft.rescorers.ngram.lm import (
+from blockdraft.rescorers.ngram.records import (
     FINGERPRINT_SUFFIX,
     VOCAB_RECORD_SUFFIX,
     write_fingerprint,
