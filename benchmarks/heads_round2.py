@@ -12,6 +12,8 @@ epochs / batch), the softmax over the 4,096-token shortlist the packaged heads d
 - ``self-N``: the self-distilled set (bfloat16 greedy answers, their bfloat16 states), for each
   point ``N`` the set reaches (the learning curve);
 - ``kl-N``: the same data with the KL loss to the base's distribution (the middle point);
+- ``prefix-N``: prefix-conditioned (Hydra-style) heads of 1 ResBlock, whose input projection
+  costs what the Medusa heads' second ResBlock costs (equal step cost), at the first point;
 - ``labelled-N``: the same texts labelled by float32 one-forward labels (``heads label``), at
   the first point the labelled set reaches.
 
@@ -70,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(points) >= 2:
         mid = points[len(points) // 2 - 1]
         runs.append((f"kl-{mid // 1000}k", args.data, mid, ["--loss", "kl"]))
+    if points:  # Hydra-style heads at the cost of the Medusa heads: one ResBlock fewer
+        runs.append((f"prefix-{points[0] // 1000}k", args.data, points[0],
+                     ["--arch", "prefix", "--layers", "1"]))
     if args.labelled is not None and points:
         lab = open_distill_set(args.labelled)
         if lab.summary()["train_tokens"] >= points[0]:
@@ -105,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             scores[split] = json.loads((curve / "data_curve.json").read_text())["runs"][0]
         rows.append({"name": name, "data": str(data), "train_tokens": tokens, "steps": steps,
                      "epochs": args.epochs, "loss": "kl" if "kl" in extra else "ce",
+                     "arch": "prefix, 1 ResBlock" if "prefix" in extra else "medusa, 2 ResBlocks",
                      "labels": "one-forward float32" if name.startswith("labelled")
                      else "generated bfloat16", "train_s": round(train_s, 1), **scores})
         print(json.dumps(rows[-1])[:400], file=sys.stderr, flush=True)
@@ -133,14 +139,15 @@ def _fmt(score: dict[str, Any], key: str) -> str:
 def _markdown(report: dict[str, Any]) -> str:
     lines = ["# Heads, second round: learning curve and recipe", "",
              f"Command: `{report['command']}`", "", f"Signature: `{report['signature']}`", "",
-             "| run | labels | loss | train tokens | steps | train min | held-out top-1, "
+             "| run | heads | labels | loss | train tokens | steps | train min | held-out top-1, "
              "heads 2-6 | held-out vanilla B | held-out top-5 oracle B | chat top-1 | chat "
              "vanilla B | chat top-5 oracle B |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
         h, c = r["heldout"], r["chat"]
-        lines.append(f"| {r['name']} | {r['labels']} | {r['loss']} | {r['train_tokens']} | "
-                     f"{r['steps']} | {r['train_s'] / 60:.1f} | {_fmt(h, 'top1')} | "
+        lines.append(f"| {r['name']} | {r['arch']} | {r['labels']} | {r['loss']} | "
+                     f"{r['train_tokens']} | {r['steps']} | {r['train_s'] / 60:.1f} | "
+                     f"{_fmt(h, 'top1')} | "
                      f"{_fmt(h, 'B_vanilla')} | {_fmt(h, 'B_oracle5')} | {_fmt(c, 'top1')} | "
                      f"{_fmt(c, 'B_vanilla')} | {_fmt(c, 'B_oracle5')} |")
     return "\n".join(lines) + "\n"
