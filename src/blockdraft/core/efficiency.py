@@ -9,9 +9,8 @@ tokens over the sum of their calls (not the mean of the examples' ratios).
 
 The online decode loop (:class:`~blockdraft.verify.records.DecodeResult`), the offline
 simulator (:class:`~blockdraft.oracle.results.SimulationResult`), the demo and the benchmarks
-count with these two functions. (``training/heads/data_curve.py``'s
-``chain_block_efficiency`` still states the rule itself, ``tokens / max(calls, 1)``; it is the
-heads-training owner's to switch to :func:`block_efficiency`.)
+count with these two functions, and so does the heads' offline chain
+(``training/heads/data_curve.chain_block_efficiency``).
 
 Public surface:
     call_tokens(n, remaining) -> int        tokens a call accepting ``n`` makes certain

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from blockdraft.core.efficiency import block_efficiency
 from blockdraft.core.files import atomic_directory, atomic_path, write_text_atomic
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.prefix_heads import PrefixHeads, is_prefix_folder, read_prefix_heads
@@ -202,7 +203,7 @@ def chain_block_efficiency(topk: torch.Tensor, data: PositionData, k: int = 1) -
             calls += 1
         tokens += m
         row += m
-    return tokens / max(calls, 1)
+    return block_efficiency(tokens, calls)
 
 
 def score_runs(
