@@ -244,8 +244,8 @@ def test_the_prompt_mix_is_recorded_in_the_heads(base: dict[str, Path], tmp_path
 def test_heads_label_then_train_on_the_labelled_set(base: dict[str, Path], tmp_path: Path,
                                                     capsys: Any) -> None:
     """``heads label`` mirrors a distillation set (the base's own answers: every label equals
-    its text), a second run does nothing, and ``heads train --data LABELLED`` needs no
-    --prompts; --train-tokens trains on a prefix of the training shards."""
+    its text), a second run needs --resume and then does nothing, and ``heads train --data
+    LABELLED`` needs no --prompts; --train-tokens trains on a prefix of the training shards."""
     from blockdraft.training.heads import open_distill_set
     from blockdraft.training.heads.shards import read_shard
 
@@ -261,7 +261,9 @@ def test_heads_label_then_train_on_the_labelled_set(base: dict[str, Path], tmp_p
         shard = read_shard(labelled / f"{name}.safetensors")
         assert shard.text_ids is not None and (shard.answer_ids == shard.text_ids).all()
     before = _tree(labelled)
-    assert _run(capsys, argv)["shards_done"] == len(src.done) and _tree(labelled) == before
+    _one_line(_run(capsys, argv, 1), "--resume", "--overwrite")  # the output rule
+    again = _run(capsys, [*argv, "--resume"])  # continued: nothing left to do
+    assert again["shards_done"] == len(src.done) and _tree(labelled) == before
     out = tmp_path / "heads"
     trained = _run(capsys, ["heads", "train", "--base", str(base["model"]), "--data",
                             str(labelled), "-o", str(out), "--work", str(tmp_path / "w"),

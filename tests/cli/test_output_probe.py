@@ -116,6 +116,10 @@ PROBES: dict[str, Probe] = {
     "heads distill": Probe(lambda w, o, v: [
         "heads", "distill", *_data_args(w), "--max-new-tokens", str(8 - 2 * v), "--folder",
         str(o)], limit=("--max-tokens", "1")),
+    "heads label": Probe(lambda w, o, v: [
+        "heads", "label", str(w["set"]), "--base", str(w["model"]), "--dtype",
+        ("float32", "bfloat16", "float32")[v], "--batch-size", "2", "--threads", "1",
+        "--folder", str(o)], limit=("--max-tokens", "1")),
     "heads train": Probe(lambda w, o, v: [
         "heads", "train", *_data_args(w), "--max-new-tokens", "8", "--data", str(w["set"]),
         "-o", str(o), "--heads", "2", "--steps", "4", "--batch", "8", "--eval-every", "2",

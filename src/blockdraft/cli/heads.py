@@ -149,15 +149,37 @@ def cmd_heads_label(args: argparse.Namespace) -> int:
     from blockdraft.training import heads
     from blockdraft.training.heads.labels import label
 
-    dset = label(args.source, args.base, folder=args.folder, dtype=args.dtype,
-                 batch_size=args.batch_size, max_tokens=args.max_tokens, minutes=args.minutes,
-                 threads=args.threads, progress=not args.json)
-    _report_distill(args, dset)
     source = heads.open_distill_set(args.source)
-    if set(dset.done) >= set(source.done):
-        return 0
-    return stopped_early(f"{_distill_stop(args, dset)}: the labelled set in {dset.folder} "
-                         "lacks some of the source's shards; the same command goes on")
+
+    def run(folder: Path | None) -> Any:
+        return label(args.source, args.base, folder=folder, dtype=args.dtype,
+                     batch_size=args.batch_size, max_tokens=args.max_tokens,
+                     minutes=args.minutes, threads=args.threads, progress=not args.json)
+
+    def complete(dset: Any) -> bool:
+        return set(dset.done) >= set(source.done)
+
+    if args.folder is None:  # the cache's folder, keyed by the settings: always continued
+        if args.overwrite or args.resume:
+            raise CliError("--overwrite and --resume apply to a --folder; the default folder "
+                           "in the cache is keyed by the settings and always continued")
+        dset = run(None)
+        _report_distill(args, dset)
+        if complete(dset):
+            return 0
+        return stopped_early(f"{_distill_stop(args, dset)}: the labelled set in {dset.folder} "
+                             "lacks some of the source's shards; the same command goes on")
+    if args.resume:
+        heads.check_distill_folder(args.folder)  # a folder of other files: not a set
+    output = claim_output(args.folder, what="a labelled set", error=CliError,
+                          overwrite=args.overwrite, resume=args.resume, flag="--folder",
+                          own=heads.SET_FILES)
+    with output.writing() as writing:  # --overwrite: built beside it, swapped in if complete
+        dset = run(writing.path)
+        if not complete(dset):
+            writing.stopped(_distill_stop(args, dset))
+    _report_distill(args, heads.open_distill_set(output.path))  # where it lies now
+    return 0 if writing.complete else stopped_early(writing.partial_message())
 
 
 def _data_arguments(p: argparse.ArgumentParser, prompts_required: bool = True) -> None:
@@ -610,6 +632,10 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--folder", type=Path, default=None,
                    help="the labelled set (default: $BLOCKDRAFT_CACHE/labels/<key>, keyed by "
                         "the settings and the source; always continued)")
+    p.add_argument("--resume", action="store_true",
+                   help="--folder holds a set labelled with these settings: add to it")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what --folder holds (only once this run ends)")
     p.add_argument("--max-tokens", type=positive_int, default=None,
                    help="tokens to reach in all (this run stops between shards)")
     p.add_argument("--minutes", type=float, default=None,
