@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from blockdraft.cli import analyses, bench, demo, heads, lattice, models, ngram
+from blockdraft.cli import analyses, bench, demo, doctor, heads, lattice, models, ngram
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="blockdraft",
         description="Refine the block drafts of blockwise parallel decoding.",
     )
+    parser.add_argument("--version", action="version", version=doctor.version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     analyses.add_parsers(sub)  # oracle, repetition, entropy
     models.add_parsers(sub)  # train, trace, decode
@@ -22,4 +23,5 @@ def build_parser() -> argparse.ArgumentParser:
     lattice.add_parsers(sub)  # rescore, lattice draw
     ngram.add_parsers(sub)  # ngram train
     bench.add_parsers(sub)  # bench rescore
+    doctor.add_parser(sub)  # doctor
     return parser
