@@ -34,6 +34,12 @@ test: setup
 test-all: setup
 	$(PY) -m pytest -q -m "slow or not slow"
 
+# The package as a pip user gets it: sdist -> wheel -> a fresh venv with the lock, where the
+# native search, ngram train, a tiny decode and the rescoring benchmark run (scripts/wheel_check.sh;
+# CI runs it after the tests, about 2 minutes).
+wheel-check: setup
+	bash scripts/wheel_check.sh
+
 # The newest releases pyproject.toml allows, in a second venv (.venv-latest); not part of CI.
 test-latest: build/kenlm/.stamp
 	bash scripts/test_latest.sh
