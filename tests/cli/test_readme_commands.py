@@ -57,7 +57,7 @@ SKIP = {  # optional parts left out of the run (they still parse), and why
     "[--distilled DISTILL_DIR]": "needs a distillation set (heads distill runs --help here)",
 }
 RUNS = {"ngram train", "rescore", "lattice draw", "trace", "decode", "heads prompts", "oracle",
-        "repetition", "entropy", "demo"}
+        "repetition", "entropy", "demo", "doctor"}
 
 
 @dataclass(frozen=True)
