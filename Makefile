@@ -1,23 +1,30 @@
 # blockdraft: set-up, tests and the demo on a fresh machine of this kind.
-#   make test   -> system deps, .venv, KenLM tools + native search, then the fast test suite
+#   make test   -> system deps, .venv (its editable install builds the native search, setup.py),
+#                  KenLM's lmplz + build_binary (the estimator's reference), the fast test suite
 #   make demo   -> the same set-up, then the main job on the embedded default corpus
 # Both install the tested set, requirements.lock (`make lock` refreshes it from pyproject.toml's
 # ranges; `make test-latest` runs the suite on the newest releases those ranges allow).
 PY      := .venv/bin/python
 STAMP   := .venv/.blockdraft-installed
+NATIVE  := src/blockdraft/_native/libbdkenlm.so
 
 .PHONY: setup test test-all test-latest lock demo lint bench bench-quick bench-rescore bench-steps clean \
+	wheel-check \
 	bench-real bench-real-quick bench-real-smoke bench-real-peers-setup bench-trees bench-costs \
 	bench-shortlist package-drafting bench-sweep
 
-setup: $(STAMP) build/kenlm/.stamp
+setup: $(STAMP) $(NATIVE) build/kenlm/.stamp
 
 $(STAMP): pyproject.toml requirements.lock scripts/setup_venv.sh
 	bash scripts/install_system_deps.sh
 	bash scripts/setup_venv.sh
 	touch $@
 
-build/kenlm/.stamp: $(STAMP) scripts/build_kenlm.sh native/kenlm_pbest.cc
+# The native search, rebuilt in place when its sources change (setup_venv.sh built it first).
+$(NATIVE): setup.py $(shell find native -type f) | $(STAMP)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+
+build/kenlm/.stamp: $(STAMP) scripts/build_kenlm.sh
 	bash scripts/build_kenlm.sh
 	touch $@
 
@@ -26,6 +33,12 @@ test: setup
 
 test-all: setup
 	$(PY) -m pytest -q -m "slow or not slow"
+
+# The package as a pip user gets it: sdist -> wheel -> a fresh venv with the lock, where the
+# native search, ngram train, a tiny decode and the rescoring benchmark run (scripts/wheel_check.sh;
+# CI runs it after the tests, about 2 minutes).
+wheel-check: setup
+	bash scripts/wheel_check.sh
 
 # The newest releases pyproject.toml allows, in a second venv (.venv-latest); not part of CI.
 test-latest: build/kenlm/.stamp

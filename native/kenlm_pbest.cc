@@ -421,6 +421,24 @@ void *bd_load(const char *path, char *err, int errlen) {
   }
 }
 
+// KenLM's probing binary of an ARPA file, as `build_binary ARPA OUT` writes it (the same
+// KenLM code and defaults: probing multiplier 1.5, written after loading). Returns 0, or -1
+// with the reason in err.
+int bd_write_binary(const char *arpa_path, const char *out_path, char *err, int errlen) {
+  try {
+    lm::ngram::Config config;
+    config.messages = nullptr;
+    config.arpa_complain = lm::ngram::Config::NONE;
+    config.write_mmap = out_path;
+    config.write_method = lm::ngram::Config::WRITE_AFTER;
+    lm::ngram::ProbingModel model(arpa_path, config);
+    return 0;
+  } catch (const std::exception &e) {
+    SetError(err, errlen, e.what());
+    return -1;
+  }
+}
+
 void bd_free(void *handle) {
   Handle *h = static_cast<Handle *>(handle);
   if (!h) return;

@@ -60,7 +60,7 @@ SKIP = {  # optional parts left out of the run (they still parse), and why
     "reads one)",
 }
 RUNS = {"ngram train", "rescore", "lattice draw", "trace", "decode", "heads prompts", "oracle",
-        "repetition", "entropy", "sweep", "demo"}
+        "repetition", "entropy", "sweep", "demo", "doctor"}
 
 
 @dataclass(frozen=True)

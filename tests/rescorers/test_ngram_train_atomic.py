@@ -1,6 +1,7 @@
 """``train_ngram`` / ``blockdraft ngram train --overwrite`` never leave a half-written LM:
-failures, Ctrl-C, SIGTERM and SIGKILL leave an existing ``PREFIX.arpa``/``PREFIX.bin``
-byte-identical, kill the KenLM tool they started and leave no ``.lmplz-*`` folder behind."""
+failures, Ctrl-C, SIGTERM and SIGKILL (in lmplz, build_binary, the built-in estimator or the
+native binary writer) leave an existing ``PREFIX.arpa``/``PREFIX.bin`` byte-identical, kill the
+KenLM tool they started and leave no ``.lmplz-*`` folder behind."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from blockdraft.cli import main
 from blockdraft.rescorers.base import RescorerError
+from blockdraft.rescorers.ngram import native
 from blockdraft.rescorers.ngram import train as train_module
 from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
 
@@ -49,7 +51,7 @@ def test_a_failing_run_leaves_the_old_lm_untouched(trained, tmp_path, capsys):
     prefix, before = trained
     ids = _ids_file(tmp_path)
     code = main(["ngram", "train", "--ids", str(ids), "--order", "2", "-o", str(prefix),
-                 "--memory", "1K", "--overwrite"])
+                 "--estimator", "lmplz", "--memory", "1K", "--overwrite"])
     assert code == 1
     err = capsys.readouterr().err
     assert err.startswith("blockdraft: error: lmplz failed") and err.count("\n") == 1
@@ -58,10 +60,10 @@ def test_a_failing_run_leaves_the_old_lm_untouched(trained, tmp_path, capsys):
     assert not list(tmp_path.glob(".lmplz-*"))
 
 
-@pytest.mark.parametrize("when", ["lmplz", "build_binary"])
+@pytest.mark.parametrize("when", ["lmplz", "build_binary", "estimate", "native"])
 def test_an_interrupt_mid_run_leaves_the_old_lm_untouched(trained, tmp_path, monkeypatch,
                                                           when):
-    """A test double for the KenLM tool writes half an output, then Ctrl-C arrives."""
+    """A test double for the step writes half an output, then Ctrl-C arrives."""
     prefix, before = trained
     real_run = train_module._run
 
@@ -72,9 +74,25 @@ def test_an_interrupt_mid_run_leaves_the_old_lm_untouched(trained, tmp_path, mon
             raise KeyboardInterrupt
         return real_run(cmd, stdin_path)
 
+    def interrupt(*args, **kwargs):
+        if when == "native":
+            Path(args[1]).write_bytes(b"mmap lm")
+        raise KeyboardInterrupt
+
     monkeypatch.setattr(train_module, "_run", half_then_interrupt)
+    kwargs: dict[str, object] = {}
+    if when == "lmplz":
+        kwargs["estimator"] = "lmplz"
+    elif when == "build_binary":
+        kwargs["build_binary"] = find_kenlm_tool("build_binary")
+    elif when == "estimate":
+        monkeypatch.setattr(train_module, "estimate_kneser_ney", interrupt)
+    else:
+        if not native.can_write_binary():
+            pytest.skip("the native library is not built (run `make setup`)")
+        monkeypatch.setattr(native, "write_binary", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        train_ngram(SEQS[:50], prefix, order=2)
+        train_ngram(SEQS[:50], prefix, order=2, **kwargs)  # type: ignore[arg-type]
     assert _files(tmp_path) == before
     assert not list(tmp_path.glob(".lmplz-*"))
 
@@ -88,7 +106,7 @@ def test_ctrl_c_in_the_cli_is_one_line_and_exit_130(trained, tmp_path, monkeypat
     monkeypatch.setattr(train_module, "_run", interrupt)
     ids = _ids_file(tmp_path)
     assert main(["ngram", "train", "--ids", str(ids), "--order", "2", "-o", str(prefix),
-                 "--overwrite"]) == 130
+                 "--estimator", "lmplz", "--overwrite"]) == 130
     assert capsys.readouterr().err == "blockdraft: interrupted\n"
     assert _files(tmp_path) == before
     assert not list(tmp_path.glob(".lmplz-*"))
@@ -125,7 +143,8 @@ def _start_hanging_train(tmp_path: Path, prefix: Path) -> tuple[subprocess.Popen
     ids = _ids_file(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "blockdraft.cli", "ngram", "train", "--ids", str(ids),
-         "--order", "2", "-o", str(prefix), "--overwrite"], env=env, stderr=subprocess.PIPE)
+         "--order", "2", "-o", str(prefix), "--estimator", "lmplz", "--overwrite"], env=env,
+        stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not (pid_file.is_file() and pid_file.read_text().strip()):
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""

@@ -14,9 +14,10 @@ Subcommands (``blockdraft COMMAND --help`` for each):
     decode                  decode a prompt with BPD (any drafter, rescorer, criterion)
     rescore LATTICE         the p best drafts of a lattice file under an n-gram LM
     lattice draw LATTICE    a drawing like Kim et al. Fig. 4 (DOT, SVG, PNG)
-    ngram train             an n-gram LM over token ids with lmplz + build_binary
+    ngram train             a modified Kneser-Ney n-gram LM over token ids (ARPA + binary)
     bench rescore           p-best latency of the exact and WFST backends, side by side
     demo                    the whole pipeline on a small corpus (default: Python's own docs)
+    doctor                  which optional parts are here (native search, lmplz, pynini, ...)
 
 Human tables by default, ``--json`` for machines (strict JSON: a number that is not finite is
 written as ``null`` with a ``<field>_reason`` string beside it), ``--plot FILE.png`` (or
@@ -35,7 +36,8 @@ complete new one replaces it.
 Modules: ``parser`` (the argument parser, assembled from each group's ``add_parsers``),
 ``common`` (output helpers, argument types, readers), one per command group: ``analyses``
 (oracle, repetition, entropy), ``sweep``, ``models`` (train, trace, decode), ``heads`` (heads
-distill, train, curve), ``demo``, ``lattice`` (rescore, lattice draw), ``ngram``, ``bench``.
+distill, label, train, curve), ``demo``, ``lattice`` (rescore, lattice draw), ``ngram``,
+``bench``, ``doctor``.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def cmd_bench_rescore(args: argparse.Namespace) -> int:
                          progress=progress_bar("timing"))
     sig = format_signature({"lm": Path(args.lm).name,
                             **({"arpa": Path(args.arpa).name} if args.arpa else {}),
-                            "order": lm.order, "kind": args.kind,
+                            "order": lm.order, "engine": lm.engine, "kind": args.kind,
                             "alpha": args.alpha, "n": args.n, "seed": args.seed,
                             **environment()})
     if args.json:

@@ -33,16 +33,19 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     drafts = NgramRescorer(lm, alpha=args.alpha, backend=args.backend).rescore(
         lf.lattice, context, args.p
     )
+    # the exact search's engine: "native" (C++) or "kenlm" (Python over the kenlm module)
+    engine = lm.engine if args.backend == "exact" else None
     note = (f"the lattice has {lf.lattice.num_paths} paths, fewer than p = {args.p}: all returned"
             if drafts.exhausted else None)
     if args.json:
         print_json({"tokens": drafts.tokens, "scores": drafts.scores,
                     "head_scores": drafts.head_scores, "lm_scores": drafts.lm_scores,
-                    "alpha": drafts.alpha, "backend": args.backend, "requested": args.p,
-                    "exhausted": drafts.exhausted, "context": context})
+                    "alpha": drafts.alpha, "backend": args.backend, "engine": engine,
+                    "requested": args.p, "exhausted": drafts.exhausted, "context": context})
         return 0
     print_table(
-        f"{drafts.p}-best drafts ({args.backend}, alpha={args.alpha}, order-{lm.order} LM)",
+        f"{drafts.p}-best drafts ({args.backend}{'' if engine is None else ', ' + engine} "
+        f"search, alpha={args.alpha}, order-{lm.order} LM)",
         ["rank", "draft (token ids)", "score", "head", "LM"],
         [(i + 1, " ".join(map(str, drafts.tokens[i].tolist())), drafts.scores[i],
           drafts.head_scores[i], drafts.lm_scores[i]) for i in range(drafts.p)],

@@ -1,4 +1,4 @@
-"""``blockdraft ngram train``: an n-gram LM over token ids with lmplz + build_binary;
+"""``blockdraft ngram train``: a modified Kneser-Ney n-gram LM over token ids (built in or lmplz);
 ``blockdraft ngram interpolate``: two of them mixed into one (static interpolation)."""
 
 from __future__ import annotations
@@ -65,14 +65,15 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
         seqs += [a.astype(np.int64) for a in answers]
     with output.writing() as writing:  # built beside it, its files renamed in together
         r = train_ngram(seqs, writing.path, order=args.order, prune=args.prune,
-                        memory=args.memory, binary=not args.no_binary, tokenizer=info)
+                        memory=args.memory, binary=not args.no_binary,
+                        estimator=args.estimator, tokenizer=info)
     r = dataclasses.replace(r, arpa=writing.final(r.arpa), binary=(
         None if r.binary is None else writing.final(r.binary)), vocab_record=(
         None if r.vocab_record is None else writing.final(r.vocab_record)))
     if args.json:
         print_json({"arpa": r.arpa, "binary": r.binary, "order": r.order, "counts": r.counts,
                     "tokens": r.tokens, "discount_fallback": r.discount_fallback,
-                    "seconds": r.seconds, "command": r.command,
+                    "seconds": r.seconds, "command": r.command, "estimator": r.estimator,
                     "tokenizer": None if info is None else info.to_dict()})
         return 0
     print_table(
@@ -81,7 +82,8 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
         caption=f"ARPA {r.arpa}\nbinary {r.binary}\n{r.command}"
         + (f"\ntokenizer {info.name} (V = {info.vocab_size}, fingerprint {info.fingerprint}) "
            f"recorded in {r.vocab_record}" if info is not None else "")
-        + ("\n(--discount_fallback was needed)" if r.discount_fallback else ""),
+        + ("\n(--discount_fallback was needed)" if r.discount_fallback else "")
+        + f"\n{r.seconds:.1f} s",
     )
     return 0
 
@@ -123,8 +125,8 @@ def cmd_ngram_interpolate(args: argparse.Namespace) -> int:
 def add_parsers(sub: Any) -> None:
     """``ngram train``, ``ngram interpolate``."""
     ng = add_group(sub, "ngram", "n-gram LM tools")
-    p = add_command(ng, "train", "train an n-gram LM over token ids (lmplz + build_binary)",
-                    cmd_ngram_train)
+    p = add_command(ng, "train", "train a modified Kneser-Ney n-gram LM over token ids "
+                    "(ARPA + KenLM binary)", cmd_ngram_train)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--text", nargs="+", help="text files, one document per line")
     src.add_argument("--ids", nargs="+", help="files of whitespace-separated token ids")
@@ -141,9 +143,16 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-o", "--output", required=True, type=Path,
                    help="output prefix: writes PREFIX.arpa and PREFIX.bin")
     p.add_argument("--prune", type=int, nargs="+", default=None,
-                   help="lmplz --prune thresholds per order, e.g. 0 0 1 1")
-    p.add_argument("--memory", default="1G", help="lmplz memory cap -S (default 1G)")
-    p.add_argument("--no-binary", action="store_true", help="skip build_binary")
+                   help="drop n-grams seen at most this often, one threshold per order as "
+                        "lmplz --prune, e.g. 0 0 1 1")
+    p.add_argument("--estimator", choices=["builtin", "lmplz"], default="builtin",
+                   help="builtin (default: lmplz's estimate in memory, nothing to install) or "
+                        "lmplz (KenLM's tool, sorts on disk: corpora too large for memory; "
+                        "`make setup` builds it)")
+    p.add_argument("--memory", default="1G",
+                   help="lmplz and build_binary memory cap -S (default 1G; the built-in "
+                        "estimator does not use it)")
+    p.add_argument("--no-binary", action="store_true", help="skip the KenLM binary")
     add_overwrite(p, "an LM at the -o prefix (PREFIX.arpa, .bin, .vocab.json, "
                      ".fingerprint.json)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

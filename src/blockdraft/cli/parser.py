@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from blockdraft.cli import analyses, bench, demo, heads, lattice, models, ngram, sweep
+from blockdraft.cli import analyses, bench, demo, doctor, heads, lattice, models, ngram, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="blockdraft",
         description="Refine the block drafts of blockwise parallel decoding.",
     )
+    parser.add_argument("--version", action="version", version=doctor.version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     analyses.add_parsers(sub)  # oracle, repetition, entropy
     sweep.add_parsers(sub)  # sweep
@@ -23,4 +24,5 @@ def build_parser() -> argparse.ArgumentParser:
     lattice.add_parsers(sub)  # rescore, lattice draw
     ngram.add_parsers(sub)  # ngram train
     bench.add_parsers(sub)  # bench rescore
+    doctor.add_parser(sub)  # doctor
     return parser

@@ -40,7 +40,7 @@ model-free quick look, on ``pydoc_data.topics`` or ``--corpus PATH``:
 2. train on the training part, or load from the cache: a byte-level BPE tokenizer, a
    :class:`~blockdraft.models.BlockwiseLM` (base LM, then its extra heads on the frozen base),
    a small :class:`~blockdraft.models.RescorerLM` for local neural rescoring (exported to ONNX)
-   and a 4-gram LM over token ids (lmplz);
+   and a 4-gram LM over token ids (modified Kneser-Ney);
 3. decode a handful of held-out prompts (the first 24 tokens of held-out paragraphs; 48 new
    tokens each, EOS decoded as the paragraph separator it is in training unless
    ``stop_at_eos``) with the online pipeline

@@ -44,7 +44,7 @@ class DemoNgram:
         tokens: training tokens.
         corpus: the text's name (``pydoc_data.topics`` or the file name).
         trained: whether this call trained it (False: it came from the cache).
-        seconds: wall seconds of this call (tokenising and lmplz, or loading).
+        seconds: wall seconds of this call (tokenising and training, or loading).
     """
 
     lm: Any
@@ -87,7 +87,7 @@ def prepare_ngram(
     progress: Progress | None = None,
 ) -> DemoNgram:
     """The order-``order`` n-gram LM over ``tok``'s ids of the demo's text: from the cache,
-    else trained (lmplz + build_binary) and cached.
+    else trained (:func:`~blockdraft.rescorers.ngram.train_ngram`) and cached.
 
     Args:
         tok: the model's tokenizer (any blockdraft tokenizer: ``encode_batch``, ``info``).
@@ -100,7 +100,7 @@ def prepare_ngram(
 
     Raises:
         DemoError: a missing or empty text.
-        RescorerError: lmplz failed, or the cached LM does not fit the tokenizer.
+        RescorerError: training failed, or the cached LM does not fit the tokenizer.
     """
     from blockdraft.rescorers.ngram import NgramLM, train_ngram
 
@@ -113,7 +113,7 @@ def prepare_ngram(
     trained = meta is None
     if meta is None:
         log(f"training a {order}-gram LM over the model's token ids of {name} "
-            f"({len(paras):,} paragraphs) with lmplz; cached in {cache}")
+            f"({len(paras):,} paragraphs); cached in {cache}")
         chunks = [paras[i:i + ENCODE_CHUNK] for i in range(0, len(paras), ENCODE_CHUNK)]
         items: Iterable[list[str]] = chunks if progress is None else progress("tokenising")(
             chunks)

@@ -140,7 +140,7 @@ def prepare(cache: Path, train_paras: list[str], held_paras: list[str], config: 
     lm_prefix = cache / f"lm{order}"
     lmeta = read_json(cache / f"lm{order}.json")
     if lmeta is None:
-        log(f"training a {order}-gram LM with lmplz")
+        log(f"training a {order}-gram LM")
         t0 = time.perf_counter()
         r = train_ngram(train_ids, lm_prefix, order=order)
         lmeta = {"binary": str(r.binary.name if r.binary else r.arpa.name),

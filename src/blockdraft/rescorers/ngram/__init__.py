@@ -1,8 +1,8 @@
 """Global n-gram rescoring: `NgramLM` (KenLM over token ids), `NgramRescorer` (exact p-best
 search or WFST composition, optionally interpolated with a `ContextLM`, the n-gram counts of the
 committed text), `NgramPathScorer` (the LM scoring token-tree paths, one lookup per child),
-`train_ngram` (lmplz + build_binary) and `interpolate_arpa` (two LMs mixed into one ARPA
-back-off LM)."""
+`train_ngram` (modified Kneser-Ney, built in or lmplz) and `interpolate_arpa` (two LMs mixed
+into one ARPA back-off LM)."""
 
 from blockdraft.rescorers.ngram.context import ContextLM
 from blockdraft.rescorers.ngram.interpolate import InterpolationResult, interpolate_arpa

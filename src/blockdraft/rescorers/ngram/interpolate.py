@@ -86,7 +86,7 @@ from blockdraft.rescorers.ngram.records import (
     write_fingerprint,
     write_vocab_record,
 )
-from blockdraft.rescorers.ngram.train import LM_SUFFIXES, _run, find_kenlm_tool
+from blockdraft.rescorers.ngram.train import LM_SUFFIXES, binary_writer
 from blockdraft.rescorers.ngram.wfst.history import BOS_CODE, EOS_CODE, UNK_CODE
 
 LN10 = math.log(10.0)
@@ -499,8 +499,9 @@ def interpolate_arpa(
             weight). They are built in a hidden folder beside the prefix and renamed into
             place together at the end: a failure or an interrupt leaves the old ones as they
             were (a member the new merge does not write is removed).
-        binary: also build the KenLM probing binary with ``build_binary``.
-        build_binary: path of ``build_binary`` (else found as ``ngram train`` finds it).
+        binary: also write the KenLM probing binary (as ``ngram train``: the native
+            library's writer, else ``build_binary``; :func:`~.train.binary_writer`).
+        build_binary: path of ``build_binary`` (used instead of the native writer when given).
         memory: ``build_binary -S`` memory cap.
         progress: draw rich progress bars on standard error (when it is a terminal).
 
@@ -518,7 +519,7 @@ def interpolate_arpa(
     lam = _check_inputs(a, b, weight)
     tokenizer = _tokenizer(a, b)
     sources = {"a": _source(a), "b": _source(b)}  # what is read next
-    bb = find_kenlm_tool("build_binary", build_binary) if binary else None
+    bb = binary_writer(build_binary) if binary else None
     out_prefix = Path(out_prefix)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     with _bars(progress) as bars:
@@ -553,13 +554,13 @@ def interpolate_arpa(
             counts = tuple(k.size for k in keys)
             del keys, ln_prob, ln_backoff
             if bb is not None:
-                built = bars.stage("build_binary", 1)
-                proc = _run([str(bb), "-S", memory, str(arpa), str(bin_path)], None)
+                built = bars.stage("binary", 1)
+                try:
+                    bb.write(arpa, bin_path, memory)
+                except RescorerError as e:
+                    raise RescorerError(f"the merged model's binary: {e}; {out_prefix}.* were "
+                                        "left as they were") from e
                 built(1)
-                if proc.returncode != 0:
-                    raise RescorerError(
-                        f"build_binary failed on the merged model: "
-                        f"{proc.stderr.strip()[-2000:]}; {out_prefix}.* were left as they were")
             vocab = write_vocab_record(staged, tokenizer)
             write_fingerprint(staged, arpa, bin_path if bb is not None else None, counts)
             write_text_atomic(record, json.dumps(_record(sources, lam, counts, added),

@@ -135,7 +135,9 @@ class NgramLM:
     Attributes:
         path, order, engine, vocab_size (LM words including ``<unk>``, ``<s>``, ``</s>``),
         max_token_id (largest token id the LM knows; -1 if none), tokenizer (the
-        :class:`~blockdraft.models.TokenizerInfo` recorded beside the LM, or None).
+        :class:`~blockdraft.models.TokenizerInfo` recorded beside the LM, or None),
+        native_missing (``engine="auto"`` found no native library: the exact search runs in
+        Python, and the first such rescoring warns once, :func:`native.warn_python_search`).
 
     Raises:
         RescorerError: missing or unreadable file, an LM whose words are not token ids (and no
@@ -177,15 +179,9 @@ class NgramLM:
                     f"unknown penalty must be a finite log-prob <= 0, got {unknown}"
                 )
         self.unknown: str | float = unknown
+        self.native_missing = engine == "auto" and not native.available()
         if engine == "auto":
-            engine = "native" if native.available() else "kenlm"
-            if engine == "kenlm":
-                warnings.warn(
-                    f"blockdraft's native KenLM search is not built ({native.library_path()}); "
-                    "the exact search runs in Python over the kenlm module, exact but about "
-                    "100x slower. Run `make setup` (scripts/build_kenlm.sh) to build it.",
-                    RuntimeWarning, stacklevel=2,
-                )
+            engine = "kenlm" if self.native_missing else "native"
         self.engine = engine
         self.is_arpa = is_arpa(self.path)
         if not self.is_arpa:
@@ -219,7 +215,7 @@ class NgramLM:
             if not self.is_arpa:
                 raise RescorerError(
                     f"{self.path} is a KenLM binary; listing its vocabulary needs the native "
-                    "library (run `make setup`) or the ARPA file"
+                    f"library or the ARPA file; to build the library: {native.HOW_TO_BUILD}"
                 )
             lm_words = ["<unk>"] + [w for w in _arpa_unigrams(self.path) if w != "<unk>"]
         self.vocab_size = len(lm_words)

@@ -55,7 +55,7 @@ from blockdraft.rescorers.ngram.context import (
     interpolate_one,
 )
 from blockdraft.rescorers.ngram.lm import LN10, NgramLM
-from blockdraft.rescorers.ngram.native import MAX_RAW_ID, NativeContextLM
+from blockdraft.rescorers.ngram.native import MAX_RAW_ID, NativeContextLM, warn_python_search
 
 BACKENDS = ("exact", "wfst")
 
@@ -268,6 +268,8 @@ class NgramRescorer:
         import kenlm
 
         lm = self.lm
+        if lm.native_missing:  # chosen for want of the library, not asked for: say so, once
+            warn_python_search()
         cl = self._context_lm if self.uses_context else None
         assert cl is None or isinstance(cl, ContextLM)
         lam = self.context_weight

@@ -1,17 +1,27 @@
-"""Train n-gram LMs over token ids with KenLM's ``lmplz`` and ``build_binary``.
+"""Train n-gram LMs over token ids: modified Kneser-Ney, as ARPA and KenLM binary.
 
-The corpus is a sequence of token-id sequences (one per document or line); each becomes one
-line of decimal ids for ``lmplz``, so the LM's words are token ids as decimal strings (the
-convention of :class:`~blockdraft.rescorers.ngram.lm.NgramLM`).
+The corpus is a sequence of token-id sequences (one per document or line); the LM's words are
+token ids as decimal strings (the convention of :class:`~blockdraft.rescorers.ngram.lm.NgramLM`).
 
-``lmplz`` runs with an explicit memory cap (``-S``, default ``1G``: without it lmplz reserves
-most of the machine's memory up front) in a temporary folder beside the output
-(``.lmplz-<pid>-*``): lmplz and build_binary write there, and ``PREFIX.arpa``/``PREFIX.bin``
-are renamed into place only when both succeeded, so a failed or interrupted run leaves the
-old files as they were. Ctrl-C or SIGTERM kills the running tool and removes the folder; on
-Linux the tool also dies with a Python killed outright, whose folder the next run removes.
-On corpora too small for Kneser-Ney discount estimation lmplz fails; it is then rerun with
-``--discount_fallback`` and the result says so.
+Two estimators give the same model (equal up to float rounding, tested):
+
+- ``"builtin"`` (the default): :mod:`~blockdraft.rescorers.ngram.estimate`, lmplz's estimate
+  in numpy, in memory; nothing to install, the same LM on every machine.
+- ``"lmplz"``: KenLM's ``lmplz`` (``make setup`` builds it; it needs boost), which sorts on disk:
+  for corpora too large for memory. It runs with an explicit memory cap (``-S``, default ``1G``:
+  without it lmplz reserves most of the machine's memory up front). On corpora too small for
+  Kneser-Ney discount estimation lmplz fails; it is then rerun with ``--discount_fallback`` (the
+  built-in estimator takes the same fallback discounts) and the result says so.
+
+The KenLM binary (probing) is written by the native library's writer (KenLM's own code,
+byte for byte ``build_binary``'s output) or, where the library is missing or a
+``build_binary`` path is given, by the ``build_binary`` tool (:func:`binary_writer`).
+
+Everything is written in a temporary folder beside the output (``.lmplz-<pid>-*``), and
+``PREFIX.arpa``/``PREFIX.bin`` are renamed into place only when both succeeded, so a failed or
+interrupted run leaves the old files as they were. Ctrl-C or SIGTERM kills a running tool and
+removes the folder; on Linux the tool also dies with a Python killed outright, whose folder the
+next run removes.
 
 With ``tokenizer=`` (a :class:`~blockdraft.models.TokenizerInfo`), the tokenizer the ids came
 from is recorded beside the LM in ``<prefix>.vocab.json``; :meth:`NgramLM.check_vocab` then
@@ -19,7 +29,7 @@ refuses the LM for a model with another tokenizer (blockdraft's BPE or a Hugging
 ``<prefix>.fingerprint.json`` records the ARPA/binary pair built together (order, counts, both
 files' SHA-256); :class:`NgramLM` refuses a binary whose ``<prefix>.arpa`` is not its pair.
 
-Executables are found in this order: the ``lmplz``/``build_binary`` arguments,
+KenLM's executables are found in this order: the ``lmplz``/``build_binary`` arguments,
 ``$BLOCKDRAFT_KENLM_BIN``, the directory of the running Python (``make setup`` links them into
 ``.venv/bin``), the repository's ``build/kenlm/bin``, then ``$PATH``.
 """
@@ -46,13 +56,18 @@ from blockdraft.core.checks import is_int
 from blockdraft.core.files import pid_alive
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
+from blockdraft.rescorers.ngram import native
 from blockdraft.rescorers.ngram.arpa import arpa_header
+from blockdraft.rescorers.ngram.estimate import estimate_kneser_ney
 from blockdraft.rescorers.ngram.records import (
     FINGERPRINT_SUFFIX,
     VOCAB_RECORD_SUFFIX,
     write_fingerprint,
     write_vocab_record,
 )
+
+ESTIMATORS = ("builtin", "lmplz")
+"""What :func:`train_ngram` estimates with (the module docstring says how they differ)."""
 
 LM_SUFFIXES = (".arpa", ".bin", VOCAB_RECORD_SUFFIX, FINGERPRINT_SUFFIX)
 """What :func:`train_ngram` writes beside a prefix: the ARPA file, the binary, the tokenizer
@@ -68,7 +83,7 @@ def output_files(out_prefix: str | Path) -> tuple[Path, ...]:
 
 @dataclass(frozen=True)
 class NgramTrainResult:
-    """Files and figures of one ``lmplz`` run.
+    """Files and figures of one training run.
 
     Attributes:
         arpa: the ARPA file.
@@ -76,10 +91,13 @@ class NgramTrainResult:
         order: n-gram order.
         counts: n-grams per order in the ARPA file (``counts[0]`` = unigrams).
         tokens: corpus tokens fed to lmplz.
-        discount_fallback: whether ``--discount_fallback`` was needed.
-        seconds: wall time of lmplz + build_binary.
-        command: the lmplz command line, for signatures.
+        discount_fallback: whether fallback discounts were needed (lmplz's
+            ``--discount_fallback``).
+        seconds: wall time of the estimate and the binary.
+        command: the estimator's command line (lmplz's, or the built-in's equivalent), for
+            signatures.
         vocab_record: ``<prefix>.vocab.json`` (the tokenizer's record), or None.
+        estimator: ``"builtin"`` or ``"lmplz"``.
     """
 
     arpa: Path
@@ -91,6 +109,7 @@ class NgramTrainResult:
     seconds: float
     command: str
     vocab_record: Path | None = None
+    estimator: str = "builtin"
 
     @property
     def num_ngrams(self) -> int:
@@ -117,7 +136,50 @@ def find_kenlm_tool(name: str, explicit: str | Path | None = None) -> Path:
     raise RescorerError(
         f"KenLM's {name} was not found (looked in {[str(c) for c in candidates]}); run "
         "`make setup` (scripts/build_kenlm.sh builds it) or pass its path"
+        + (" (or use the built-in estimator, the default)" if name == "lmplz" else "")
     )
+
+
+@dataclass(frozen=True)
+class BinaryWriter:
+    """What writes KenLM probing binaries (:func:`binary_writer`).
+
+    Attributes:
+        tool: the ``build_binary`` executable, or None for the native library's writer.
+    """
+
+    tool: Path | None
+
+    @property
+    def name(self) -> str:
+        """``"native"`` or ``"build_binary"``."""
+        return "native" if self.tool is None else "build_binary"
+
+    def write(self, arpa: Path, out: Path, memory: str = "1G") -> None:
+        """Write the binary of ``arpa`` at ``out`` (``memory``: ``build_binary -S``).
+
+        Raises:
+            RescorerError: KenLM refused the file (``build_binary failed: <its stderr>``).
+        """
+        if self.tool is None:
+            native.write_binary(arpa, out)
+            return
+        proc = _run([str(self.tool), "-S", memory, str(arpa), str(out)], None)
+        if proc.returncode != 0:
+            raise RescorerError(f"build_binary failed: {proc.stderr.strip()[-2000:]}")
+
+
+def binary_writer(build_binary: str | Path | None = None) -> BinaryWriter:
+    """The native library's writer (KenLM's own code, the output of ``build_binary`` byte for
+    byte), unless a ``build_binary`` path is given or the library is missing: then the tool,
+    found by :func:`find_kenlm_tool`.
+
+    Raises:
+        RescorerError: neither is there.
+    """
+    if build_binary is None and native.can_write_binary():
+        return BinaryWriter(None)
+    return BinaryWriter(find_kenlm_tool("build_binary", build_binary))
 
 
 def arpa_counts(path: str | Path) -> tuple[int, ...]:
@@ -162,31 +224,39 @@ def train_ngram(
     prune: Sequence[int] | None = None,
     memory: str = "1G",
     binary: bool = True,
+    estimator: str = "builtin",
     lmplz: str | Path | None = None,
     build_binary: str | Path | None = None,
     tokenizer: TokenizerInfo | None = None,
 ) -> NgramTrainResult:
-    """Train an order-``order`` Kneser-Ney LM over token ids.
+    """Train an order-``order`` modified Kneser-Ney LM over token ids.
 
     Args:
-        sequences: token-id sequences (documents or lines).
+        sequences: token-id sequences (documents or lines; empty ones are skipped).
         out_prefix: writes ``<out_prefix>.arpa`` and ``<out_prefix>.bin``.
         order: 2 to 5.
         prune: lmplz ``--prune`` thresholds, one per order (the first must be 0), e.g.
-            ``(0, 0, 1, 1)`` drops singleton 3- and 4-grams.
-        memory: lmplz ``-S`` cap (e.g. ``"1G"`` or ``"20%"``).
-        binary: also build the KenLM probing binary.
+            ``(0, 0, 1, 1)`` drops singleton 3- and 4-grams (both estimators).
+        memory: lmplz and build_binary ``-S`` cap (e.g. ``"1G"`` or ``"20%"``); the built-in
+            estimator and the native binary writer do not use it.
+        binary: also write the KenLM probing binary (:func:`binary_writer`).
+        estimator: ``"builtin"`` (default) or ``"lmplz"`` (module docstring).
+        lmplz, build_binary: paths of KenLM's tools (else found by :func:`find_kenlm_tool`;
+            ``build_binary`` only where the native writer is missing, or when given).
         tokenizer: the tokenizer the ids came from (``tok.info(name)``), recorded in
             ``<out_prefix>.vocab.json`` for :meth:`NgramLM.check_vocab`; an old record there
             is removed when None.
 
     Raises:
-        RescorerError: bad order or pruning, empty corpus, lmplz/build_binary failures (with
-            their stderr), ids outside the tokenizer's vocabulary.
+        RescorerError: bad order, pruning or estimator, empty corpus, a negative id, ids
+            outside the tokenizer's vocabulary, a missing tool, lmplz/build_binary failures
+            (with their stderr).
     """
     if not is_int(order) or not 2 <= order <= 5:
         raise RescorerError(f"order must be an integer from 2 to 5, got {order!r}")
     order = int(order)
+    if estimator not in ESTIMATORS:
+        raise RescorerError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     if prune is not None:
         prune = [int(x) for x in prune]
         if len(prune) > order or prune[0] != 0 or any(x < 0 for x in prune):
@@ -198,20 +268,25 @@ def train_ngram(
             raise RescorerError(f"prune thresholds must be non-decreasing, got {prune}")
     out_prefix = Path(out_prefix)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
-    lmplz_path = find_kenlm_tool("lmplz", lmplz)
-    bb = find_kenlm_tool("build_binary", build_binary) if binary else None
+    lmplz_path = find_kenlm_tool("lmplz", lmplz) if estimator == "lmplz" else None
+    writer = binary_writer(build_binary) if binary else None
     arpa, binary_path = output_files(out_prefix)[:2]
     bin_path = binary_path if binary else None
     t0 = time.perf_counter()
     _sweep_stale_temporaries(out_prefix.parent)
     # Everything is written inside a temporary folder beside the output and renamed into
-    # place only once lmplz and build_binary both succeeded: a failure, Ctrl-C or SIGTERM
-    # leaves the old PREFIX.arpa / PREFIX.bin byte for byte as they were.
+    # place only once the ARPA file and the binary both succeeded: a failure, Ctrl-C or
+    # SIGTERM leaves the old PREFIX.arpa / PREFIX.bin byte for byte as they were.
     tmp = Path(tempfile.mkdtemp(dir=out_prefix.parent, prefix=f"{_TMP_PREFIX}{os.getpid()}-"))
     try:
-        corpus = tmp / "corpus.txt"
         tmp_arpa = tmp / "lm.arpa"
-        n_tokens, max_id = write_corpus(sequences, corpus, with_max=True)
+        if lmplz_path is None:
+            seqs = _checked_sequences(sequences)
+            n_tokens = int(sum(s.size for s in seqs))
+            max_id = max((int(s.max()) for s in seqs), default=-1)
+        else:
+            corpus = tmp / "corpus.txt"
+            n_tokens, max_id = write_corpus(sequences, corpus, with_max=True)
         if n_tokens == 0:
             raise RescorerError("the corpus is empty: nothing to train an n-gram LM on")
         if tokenizer is not None and max_id >= tokenizer.vocab_size:
@@ -219,30 +294,23 @@ def train_ngram(
                 f"the corpus holds token id {max_id}, outside the vocabulary of the tokenizer "
                 f"{tokenizer.name or ''} (V = {tokenizer.vocab_size})"
             )
-        sort_dir = tmp / "sort"
-        sort_dir.mkdir()
-        cmd = [str(lmplz_path), "-o", str(order), "-S", memory, "-T", str(sort_dir),
-               "--arpa", str(tmp_arpa)]
-        if prune:
-            cmd += ["--prune", *map(str, prune)]
-        fallback = False
-        proc = _run(cmd, corpus)
-        if proc.returncode != 0 and "discount_fallback" in proc.stderr:
-            fallback = True
-            cmd = cmd + ["--discount_fallback"]
-            proc = _run(cmd, corpus)
-        if proc.returncode != 0:
-            raise RescorerError(
-                f"lmplz failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}; "
-                f"{arpa} was left as it was"
-            )
+        if lmplz_path is None:
+            model = estimate_kneser_ney(seqs, order, prune)
+            model.write_arpa(tmp_arpa)
+            fallback = model.discount_fallback
+            command = (f"blockdraft-kneser-ney -o {order}"
+                       + (f" --prune {' '.join(map(str, prune))}" if prune else "")
+                       + (" --discount_fallback" if fallback else ""))
+        else:
+            fallback, command = _run_lmplz(lmplz_path, corpus, tmp_arpa, order, prune, memory,
+                                           tmp, arpa)
         counts = arpa_counts(tmp_arpa)
         tmp_bin = tmp / "lm.bin"
-        if bb is not None:
-            proc = _run([str(bb), "-S", memory, str(tmp_arpa), str(tmp_bin)], None)
-            if proc.returncode != 0:
-                raise RescorerError(f"build_binary failed: {proc.stderr.strip()[-2000:]}; "
-                                    f"{arpa} was left as it was")
+        if writer is not None:
+            try:
+                writer.write(tmp_arpa, tmp_bin, memory)
+            except RescorerError as e:
+                raise RescorerError(f"{e}; {arpa} was left as it was") from e
         # Both complete: each is renamed into place (a rename replaces a file whole).
         if bin_path is not None:
             os.replace(tmp_bin, bin_path)
@@ -259,9 +327,46 @@ def train_ngram(
         tokens=n_tokens,
         discount_fallback=fallback,
         seconds=time.perf_counter() - t0,
-        command=" ".join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd)),
+        command=command,
         vocab_record=record,
+        estimator=estimator,
     )
+
+
+def _checked_sequences(sequences: Iterable[Sequence[int] | np.ndarray]) -> list[np.ndarray]:
+    """The non-empty sequences as flat int64 arrays; a negative id is refused."""
+    out = []
+    for seq in sequences:
+        arr = np.asarray(seq, dtype=np.int64).reshape(-1)
+        if arr.size == 0:
+            continue
+        if (arr < 0).any():
+            raise RescorerError(f"corpus holds a negative token id: {int(arr[arr < 0][0])}")
+        out.append(arr)
+    return out
+
+
+def _run_lmplz(lmplz: Path, corpus: Path, out: Path, order: int, prune: Sequence[int] | None,
+               memory: str, tmp: Path, final: Path) -> tuple[bool, str]:
+    """lmplz over ``corpus`` into ``out`` (rerun with ``--discount_fallback`` when it asks for
+    it); returns ``(fallback needed, the command line for signatures)``."""
+    sort_dir = tmp / "sort"
+    sort_dir.mkdir()
+    cmd = [str(lmplz), "-o", str(order), "-S", memory, "-T", str(sort_dir), "--arpa", str(out)]
+    if prune:
+        cmd += ["--prune", *map(str, prune)]
+    fallback = False
+    proc = _run(cmd, corpus)
+    if proc.returncode != 0 and "discount_fallback" in proc.stderr:
+        fallback = True
+        cmd = cmd + ["--discount_fallback"]
+        proc = _run(cmd, corpus)
+    if proc.returncode != 0:
+        raise RescorerError(
+            f"lmplz failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}; "
+            f"{final} was left as it was"
+        )
+    return fallback, " ".join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))
 
 
 _TMP_PREFIX = ".lmplz-"
