@@ -13,7 +13,7 @@ epochs / batch), the softmax over the 4,096-token shortlist the packaged heads d
   point ``N`` the set reaches (the learning curve);
 - ``kl-N``: the same data with the KL loss to the base's distribution (the middle point);
 - ``prefix-N``: prefix-conditioned (Hydra-style) heads of 1 ResBlock, whose input projection
-  costs what the Medusa heads' second ResBlock costs (equal step cost), at the first point;
+  costs what the Medusa heads' second ResBlock costs (equal step cost), at every point;
 - ``labelled-N``: the same texts labelled by float32 one-forward labels (``heads label``), at
   the first point the labelled set reaches.
 
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(points) >= 2:
         mid = points[len(points) // 2 - 1]
         runs.append((f"kl-{mid // 1000}k", args.data, mid, ["--loss", "kl"]))
-    if points:  # Hydra-style heads at the cost of the Medusa heads: one ResBlock fewer
-        runs.append((f"prefix-{points[0] // 1000}k", args.data, points[0],
+    for p in points:  # Hydra-style heads at the cost of the Medusa heads: one ResBlock fewer
+        runs.append((f"prefix-{p // 1000}k", args.data, p,
                      ["--arch", "prefix", "--layers", "1"]))
     if args.labelled is not None and points:
         lab = open_distill_set(args.labelled)

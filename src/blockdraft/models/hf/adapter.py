@@ -411,17 +411,25 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         """
         if not isinstance(self.heads, PrefixHeads):
             return self.heads(x, n)  # type: ignore[no-any-return]
+        return self._prefix_chain(x, n)[0]
+
+    def _prefix_chain(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prefix heads along their greedy chain at ``x [..., d]``: ``(states [..., n, d],
+        logits [..., n, Vs])``, the logits over the shortlist (``V`` without one), each
+        computed once: head ``j``'s argmax is the token head ``j + 1`` reads."""
+        assert isinstance(self.heads, PrefixHeads)
         weight, bias, ids = self._shortlist_projection()
         embed = self.base.get_input_embeddings().weight
         previous = self.lm_head(x).argmax(-1)  # (...,): the base's greedy token
-        states = []
+        states, logits = [], []
         for j in range(n):
             state = self.heads.blocks[j](x + self.heads.prefix[j](embed[previous]))
+            row = nn.functional.linear(state, weight, bias)  # (..., Vs)
             states.append(state)
-            if j + 1 < n:
-                best = nn.functional.linear(state, weight, bias).argmax(-1)
-                previous = best if ids is None else ids.to(best.device)[best]
-        return torch.stack(states, dim=-2)  # (..., n, d)
+            logits.append(row)
+            best = row.argmax(-1)
+            previous = best if ids is None else ids.to(best.device)[best]
+        return torch.stack(states, dim=-2), torch.stack(logits, dim=-2)
 
     def project(self, states: torch.Tensor) -> torch.Tensor:
         """The vocabulary projection of head states: ``[..., n, d] -> [..., n, V]`` raw logits.
@@ -458,8 +466,11 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
             return super().head_topk(x, k, heads)
         n = self.heads_kept(heads)
         weight, bias, ids = self._shortlist_projection()
-        states = self._medusa_states(x, n - 1)  # (M, n - 1, d)
-        logits = nn.functional.linear(states, weight, bias)  # (M, n - 1, Vs)
+        if isinstance(self.heads, PrefixHeads):  # the chain's logits, projected once
+            logits = self._prefix_chain(x, n - 1)[1]  # (M, n - 1, Vs)
+        else:
+            states = self.heads(x, n - 1)  # (M, n - 1, d)
+            logits = nn.functional.linear(states, weight, bias)  # (M, n - 1, Vs)
         top, scores = topk_logprobs(logits.reshape(-1, logits.shape[-1]), k, ids)
         return top.reshape(x.shape[0], n - 1, k), scores.reshape(x.shape[0], n - 1, k)
 
