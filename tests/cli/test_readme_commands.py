@@ -47,6 +47,8 @@ SLOW = {  # commands run with --help: why they would be slow or need what is not
     "heads follow-ups": "needs a distillation set of mix.jsonl",
     "heads train": "distils SmolLM2 and trains heads",
     "heads distill": "distils SmolLM2",
+    "heads label": "labels a distillation set with SmolLM2 (tests/cli/test_cli_heads.py labels "
+    "a tiny one)",
     "heads curve": "needs trained heads and their set",
     "heads package": "needs a distillation set (the probe test packages tiny heads)",
     "ngram interpolate": "needs two ARPA files (tests/rescorers/test_ngram_interpolate.py)",

@@ -1,0 +1,84 @@
+"""What the heads cost at a step: Medusa heads against prefix-conditioned heads, PyTorch.
+
+    .venv/bin/python benchmarks/bench_prefix_cost.py --medusa HEADS_DIR --prefix HEADS_DIR \\
+        [--k 4] [--repeats 300] --out benchmarks/results/heads/prefix
+
+At one accepted position of SmolLM2-135M-Instruct (float32, one thread), the time of what the
+verifier runs for the next step's lattice: ``head_topk`` (Medusa: the ResBlocks and the
+shortlist projection of every head at once; prefix heads: head by head, each reading the
+previous head's argmax), and for reference one greedy step (a forward of one token on a
+256-token cache with the base head). Medians of ``--repeats`` calls, the three interleaved.
+Writes ``cost.{json,md}``. Run it on a quiet machine (nothing else busy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from blockdraft.core.files import write_text_atomic
+    from blockdraft.core.signature import environment, format_signature
+    from blockdraft.models import load_model
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--medusa", required=True)
+    ap.add_argument("--prefix", required=True)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=300)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    models = {name: load_model("smollm2", heads=folder, runtime="torch")
+              for name, folder in (("medusa", args.medusa), ("prefix", args.prefix))}
+    base = models["medusa"]
+    ids = torch.randint(100, 20000, (1, 256), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        x, past = base.hidden(ids, None)
+        state = x[0, -1:]  # (1, d)
+        step = torch.tensor([[int(ids[0, -1])]])
+
+        def greedy() -> None:
+            y, _ = base.hidden(step, past)
+            base.project(base.head_states(y[0], heads=1))
+
+        calls = {"greedy step (forward + base head)": greedy,
+                 "Medusa head_topk": lambda: models["medusa"].head_topk(state, args.k),
+                 "prefix head_topk": lambda: models["prefix"].head_topk(state, args.k)}
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(10):  # warm-up
+            for fn in calls.values():
+                fn()
+        for _ in range(args.repeats):
+            for name, fn in calls.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    med = {name: 1e3 * statistics.median(v) for name, v in times.items()}
+    greedy_ms = med["greedy step (forward + base head)"]
+    env = environment("cpu")
+    signature = format_signature({"model": "smollm2", "runtime": "torch", "precision": "float32",
+                                  "threads": 1, "k": args.k, "cache": 256,
+                                  "repeats": args.repeats, **env})
+    report = {"command": "python benchmarks/bench_prefix_cost.py " + " ".join(
+        sys.argv[1:] if argv is None else argv), "signature": signature, "median_ms": med}
+    lines = ["# The heads' cost at a step (PyTorch float32, one thread)", "",
+             f"Command: `{report['command']}`", "", f"Signature: `{signature}`", "",
+             "| call | median ms | share of a greedy step |", "|---|---|---|"]
+    lines += [f"| {name} | {ms:.3f} | {ms / greedy_ms:.1%} |" for name, ms in med.items()]
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(args.out / "cost.json", json.dumps(report, indent=1) + "\n")
+    write_text_atomic(args.out / "cost.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
