@@ -6,7 +6,8 @@
 At one accepted position of SmolLM2-135M-Instruct (float32, one thread), the time of what the
 verifier runs for the next step's lattice: ``head_topk`` (Medusa: the ResBlocks and the
 shortlist projection of every head at once; prefix heads: head by head, each reading the
-previous head's argmax), and for reference one greedy step (a forward of one token on a
+previous head's argmax, head 0 the base's greedy token, which the verifier has), and for
+reference one greedy step (a forward of one token on a
 256-token cache with the base head). Medians of ``--repeats`` calls, the three interleaved.
 Writes ``cost.{json,md}``. Run it on a quiet machine (nothing else busy).
 """
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         x, past = base.hidden(ids, None)
         state = x[0, -1:]  # (1, d)
         step = torch.tensor([[int(ids[0, -1])]])
+        first = base.project(base.head_states(state, heads=1))[:, 0].argmax(-1)  # (1,)
 
         def greedy() -> None:
             y, _ = base.hidden(step, past)
@@ -51,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
         calls = {"greedy step (forward + base head)": greedy,
                  "Medusa head_topk": lambda: models["medusa"].head_topk(state, args.k),
-                 "prefix head_topk": lambda: models["prefix"].head_topk(state, args.k)}
+                 "prefix head_topk": lambda: models["prefix"].head_topk(state, args.k,
+                                                                        first=first)}
         times: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(10):  # warm-up
             for fn in calls.values():

@@ -159,20 +159,25 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curve = sorted((r for r in rows if r["name"].startswith("self-")),
-                   key=lambda r: r["train_tokens"])
-    if not curve:
+    if not any(r["name"].startswith(("self-", "prefix-")) for r in rows):
         return
-    fig, ax = plt.subplots(figsize=(6, 4))
-    x = [r["train_tokens"] / 1e6 for r in curve]
-    for split, style in (("heldout", "o-"), ("chat", "s--")):
-        ax.plot(x, [r[split].get("B_vanilla") for r in curve], style,
-                label=f"{split} vanilla B")
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for prefix, label, color in (("self-", "Medusa, 2 ResBlocks", "C0"),
+                                 ("prefix-", "prefix-conditioned, 1 ResBlock", "C3")):
+        curve = sorted((r for r in rows if r["name"].startswith(prefix)),
+                       key=lambda r: r["train_tokens"])
+        x = [r["train_tokens"] / 1e6 for r in curve]
+        for split, style in (("heldout", "o-"), ("chat", "s--")):
+            ax.plot(x, [r[split].get("B_vanilla") for r in curve], style, color=color,
+                    label=f"{label}: {split} vanilla B")
     ax.set_xscale("log")
+    ticks = sorted({r["train_tokens"] / 1e6 for r in rows})
+    ax.set_xticks(ticks, [f"{t:.2f}" for t in ticks])
+    ax.minorticks_off()
     ax.set_xlabel("training answer tokens (M), one epoch")
     ax.set_ylabel("vanilla B (tokens per call)")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -198,18 +198,19 @@ class Verifier:
         if factored(self.model):
             x, past = model.hidden(ids, None)  # (1, T, d)
             logits, topk = self._next_heads(x[0, -1], None, heads, k)
-            return logits.clone(), topk, past, self._expander(x[0, -1], k)
+            return logits.clone(), topk, past, self._expander(x[0, -1], k, logits[0])
         kwargs = {"last_only": True} if takes_last_only(self.model) else {}
         logits, past = self.model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
         return logits[0, -1].clone(), None, past, None  # (h, V)
 
-    def _expander(self, state: torch.Tensor, k: int | None) -> Any:
-        """The next step's tree lattice at ``state [d]`` when the model's heads are
-        prefix-conditioned (``model.expander``), else None."""
+    def _expander(self, state: torch.Tensor, k: int | None, base: torch.Tensor) -> Any:
+        """The next step's tree lattice at ``state [d]`` (``base [V]``: the base head's logits
+        there, whose argmax is its root) when the model's heads are prefix-conditioned
+        (``model.expander``), else None."""
         expander = getattr(self._heads, "expander", None)
         if k is None or not callable(expander):
             return None
-        return expander(state, k)
+        return expander(state, k, int(base.argmax()))
 
     # ---- one verification call ---------------------------------------------------------------
 
@@ -361,7 +362,7 @@ class Verifier:
             accept_s=accept_s,
             next_topk=next_topk,
             heads_s=heads_s,
-            next_expand=self._expander(states[node], k),
+            next_expand=self._expander(states[node], k, next_logits[0]),
         )
 
     def _next_heads(self, state: torch.Tensor, base: torch.Tensor | None, heads: int | None,
@@ -378,7 +379,10 @@ class Verifier:
             base = model.project(model.head_states(state[None], heads=1))[0, 0]  # (V,)
         if only_base or head_topk is None:
             return base[None], None  # (1, V)
-        ids, scores = head_topk(state[None], k, heads)  # (1, n - 1, k)
+        if getattr(model, "conditional_heads", False):  # they read the base's greedy token
+            ids, scores = head_topk(state[None], k, heads, first=base.argmax(-1)[None])
+        else:
+            ids, scores = head_topk(state[None], k, heads)  # (1, n - 1, k)
         return base[None], (ids[0], scores[0])
 
     def run_rows(self, past: Any, tree: DraftTree, rows: np.ndarray, eos_id: int | None,

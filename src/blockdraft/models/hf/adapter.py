@@ -413,14 +413,23 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
             return self.heads(x, n)  # type: ignore[no-any-return]
         return self._prefix_chain(x, n)[0]
 
-    def _prefix_chain(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def conditional_heads(self) -> bool:
+        """Whether the heads read the token before their target (prefix heads): their
+        ``head_topk`` and ``expander`` then take the base's greedy token as ``first``."""
+        return isinstance(self.heads, PrefixHeads)
+
+    def _prefix_chain(self, x: torch.Tensor, n: int, first: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """Prefix heads along their greedy chain at ``x [..., d]``: ``(states [..., n, d],
         logits [..., n, Vs])``, the logits over the shortlist (``V`` without one), each
-        computed once: head ``j``'s argmax is the token head ``j + 1`` reads."""
+        computed once: head ``j``'s argmax is the token head ``j + 1`` reads. ``first``
+        (int64 ``[...]``): the base's greedy token at ``x`` when the caller has it (the
+        verifier does), else projected here over the whole vocabulary."""
         assert isinstance(self.heads, PrefixHeads)
         weight, bias, ids = self._shortlist_projection()
         embed = self.base.get_input_embeddings().weight
-        previous = self.lm_head(x).argmax(-1)  # (...,): the base's greedy token
+        previous = self.lm_head(x).argmax(-1) if first is None else first.to(x.device)
         states, logits = [], []
         for j in range(n):
             state = self.heads.blocks[j](x + self.heads.prefix[j](embed[previous]))
@@ -457,31 +466,34 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         medusa = self.heads.logits(states[..., 1:, :], self.lm_head)  # (..., n - 1, V)
         return torch.cat((base, medusa), dim=-2)  # (..., n, V)
 
-    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
+    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None,
+                  first: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Heads 2..``heads``' top-``k`` at ``x [M, d]``: ``(ids [M, n-1, k], scores)`` (see
         :meth:`FactoredHeadsLM.head_topk`), projected onto the heads' shortlist alone when
-        they have one (``[Vs, d]`` rows of ``lm_head``, kept between calls)."""
+        they have one (``[Vs, d]`` rows of ``lm_head``, kept between calls). ``first``
+        (int64 ``[M]``): the base's greedy tokens at ``x``, which prefix heads read
+        (:attr:`conditional_heads`; projected here when not given)."""
         if self.heads.projections is not None:
             return super().head_topk(x, k, heads)
         n = self.heads_kept(heads)
         weight, bias, ids = self._shortlist_projection()
         if isinstance(self.heads, PrefixHeads):  # the chain's logits, projected once
-            logits = self._prefix_chain(x, n - 1)[1]  # (M, n - 1, Vs)
+            logits = self._prefix_chain(x, n - 1, first)[1]  # (M, n - 1, Vs)
         else:
             states = self.heads(x, n - 1)  # (M, n - 1, d)
             logits = nn.functional.linear(states, weight, bias)  # (M, n - 1, Vs)
         top, scores = topk_logprobs(logits.reshape(-1, logits.shape[-1]), k, ids)
         return top.reshape(x.shape[0], n - 1, k), scores.reshape(x.shape[0], n - 1, k)
 
-    def expander(self, x: torch.Tensor, k: int) -> Any:
+    def expander(self, x: torch.Tensor, k: int, first: int | None = None) -> Any:
         """The tree lattice of prefix heads at ``x [d]`` (one step's, for
         :func:`~blockdraft.lattice.conditional.conditional_pbest`: depth 1 the base's greedy
-        token, each node expanded by the head reading its last token, ``k`` arcs); None for
-        Medusa heads, whose lattice is a sausage."""
+        token ``first``, projected here when not given; each node expanded by the head
+        reading its last token, ``k`` arcs); None for Medusa heads, whose lattice is a
+        sausage."""
         if not isinstance(self.heads, PrefixHeads):
             return None
-        certain = int(self.lm_head(x).argmax(-1))
+        certain = int(self.lm_head(x).argmax(-1)) if first is None else int(first)
         return self.heads.expander(x, certain, self.lm_head.weight,
                                    self.base.get_input_embeddings().weight, k)
 
