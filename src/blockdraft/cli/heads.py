@@ -90,24 +90,35 @@ def cmd_heads_distill(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens, minutes=args.minutes, threads=args.threads,
             reverse=args.reverse)
 
+    return _write_set(args, run, lambda dset: bool(dset.complete), "a distillation set",
+                      "is partial")
+
+
+def _write_set(args: argparse.Namespace, run: Callable[[Path | None], Any],
+               complete: Callable[[Any], bool], what: str, partial: str) -> int:
+    """A distillation or labelled set made by ``run(folder)``: in the cache's folder (keyed by
+    the settings, always continued) or in ``--folder`` under the output rule (``--resume`` to
+    continue, ``--overwrite`` to replace once complete); its table on stdout; exit 3 when a
+    limit stopped it before ``complete``."""
+    from blockdraft.training import heads
+
     if args.folder is None:  # the cache's folder, keyed by the settings: always continued
         if args.overwrite or args.resume:
             raise CliError("--overwrite and --resume apply to a --folder; the default folder "
                            "in the cache is keyed by the settings and always continued")
         dset = run(None)
         _report_distill(args, dset)
-        if dset.complete:
+        if complete(dset):
             return 0
-        return stopped_early(f"{_distill_stop(args, dset)}: the set in {dset.folder} is "
-                             "partial; the same command goes on from there")
+        return stopped_early(f"{_distill_stop(args, dset)}: {what} in {dset.folder} {partial}; "
+                             "the same command goes on from there")
     if args.resume:
         heads.check_distill_folder(args.folder)  # a folder of other files: not a set
-    output = claim_output(args.folder, what="a distillation set", error=CliError,
-                          overwrite=args.overwrite, resume=args.resume, flag="--folder",
-                          own=heads.SET_FILES)
+    output = claim_output(args.folder, what=what, error=CliError, overwrite=args.overwrite,
+                          resume=args.resume, flag="--folder", own=heads.SET_FILES)
     with output.writing() as writing:  # --overwrite: built beside it, swapped in if complete
         dset = run(writing.path)
-        if not dset.complete:
+        if not complete(dset):
             writing.stopped(_distill_stop(args, dset))
     _report_distill(args, heads.open_distill_set(output.path))  # where it lies now
     return 0 if writing.complete else stopped_early(writing.partial_message())
@@ -159,27 +170,8 @@ def cmd_heads_label(args: argparse.Namespace) -> int:
     def complete(dset: Any) -> bool:
         return set(dset.done) >= set(source.done)
 
-    if args.folder is None:  # the cache's folder, keyed by the settings: always continued
-        if args.overwrite or args.resume:
-            raise CliError("--overwrite and --resume apply to a --folder; the default folder "
-                           "in the cache is keyed by the settings and always continued")
-        dset = run(None)
-        _report_distill(args, dset)
-        if complete(dset):
-            return 0
-        return stopped_early(f"{_distill_stop(args, dset)}: the labelled set in {dset.folder} "
-                             "lacks some of the source's shards; the same command goes on")
-    if args.resume:
-        heads.check_distill_folder(args.folder)  # a folder of other files: not a set
-    output = claim_output(args.folder, what="a labelled set", error=CliError,
-                          overwrite=args.overwrite, resume=args.resume, flag="--folder",
-                          own=heads.SET_FILES)
-    with output.writing() as writing:  # --overwrite: built beside it, swapped in if complete
-        dset = run(writing.path)
-        if not complete(dset):
-            writing.stopped(_distill_stop(args, dset))
-    _report_distill(args, heads.open_distill_set(output.path))  # where it lies now
-    return 0 if writing.complete else stopped_early(writing.partial_message())
+    return _write_set(args, run, complete, "a labelled set",
+                      "lacks some of the source's shards")
 
 
 def _data_arguments(p: argparse.ArgumentParser, prompts_required: bool = True) -> None:
