@@ -304,3 +304,28 @@ def test_prefix_heads_train_and_score_from_the_command_line(base: dict[str, Path
     # the training folder's best heads are the folder's (bfloat16 there): the same scores
     assert work["B_vanilla"] == pytest.approx(folder["B_vanilla"], abs=0.05)
     assert work["top1"] == pytest.approx(folder["top1"], abs=0.1)
+
+
+def test_heads_distill_on_ray_writes_the_serial_set(base: dict[str, Path], tmp_path: Path,
+                                                    capsys: Any) -> None:
+    """heads distill --ray (a local Ray, 2 actors that each load the base once): the same
+    shards as the serial data step, tensor for tensor; a limit it cannot keep is refused."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    import torch
+    from safetensors.torch import load_file
+
+    serial, remote = tmp_path / "serial", tmp_path / "ray"
+    _run(capsys, ["heads", "distill", *_data_args(base), "--folder", str(serial), "--json"])
+    got = _run(capsys, ["heads", "distill", *_data_args(base), "--folder", str(remote),
+                        "--ray", "--workers", "2", "--json"])
+    assert got["complete"] and got["shards_done"] == 3
+    names = sorted(p.name for p in serial.glob("*.safetensors"))
+    assert names == sorted(p.name for p in remote.glob("*.safetensors")) and len(names) == 3
+    for name in names:
+        a, b = load_file(str(serial / name)), load_file(str(remote / name))
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), (name, key)
+    _one_line(_run(capsys, ["heads", "distill", *_data_args(base), "--folder",
+                            str(tmp_path / "x"), "--ray", "--max-tokens", "5"], 1),
+              "--max-prompts only")

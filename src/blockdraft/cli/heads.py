@@ -88,7 +88,7 @@ def cmd_heads_distill(args: argparse.Namespace) -> int:
             shard_size=args.shard_size, seed=args.seed, heldout_fraction=args.heldout_fraction,
             heldout_min=args.heldout_min, max_prompts=args.max_prompts,
             max_tokens=args.max_tokens, minutes=args.minutes, threads=args.threads,
-            reverse=args.reverse)
+            reverse=args.reverse, ray=args.ray, workers=args.workers)
 
     return _write_set(args, run, lambda dset: bool(dset.complete), "a distillation set",
                       "is partial")
@@ -603,6 +603,12 @@ def add_parsers(sub: Any) -> None:
                    help="time box of this run, minutes (it stops between shards)")
     p.add_argument("--reverse", action="store_true",
                    help="missing shards last first (a second process on another core)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="generate the shards on Ray actors that each load the base once: a "
+                        "local Ray of --workers CPUs, or the cluster at ADDRESS (the same set, "
+                        "shard for shard; blockdraft[ray])")
+    p.add_argument("--workers", type=positive_int, default=2,
+                   help="Ray actors, one CPU each (default %(default)s)")
     p.add_argument("--resume", action="store_true",
                    help="--folder holds a set made with these settings: add to it")
     p.add_argument("--overwrite", action="store_true",

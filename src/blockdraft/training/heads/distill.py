@@ -31,7 +31,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,8 @@ def build_distill_set(
     log: Callable[[str], None] | None = log_line,
     generate: Callable[..., tuple[list[list[int]], list[torch.Tensor]]] = greedy_batch,
     reverse: bool = False,
+    remote: Callable[[list[dict[str, Any]]], Iterator[tuple[dict[str, Any], Shard, float]]]
+    | None = None,
 ) -> DistillSet:
     """Generate the shards of a distillation set that are not there yet (held-out first).
 
@@ -148,6 +150,10 @@ def build_distill_set(
         reverse: take the missing shards last first (held-out last): a second process on
             another core then works from the other end of the plan (each process skips
             the shards whose file exists when it comes to them).
+        remote: ``remote(specs) -> (spec, shard, seconds)`` as shards finish, generated
+            elsewhere (:func:`~blockdraft.training.heads.distill_ray.ray_shards`); each is
+            written as it arrives. ``max_prompts`` chooses the shards; ``max_tokens`` and
+            ``minutes`` are not taken with it (``model`` may then be None).
 
     Returns:
         The set as it stands after this run.
@@ -156,6 +162,9 @@ def build_distill_set(
         TrainingError: ``folder`` holds a plan with other settings (each changed setting is
             named with its old and new value), or is neither a distillation folder nor empty.
     """
+    if remote is not None and (max_tokens is not None or minutes is not None):
+        raise TrainingError("shards generated remotely (--ray) stop by --max-prompts only; "
+                            "--max-tokens and --minutes need the serial data step")
     root = Path(folder)
     plan_file = root / PLAN_FILE
     if plan_file.is_file():
@@ -183,6 +192,21 @@ def build_distill_set(
     run_tokens = 0
     per_prompt = 0.0  # seconds per prompt of the last shard generated
     bar = ProgressBar("distill", sum(len(s["prompts"]) for s in todo), enabled=progress)
+    chosen: list[dict[str, Any]] = []  # the shards a remote generator makes
+
+    def keep(spec: dict[str, Any], shard: Shard, seconds: float, run_tokens: int) -> int:
+        """Write a finished shard; the run's tokens after it."""
+        write_shard(dset.shard_path(spec["name"]), shard, {
+            "prompts": str(shard.num_prompts), "tokens": str(shard.num_tokens),
+            "seconds": f"{seconds:.1f}", "key": settings.key()})
+        dset.done.append(spec["name"])
+        run_tokens += shard.num_tokens
+        if log is not None:
+            log(f"shard {spec['name']}: {shard.num_prompts} prompts, {shard.num_tokens} "
+                f"tokens in {seconds:.0f} s ({shard.num_tokens / max(seconds, 1e-9):.0f} "
+                f"tokens/s); this run {run_tokens} tokens in {time.monotonic() - start:.0f} s")
+        return run_tokens
+
     try:
         for spec in todo:
             if spec["split"] == "train":
@@ -200,24 +224,24 @@ def build_distill_set(
                 if spec["name"] not in dset.done:
                     dset.done.append(spec["name"])
                 continue
+            if remote is not None:  # generated elsewhere: chosen here, made there
+                chosen.append(spec)
+                if spec["split"] == "train":
+                    train_prompts += len(spec["prompts"])
+                continue
             t0 = time.monotonic()
-            shard = _generate_shard(model, prompt_ids, spec["prompts"], settings, eos_id,
-                                    pad_id, generate, bar, log, spec["name"])
+            shard = generate_shard(model, prompt_ids, spec["prompts"], settings, eos_id,
+                                   pad_id, generate, bar, log, spec["name"])
             seconds = time.monotonic() - t0
             per_prompt = seconds / max(shard.num_prompts, 1)
-            write_shard(dset.shard_path(spec["name"]), shard, {
-                "prompts": str(shard.num_prompts), "tokens": str(shard.num_tokens),
-                "seconds": f"{seconds:.1f}", "key": settings.key()})
-            dset.done.append(spec["name"])
-            run_tokens += shard.num_tokens
+            run_tokens = keep(spec, shard, seconds, run_tokens)
             tokens_total += shard.num_tokens
             if spec["split"] == "train":
                 train_prompts += shard.num_prompts
-            if log is not None:
-                log(f"shard {spec['name']}: {shard.num_prompts} prompts, {shard.num_tokens} "
-                    f"tokens in {seconds:.0f} s ({shard.num_tokens / max(seconds, 1e-9):.0f} "
-                    f"tokens/s); this run {run_tokens} tokens in "
-                    f"{time.monotonic() - start:.0f} s")
+        if remote is not None:
+            for spec, shard, seconds in remote(chosen):
+                bar.advance(shard.num_prompts)
+                run_tokens = keep(spec, shard, seconds, run_tokens)
     finally:
         bar.close()
     order = {s["name"]: k for k, s in enumerate(dset.plan["shards"])}
@@ -241,19 +265,21 @@ def _check_new_set(root: Path, minutes: float | None) -> None:
             "the data step some minutes")
 
 
-def _generate_shard(
+def generate_shard(
     model: Any,
-    prompt_ids: Sequence[Sequence[int]],
+    prompt_ids: Sequence[Sequence[int]] | Mapping[int, Sequence[int]],
     indices: Sequence[int],
     settings: DistillSettings,
     eos_id: int | None,
     pad_id: int,
-    generate: Callable[..., tuple[list[list[int]], list[torch.Tensor]]],
-    bar: ProgressBar,
-    log: Callable[[str], None] | None,
-    name: str,
+    generate: Callable[..., tuple[list[list[int]], list[torch.Tensor]]] = greedy_batch,
+    bar: ProgressBar | None = None,
+    log: Callable[[str], None] | None = None,
+    name: str = "",
 ) -> Shard:
-    """Generate one shard: its prompts sorted by length, in batches of ``batch_size``."""
+    """Generate one shard: its prompts (``prompt_ids[i]`` for ``i`` in ``indices``) sorted by
+    length, in batches of ``batch_size`` (the same shard in any process: Ray actors run it
+    too, :mod:`~blockdraft.training.heads.distill_ray`)."""
     order = sorted(indices, key=lambda i: (len(prompt_ids[i]), i))
     answers: dict[int, list[int]] = {}
     states: dict[int, torch.Tensor] = {}
@@ -268,7 +294,8 @@ def _generate_shard(
             answers[i], states[i] = y, h.to(hidden_dtype)
             n += len(y)
         seconds = time.monotonic() - t0
-        bar.advance(len(batch), info=f"{n / max(seconds, 1e-9):.0f} tokens/s")
+        if bar is not None:
+            bar.advance(len(batch), info=f"{n / max(seconds, 1e-9):.0f} tokens/s")
         if log is not None and not sys.stderr.isatty():
             log(f"  {name} batch {k // settings.batch_size}: {len(batch)} prompts "
                 f"(length {len(prompt_ids[batch[0]])}-{len(prompt_ids[batch[-1]])}), {n} tokens "
@@ -310,6 +337,8 @@ def distill(
     progress: bool = True,
     log: Callable[[str], None] | None = log_line,
     reverse: bool = False,
+    ray: str | None = None,
+    workers: int = 2,
 ) -> DistillSet:
     """Self-distillation data of a base model on prompt files: load, format, generate.
 
@@ -324,6 +353,10 @@ def distill(
         max_prompts, max_tokens, minutes: where this run stops (see :func:`build_distill_set`).
         threads: torch CPU threads (default :func:`default_threads`).
         progress, log, reverse: see :func:`build_distill_set`.
+        ray: generate the shards on Ray actors (``blockdraft[ray]``): ``""`` a local Ray of
+            ``workers`` CPUs, else a cluster's address; None: here, serially. The set is the
+            same, shard for shard (:mod:`~blockdraft.training.heads.distill_ray`).
+        workers: Ray actors (one CPU and ``threads`` torch threads each).
 
     Returns:
         The distillation set.
@@ -356,7 +389,15 @@ def distill(
     root = Path(folder) if folder is not None else cache_dir("distill", settings.key())
     if log is not None:
         log(f"distillation set {root} (threads {torch.get_num_threads()})")
+    remote = None
+    if ray is not None:
+        from blockdraft.training.heads.distill_ray import ray_shards
+
+        def remote(specs: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], Shard, float]]:
+            return ray_shards(base, dtype, prompt_ids, specs, settings, eos_id, pad_id,
+                              address=ray or None, workers=workers, threads=threads or 1)
+
     return build_distill_set(model, prompt_ids, root, settings, eos_id=eos_id, pad_id=pad_id,
                              max_prompts=max_prompts, max_tokens=max_tokens, minutes=minutes,
-                             progress=progress, log=log, reverse=reverse)
+                             progress=progress, log=log, reverse=reverse, remote=remote)
 
