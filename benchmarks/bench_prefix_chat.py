@@ -32,8 +32,8 @@ CHAT = BENCH / "chat_eval.jsonl"
 
 def main(argv: list[str] | None = None) -> int:
     import torch
+    from report import command_line, header, write_report
 
-    from blockdraft.core.files import write_text_atomic
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.drafts import ConditionalDrafter, HeadDrafter
     from blockdraft.models import greedy_generate, load_model
@@ -87,11 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         "runtime": "torch", "precision": "float32", "set": CHAT.name,
         "max_new_tokens": args.max_new_tokens, "k": args.k, "p": args.p, "criterion": "exact",
         "version": env["version"], "commit": env["commit"]})
-    report = {"command": "python benchmarks/bench_prefix_chat.py " + " ".join(
-        sys.argv[1:] if argv is None else argv), "signature": signature, "results": results,
-        "wall_s": round(time.perf_counter() - start, 1)}
-    lines = ["# Medusa against prefix-conditioned heads on the held-out chat set", "",
-             f"Command: `{report['command']}`", "", f"Signature: `{signature}`", "",
+    report = {"command": command_line("bench_prefix_chat.py", argv), "signature": signature,
+              "results": results, "wall_s": round(time.perf_counter() - start, 1)}
+    lines = [*header("Medusa against prefix-conditioned heads on the held-out chat set", report),
              "B: tokens per serial call (prefill counted), exact criterion, PyTorch float32; "
              "identical: outputs token-identical to greedy.", "",
              "| strategy | identical | " + " | ".join(kinds) + " | all |",
@@ -99,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         lines.append(f"| {r['strategy']} | {r['identical']} | " + " | ".join(
             f"{r['B'][kind]:.3f}" for kind in [*kinds, "all"]) + " |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "prefix.json", json.dumps(report, indent=1) + "\n")
-    write_text_atomic(args.out / "prefix.md", "\n".join(lines) + "\n")
+    write_report(report, args.out, "prefix", "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -15,17 +15,15 @@ Writes ``cost.{json,md}``. Run it on a quiet machine (nothing else busy).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
     import torch
+    from report import command_line, header, write_report
 
-    from blockdraft.core.files import write_text_atomic
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.models import load_model
 
@@ -70,15 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     signature = format_signature({"model": "smollm2", "runtime": "torch", "precision": "float32",
                                   "threads": 1, "k": args.k, "cache": 256,
                                   "repeats": args.repeats, **env})
-    report = {"command": "python benchmarks/bench_prefix_cost.py " + " ".join(
-        sys.argv[1:] if argv is None else argv), "signature": signature, "median_ms": med}
-    lines = ["# The heads' cost at a step (PyTorch float32, one thread)", "",
-             f"Command: `{report['command']}`", "", f"Signature: `{signature}`", "",
+    report = {"command": command_line("bench_prefix_cost.py", argv), "signature": signature,
+              "median_ms": med}
+    lines = [*header("The heads' cost at a step (PyTorch float32, one thread)", report),
              "| call | median ms | share of a greedy step |", "|---|---|---|"]
     lines += [f"| {name} | {ms:.3f} | {ms / greedy_ms:.1%} |" for name, ms in med.items()]
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "cost.json", json.dumps(report, indent=1) + "\n")
-    write_text_atomic(args.out / "cost.md", "\n".join(lines) + "\n")
+    write_report(report, args.out, "cost", "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -45,7 +45,8 @@ def _run(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from blockdraft.core.files import write_text_atomic
+    from report import command_line, write_report
+
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.training.heads import open_distill_set
 
@@ -118,13 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     signature = format_signature({"heads": 5, "layers": 2, "vocab": "shortlist:4096",
                                   "batch": args.batch, "epochs": args.epochs, "threads": 1,
                                   **env})
-    report = {"command": "python benchmarks/heads_round2.py " + " ".join(
-        sys.argv[1:] if argv is None else argv), "signature": signature, "runs": rows,
-        "wall_s": round(time.perf_counter() - start, 1)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "round2.json", json.dumps(report, indent=1) + "\n")
-    write_text_atomic(args.out / "round2.md", _markdown(report))
-    _plot(rows, args.out / "round2.png")
+    report = {"command": command_line("heads_round2.py", argv), "signature": signature,
+              "runs": rows, "wall_s": round(time.perf_counter() - start, 1)}
+    write_report(report, args.out, "round2", _markdown,
+                 plot=lambda rep, path: _plot(rep["runs"], path))
     print(_markdown(report))
     return 0
 
@@ -137,8 +135,9 @@ def _fmt(score: dict[str, Any], key: str) -> str:
 
 
 def _markdown(report: dict[str, Any]) -> str:
-    lines = ["# Heads, second round: learning curve and recipe", "",
-             f"Command: `{report['command']}`", "", f"Signature: `{report['signature']}`", "",
+    from report import header
+
+    lines = [*header("Heads, second round: learning curve and recipe", report),
              "| run | heads | labels | loss | train tokens | steps | train min | held-out top-1, "
              "heads 2-6 | held-out vanilla B | held-out top-5 oracle B | chat top-1 | chat "
              "vanilla B | chat top-5 oracle B |",
