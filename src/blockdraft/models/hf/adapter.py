@@ -432,7 +432,7 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         previous = self.lm_head(x).argmax(-1) if first is None else first.to(x.device)
         states, logits = [], []
         for j in range(n):
-            state = self.heads.blocks[j](x + self.heads.prefix[j](embed[previous]))
+            state = self.heads.head_state(j, x, embed[previous])
             row = nn.functional.linear(state, weight, bias)  # (..., Vs)
             states.append(state)
             logits.append(row)
@@ -495,7 +495,8 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
             return None
         certain = int(self.lm_head(x).argmax(-1)) if first is None else int(first)
         return self.heads.expander(x, certain, self.lm_head.weight,
-                                   self.base.get_input_embeddings().weight, k)
+                                   self.base.get_input_embeddings().weight, k,
+                                   rows=self._shortlist_projection()[0])
 
     def _shortlist_projection(self) -> tuple[torch.Tensor, torch.Tensor | None,
                                              torch.Tensor | None]:

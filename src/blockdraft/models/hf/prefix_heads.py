@@ -82,12 +82,18 @@ class PrefixHeads(MedusaHeads):
                              f"the token before each head's target), got {got}")
         if n == 0:
             return hidden.new_zeros(want)
-        return torch.stack([self.blocks[j](hidden + self.prefix[j](previous[..., j, :]))
+        return torch.stack([self.head_state(j, hidden, previous[..., j, :])
                             for j in range(n)], dim=-2)  # (..., n, d)
+
+    def head_state(self, j: int, hidden: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+        """Head ``j``'s state: ``ResBlocks_j(hidden + P_j previous)``, ``[..., d]`` each
+        (``previous``: the embedding of the token before its target)."""
+        return self.blocks[j](hidden + self.prefix[j](previous))  # type: ignore[no-any-return]
 
     @torch.no_grad()
     def expander(self, hidden: torch.Tensor, certain: int, lm_head: torch.Tensor,
-                 embed: torch.Tensor, k: int) -> Callable[[tuple[int, ...]], tuple[Any, Any]]:
+                 embed: torch.Tensor, k: int, rows: torch.Tensor | None = None
+                 ) -> Callable[[tuple[int, ...]], tuple[Any, Any]]:
         """The conditional lattice of one step (:mod:`blockdraft.lattice.conditional`), for
         :func:`~blockdraft.lattice.conditional.conditional_pbest`.
 
@@ -101,14 +107,22 @@ class PrefixHeads(MedusaHeads):
             lm_head: ``[V, d]`` the base's output projection; embed: ``[V, d]`` its input
                 embeddings (the same tensor when they are tied).
             k: arcs per node.
+            rows: the shortlist's rows of ``lm_head`` (``[Vs, d]``), when the caller keeps
+                them; else taken from ``lm_head`` at the first expansion (building an
+                expander that is never used costs nothing).
 
         Returns:
             ``expand(prefix) -> (ids int64 [k'], log-probs float64 [k'])``; a prefix deeper
             than the heads, or not starting with ``certain``, has no children.
         """
         ids = self.shortlist
-        weight = (lm_head if ids is None else lm_head[ids]).float()  # (V or Vs, d)
         h = hidden.float()
+        kept: list[torch.Tensor] = [] if rows is None else [rows.float()]
+
+        def weight() -> torch.Tensor:  # (V or Vs, d)
+            if not kept:
+                kept.append((lm_head if ids is None else lm_head[ids]).float())
+            return kept[0]
 
         def expand(prefix: tuple[int, ...]) -> tuple[Any, Any]:
             import numpy as np
@@ -120,8 +134,8 @@ class PrefixHeads(MedusaHeads):
                 return np.zeros(0, dtype=np.int64), np.zeros(0)
             previous = embed[prefix[-1]].float()
             with torch.no_grad():
-                state = self.blocks[depth - 1](h + self.prefix[depth - 1](previous))  # (d,)
-                logp = torch.log_softmax(state @ weight.T, dim=-1)  # (V or Vs,)
+                state = self.head_state(depth - 1, h, previous)  # (d,)
+                logp = torch.log_softmax(state @ weight().T, dim=-1)  # (V or Vs,)
                 top = logp.topk(min(k, logp.numel()))
             best = top.indices if ids is None else ids[top.indices]
             return best.numpy().astype(np.int64), top.values.double().numpy()
