@@ -19,6 +19,7 @@ Public surface:
     PrefixHeads(d_model, num_heads, num_layers=1)
         heads(h [..., d], previous=e [..., n, d]) -> [..., n, d]   pre-projection states
         heads.expander(h [d], certain, lm_head, embed, k) -> expand   one step's tree lattice
+    tree_expander(certain, n, node) -> expand      the same rule over any runtime's heads
     (everything else as :class:`~blockdraft.models.hf.medusa.MedusaHeads`: logits, the
     shortlist; they share the base's ``lm_head``)
     LAYOUT                                       the ``layout`` of their folder's config
@@ -26,9 +27,9 @@ Public surface:
 
 Files. A folder of prefix heads holds ``config.json`` (``layout``, sizes, the base, the
 shortlist entry of :mod:`.shortlist`), ``prefix_heads.safetensors`` (the state dict, sealed by
-its digest) and, with a shortlist, ``shortlist.safetensors``. The decoders do not take them
-yet: loading a model with them is refused by :func:`~.formats.read_heads`, which knows only the
-Medusa layouts.
+its digest) and, with a shortlist, ``shortlist.safetensors``. ``load_model(heads=FOLDER)``
+takes them; PyTorch and ONNX Runtime decode with them (:mod:`blockdraft.models.runtimes.
+onnx_graph` builds their greedy chain and the expansion of one node as graphs).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -93,7 +95,7 @@ class PrefixHeads(MedusaHeads):
     @torch.no_grad()
     def expander(self, hidden: torch.Tensor, certain: int, lm_head: torch.Tensor,
                  embed: torch.Tensor, k: int, rows: torch.Tensor | None = None
-                 ) -> Callable[[tuple[int, ...]], tuple[Any, Any]]:
+                 ) -> Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]:
         """The conditional lattice of one step (:mod:`blockdraft.lattice.conditional`), for
         :func:`~blockdraft.lattice.conditional.conditional_pbest`.
 
@@ -124,26 +126,45 @@ class PrefixHeads(MedusaHeads):
                 kept.append((lm_head if ids is None else lm_head[ids]).float())
             return kept[0]
 
-        def expand(prefix: tuple[int, ...]) -> tuple[Any, Any]:
-            import numpy as np
-
-            if not prefix:
-                return np.asarray([certain]), np.zeros(1)
-            depth = len(prefix)
-            if prefix[0] != certain or depth > self.num_heads:
-                return np.zeros(0, dtype=np.int64), np.zeros(0)
-            previous = embed[prefix[-1]].float()
+        def node(head: int, token: int) -> tuple[np.ndarray, np.ndarray]:
             with torch.no_grad():
-                state = self.head_state(depth - 1, h, previous)  # (d,)
+                state = self.head_state(head, h, embed[token].float())  # (d,)
                 logp = torch.log_softmax(state @ weight().T, dim=-1)  # (V or Vs,)
                 top = logp.topk(min(k, logp.numel()))
             best = top.indices if ids is None else ids[top.indices]
             return best.numpy().astype(np.int64), top.values.double().numpy()
 
-        return expand
+        return tree_expander(certain, self.num_heads, node)
 
     def extra_repr(self) -> str:
         return "prefix-conditioned, " + super().extra_repr()
+
+
+def tree_expander(certain: int, num_heads: int,
+                  node: Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+                  ) -> Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]:
+    """The expansion rule of one step's tree lattice over any runtime's heads.
+
+    Args:
+        certain: the base's greedy token (depth 1, log-prob 0).
+        num_heads: prefix heads ``n``: nodes deeper than ``n`` have no children.
+        node: ``(head, token) -> (ids int64 [k'], log-probs float64 [k'])``, head ``head``'s
+            top arcs when it reads ``token`` (the node's last token).
+
+    Returns:
+        ``expand(prefix)``, as :meth:`PrefixHeads.expander` documents it.
+    """
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0))
+
+    def expand(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        if not prefix:
+            return np.asarray([certain], dtype=np.int64), np.zeros(1)
+        depth = len(prefix)
+        if prefix[0] != certain or depth > num_heads:
+            return none
+        return node(depth - 1, prefix[-1])
+
+    return expand
 
 
 LAYOUT = "blockdraft-prefix"

@@ -70,12 +70,6 @@ def on_runtime(model: Any, runtime: str, precision: str, threads: int | None = N
         raise ModelError(
             f"runtime 'onnxruntime' runs Hugging Face models with Medusa heads; "
             f"{type(model).__name__} runs on runtime 'torch'")
-    from blockdraft.models.hf.prefix_heads import PrefixHeads
-
-    if isinstance(model.heads, PrefixHeads):
-        raise ModelError(
-            "prefix-conditioned heads (heads train --arch prefix) run on runtime 'torch' for "
-            "now: the ONNX graphs hold Medusa heads only; pass runtime='torch'")
     from blockdraft.models.runtimes.onnx_model import OrtBlockwiseModel
 
     return OrtBlockwiseModel(model, precision=precision, threads=threads, log=log)

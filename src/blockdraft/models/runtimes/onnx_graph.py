@@ -32,6 +32,12 @@ the ResBlocks, the projection onto the heads' shortlist (its ``[Vs, d]`` rows of
 the whole vocabulary without one), ``TopK`` (ties to the lower column: the shortlist ascends,
 so to the smaller id), ``ReduceLogSumExp`` and the column -> token id ``Gather``.
 
+Prefix-conditioned heads (:mod:`blockdraft.models.hf.prefix_heads`) have no ``resblocks``: their
+``drafts`` is the greedy chain (inputs ``x``, ``e0 [M, d]`` the embedding of the base's greedy
+token, ``k``; head ``j`` reads the embedding of head ``j - 1``'s argmax; it also outputs each
+head's ``states``), and ``expand`` scores one node of their tree lattice a row (inputs ``x``,
+``e`` the embedding of the node's last token, ``head [M]``, ``k`` -> ``ids``/``scores [M, k]``).
+
 Families: Llama-style decoders (``llama``, ``mistral``, ``qwen2``: RMSNorm, rotary, grouped
 query attention, gated SiLU MLP, optional q/k/v biases) and ``gpt2`` (LayerNorm, learned
 positions, fused q/k/v, GELU MLP). Anything else is refused with the reason.
@@ -47,7 +53,8 @@ Public surface:
     GraphSpec        frozen: the sizes the runtime needs (layers, heads, buffers, ...)
     graph_spec(model) -> GraphSpec         or ModelError naming what is unsupported
     build_graphs(model, precision) -> dict[name, onnx.ModelProto]   "body", "resblocks",
-                                                                     "projection" (+ "own")
+                                        "projection", "drafts" or "own" (prefix heads: "body",
+                                        "projection", "drafts", "expand")
 """
 
 from __future__ import annotations
@@ -87,6 +94,9 @@ class GraphSpec:
         max_positions: positions the rotary / position table covers (the model's context).
         sliding_window: every layer's attention window, or None (full attention).
         own_projection: the Medusa heads project with their own matrices.
+        prefix_heads: the heads read the token before their target (prefix-conditioned,
+            :mod:`blockdraft.models.hf.prefix_heads`): ``drafts`` is their greedy chain and
+            ``expand`` one node of their tree lattice; there is no ``resblocks``.
     """
 
     family: str
@@ -100,6 +110,7 @@ class GraphSpec:
     max_positions: int
     sliding_window: int | None
     own_projection: bool
+    prefix_heads: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (the export's metadata)."""
@@ -167,6 +178,7 @@ def graph_spec(model: Any) -> GraphSpec:
         sliding_window=int(window) if isinstance(window, int) and window > 0 and use_window
         else None,
         own_projection=bool(model.heads.own_projection),
+        prefix_heads=bool(getattr(model, "conditional_heads", False)),
     )
 
 
@@ -186,8 +198,13 @@ class _Builder:
         self.initializers: list[Any] = []
         self.inputs: list[Any] = []
         self.outputs: list[Any] = []
+        self.names: set[str] = set()
 
     def const(self, name: str, array: np.ndarray) -> str:
+        """An initializer (once: a name already held is returned as it is)."""
+        if name in self.names:
+            return name
+        self.names.add(name)
         self.initializers.append(
             self.numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
@@ -384,19 +401,22 @@ def _gpt2_body(g: _Builder, spec: GraphSpec, base: Any) -> None:
              f"l{i}.resid2"], domain="com.microsoft", epsilon=eps)
 
 
+def _head_blocks(g: _Builder, y: str, heads: Any, j: int, tag: str = "") -> str:
+    """Medusa head ``j``'s ResBlocks on ``y [M, d]`` (``y + SiLU(W y + b)``, ``L`` times)."""
+    for layer in range(heads.num_layers):
+        block = heads.block(j, layer)
+        name = f"h{j}.b{layer}{tag}"
+        z = g.linear(y, _numpy(block.linear.weight), _bias(block.linear), name)
+        silu = g.op("Mul", [z, g.op("Sigmoid", [z], f"{name}.sig")], f"{name}.silu")
+        y = g.op("Add", [y, silu], f"{name}.res")
+    return y
+
+
 def _medusa_states(g: _Builder, x: str, heads: Any) -> str:
     """Every Medusa head's ResBlocks on ``x [M, d]``: the node ``states [M, h - 1, d]``."""
-    states = []
-    for j in range(heads.num_heads):
-        y = x
-        for layer in range(heads.num_layers):
-            block = heads.block(j, layer)
-            z = g.linear(y, _numpy(block.linear.weight), _bias(block.linear), f"h{j}.b{layer}")
-            silu = g.op("Mul", [z, g.op("Sigmoid", [z], f"h{j}.b{layer}.sig")],
-                        f"h{j}.b{layer}.silu")
-            y = g.op("Add", [y, silu], f"h{j}.b{layer}.res")
-        states.append(g.op("Unsqueeze", [y, g.const(f"h{j}.axis", np.array([1], np.int64))],
-                           f"h{j}.state"))  # (M, 1, d)
+    states = [g.op("Unsqueeze", [_head_blocks(g, x, heads, j),
+                                 g.const(f"h{j}.axis", np.array([1], np.int64))],
+                   f"h{j}.state") for j in range(heads.num_heads)]  # (M, 1, d) each
     return g.op("Concat", states, "states", axis=1)  # type: ignore[no-any-return]
 
 
@@ -408,30 +428,120 @@ def _resblocks(spec: GraphSpec, heads: Any, precision: str) -> Any:
     return g.model("resblocks")
 
 
+def _shortlist_topk(g: _Builder, states: str, lm_head: Any, rows: Any, out: str) -> str:
+    """``states [..., d]`` projected onto the shortlist's rows of ``lm_head`` (the whole
+    vocabulary without one): ``{out}.ids``/``{out}.scores [..., k]`` (top ``k`` by logit,
+    ties to the lower column; log-probabilities over the shortlist); returns the logits'
+    name ``[..., Vs]``."""
+    weight = _numpy(lm_head.weight if rows is None else lm_head.weight[rows])  # (Vs, d)
+    bias = _bias(lm_head)
+    logits = g.op("MatMul", [states, g.const("short.weight", weight.T)], f"{out}.mm")
+    if bias is not None:
+        keep = bias if rows is None else bias[rows.numpy()]
+        logits = g.op("Add", [logits, g.const("short.bias", keep)], f"{out}.logits")
+    values, cols = g.op("TopK", [logits, "k"], [f"{out}.values", f"{out}.cols"], axis=-1,
+                        largest=1, sorted=1)
+    log_z = g.op("ReduceLogSumExp", [logits, g.const("short.axes", np.array([-1], np.int64))],
+                 f"{out}.logz", keepdims=1)
+    g.op("Sub", [values, log_z], f"{out}.scores")
+    if rows is None:
+        g.op("Identity", [cols], f"{out}.ids")
+    else:
+        g.op("Gather", [g.const("short.ids", rows.numpy().astype(np.int64)), cols],
+             f"{out}.ids")
+    return logits  # type: ignore[no-any-return]
+
+
 def _drafts(spec: GraphSpec, heads: Any, lm_head: Any, precision: str) -> Any:
     g = _Builder(precision)
     f, i64 = g.TensorProto.FLOAT, g.TensorProto.INT64
     g.input("k", i64, [1])
     stacked = _medusa_states(g, g.input("x", f, ["M", spec.d_model]), heads)  # (M, h - 1, d)
-    rows = heads.shortlist
-    weight = _numpy(lm_head.weight if rows is None else lm_head.weight[rows])  # (Vs, d)
-    bias = _bias(lm_head)
-    logits = g.op("MatMul", [stacked, g.const("short.weight", weight.T)], "short.mm")
-    if bias is not None:
-        keep = bias if rows is None else bias[rows.numpy()]
-        logits = g.op("Add", [logits, g.const("short.bias", keep)], "short.logits")
-    values, cols = g.op("TopK", [logits, "k"], ["short.values", "short.cols"], axis=-1,
-                        largest=1, sorted=1)  # (M, h - 1, k)
-    log_z = g.op("ReduceLogSumExp", [logits, g.const("short.axes", np.array([-1], np.int64))],
-                 "short.logz", keepdims=1)  # (M, h - 1, 1)
-    g.op("Sub", [values, log_z], "scores")
-    if rows is None:
-        g.op("Identity", [cols], "ids")
-    else:
-        g.op("Gather", [g.const("short.ids", rows.numpy().astype(np.int64)), cols], "ids")
+    _shortlist_topk(g, stacked, lm_head, heads.shortlist, "all")
+    g.op("Identity", ["all.ids"], "ids")
+    g.op("Identity", ["all.scores"], "scores")
     g.output("ids", i64, ["M", spec.h - 1, "k"])
     g.output("scores", f, ["M", spec.h - 1, "k"])
     return g.model("drafts")
+
+
+def _prefix_input(g: _Builder, x: str, previous: str, heads: Any, j: int, tag: str) -> str:
+    """Prefix head ``j``'s input ``x + P_j e`` (``e [M, d]``: the embedding of the token
+    before its target)."""
+    shifted = g.linear(previous, _numpy(heads.prefix[j].weight), None, f"p{j}{tag}")
+    return g.op("Add", [x, shifted], f"p{j}{tag}.in")  # type: ignore[no-any-return]
+
+
+def _prefix_drafts(spec: GraphSpec, heads: Any, lm_head: Any, embed: Any,
+                   precision: str) -> Any:
+    """The prefix heads' greedy chain (:mod:`blockdraft.models.hf.prefix_heads`)::
+
+        inputs   x float [M, d], e0 float [M, d] (the embedding of the base's greedy token at
+                 x), k int64 [1]
+        outputs  ids int64 [M, h - 1, k], scores float [M, h - 1, k]   as ``drafts``
+                 states float [M, h - 1, d]                             each head's state
+
+    head ``j`` reads the embedding of head ``j - 1``'s argmax (over the shortlist; ties to
+    the lower column, as torch's ``argmax``), held as the shortlist's rows of the input
+    embeddings."""
+    g = _Builder(precision)
+    f, i64 = g.TensorProto.FLOAT, g.TensorProto.INT64
+    g.input("k", i64, [1])
+    x = g.input("x", f, ["M", spec.d_model])
+    previous = g.input("e0", f, ["M", spec.d_model])
+    rows = heads.shortlist
+    table = g.const("short.embed", _numpy(embed if rows is None else embed[rows]))  # (Vs, d)
+    axis = g.const("axis1", np.array([1], np.int64))
+    states, ids, scores = [], [], []
+    for j in range(heads.num_heads):
+        state = _head_blocks(g, _prefix_input(g, x, previous, heads, j, ""), heads, j)
+        logits = _shortlist_topk(g, state, lm_head, rows, f"c{j}")  # (M, Vs)
+        states.append(g.op("Unsqueeze", [state, axis], f"c{j}.state"))
+        ids.append(g.op("Unsqueeze", [f"c{j}.ids", axis], f"c{j}.ids1"))
+        scores.append(g.op("Unsqueeze", [f"c{j}.scores", axis], f"c{j}.scores1"))
+        if j + 1 < heads.num_heads:
+            best = g.op("ArgMax", [logits], f"c{j}.best", axis=-1, keepdims=0)  # (M,)
+            previous = g.op("Gather", [table, best], f"c{j}.next")  # (M, d)
+    for name, parts in (("states", states), ("ids", ids), ("scores", scores)):
+        g.op("Concat", parts, name, axis=1)
+    g.output("ids", i64, ["M", spec.h - 1, "k"])
+    g.output("scores", f, ["M", spec.h - 1, "k"])
+    g.output("states", f, ["M", spec.h - 1, spec.d_model])
+    return g.model("drafts")
+
+
+def _prefix_expand(spec: GraphSpec, heads: Any, lm_head: Any, precision: str) -> Any:
+    """One node of the prefix heads' tree lattice a row::
+
+        inputs   x float [M, d], e float [M, d] (the embedding of the node's last token),
+                 head int64 [M] (which head expands it), k int64 [1]
+        outputs  ids int64 [M, k], scores float [M, k]   the head's top k, log-probabilities
+
+    Every head runs on every row and each row keeps its own head's state (a per-row
+    ``GatherElements``): ``n`` small products instead of a copy of a head's weights."""
+    g = _Builder(precision)
+    f, i64 = g.TensorProto.FLOAT, g.TensorProto.INT64
+    g.input("k", i64, [1])
+    x = g.input("x", f, ["M", spec.d_model])
+    e = g.input("e", f, ["M", spec.d_model])
+    head = g.input("head", i64, ["M"])
+    axis = g.const("axis1", np.array([1], np.int64))
+    states = [g.op("Unsqueeze", [_head_blocks(g, _prefix_input(g, x, e, heads, j, ""),
+                                              heads, j), axis], f"x{j}.state")
+              for j in range(heads.num_heads)]
+    stacked = g.op("Concat", states, "stacked", axis=1)  # (M, n, d)
+    shape = g.op("Concat", [g.op("Shape", [head], "m"), g.const(
+        "one_d", np.array([1, spec.d_model], np.int64))], "index.shape", axis=0)
+    index = g.op("Expand", [g.op("Unsqueeze", [head, g.const(
+        "axes12", np.array([1, 2], np.int64))], "head3"), shape], "index")  # (M, 1, d)
+    state = g.op("Squeeze", [g.op("GatherElements", [stacked, index], "picked", axis=1),
+                             axis], "state")  # (M, d)
+    _shortlist_topk(g, state, lm_head, heads.shortlist, "x")
+    g.op("Identity", ["x.ids"], "ids")
+    g.op("Identity", ["x.scores"], "scores")
+    g.output("ids", i64, ["M", "k"])
+    g.output("scores", f, ["M", "k"])
+    return g.model("expand")
 
 
 def _projection(spec: GraphSpec, lm_head: Any) -> Any:
@@ -477,8 +587,13 @@ def build_graphs(model: Any, precision: str = "float32") -> dict[str, Any]:
     _body_inputs(g, spec)
     (_llama_body if spec.family == "llama" else _gpt2_body)(g, spec, model.base)
     g.output("hidden", g.TensorProto.FLOAT, ["T", spec.d_model])
-    graphs = {"body": g.model("body"), "resblocks": _resblocks(spec, model.heads, precision),
-              "projection": _projection(spec, model.lm_head)}
+    graphs = {"body": g.model("body"), "projection": _projection(spec, model.lm_head)}
+    if spec.prefix_heads:
+        embed = model.base.get_input_embeddings().weight
+        graphs["drafts"] = _prefix_drafts(spec, model.heads, model.lm_head, embed, precision)
+        graphs["expand"] = _prefix_expand(spec, model.heads, model.lm_head, precision)
+        return graphs
+    graphs["resblocks"] = _resblocks(spec, model.heads, precision)
     if spec.own_projection:
         graphs["own"] = _own_projection(spec, model.heads)
     else:

@@ -29,7 +29,9 @@ Public surface:
     OrtBlockwiseModel(model, precision="float32", threads=None, log=None)
         the same attributes and methods as HFBlockwiseModel (h, device, max_seq_len, config,
         tokenizer, hidden, head_states, project, heads_logits), plus runtime, precision,
-        threads, chunk_invariant, export_folder
+        threads, chunk_invariant, export_folder; with prefix-conditioned heads
+        conditional_heads, head_topk(x, k, heads, first) and expander(x, k, first) as the
+        PyTorch adapter's
 """
 
 from __future__ import annotations
@@ -113,11 +115,16 @@ class OrtBlockwiseModel(FactoredHeadsLM):
                                 capacity=256)
         self._binding = self._body.io_binding()
         self._bound_storage: Any = None
+        self._embed: np.ndarray | None = None
+        if self.spec.prefix_heads:  # the rows prefix heads read (a view, when float32)
+            self._embed = model.base.get_input_embeddings().weight.detach().float().numpy()
 
     def _open_sessions(self) -> None:
         folder = self.export_folder
+        prefix = self.spec.prefix_heads
         self._body = _session(folder / "body.onnx", self.threads)
-        self._resblocks = _session(folder / "resblocks.onnx", self.threads)
+        self._resblocks = None if prefix else _session(folder / "resblocks.onnx", self.threads)
+        self._expand = _session(folder / "expand.onnx", self.threads) if prefix else None
         self._projection = _session(folder / "projection.onnx", self.threads)
         self._own = (_session(folder / "own.onnx", self.threads)
                      if self.spec.own_projection else None)
@@ -294,8 +301,15 @@ class OrtBlockwiseModel(FactoredHeadsLM):
 
     # ---- the heads --------------------------------------------------------------------------
 
+    @property
+    def conditional_heads(self) -> bool:
+        """Whether the heads read the token before their target (prefix heads): their
+        ``head_topk`` and ``expander`` then take the base's greedy token as ``first``."""
+        return self.spec.prefix_heads
+
     def head_states(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
-        """Each head's pre-projection state: ``[..., d] -> [..., n, d]`` (head 1's is ``x``).
+        """Each head's pre-projection state: ``[..., d] -> [..., n, d]`` (head 1's is ``x``;
+        prefix heads' along their greedy chain from the base's argmax at ``x``).
 
         Raises:
             ModelError: when ``heads`` is outside ``[1, h]``.
@@ -305,9 +319,28 @@ class OrtBlockwiseModel(FactoredHeadsLM):
             return x.unsqueeze(-2)  # (..., 1, d)
         flat = np.ascontiguousarray(x.detach().reshape(-1, x.shape[-1]).numpy(),
                                     dtype=np.float32)
-        states = self._resblocks.run(["states"], {"x": flat})[0][:, : n - 1]  # (M, n-1, d)
-        medusa = torch.from_numpy(states).reshape(*x.shape[:-1], n - 1, x.shape[-1])
+        if self._resblocks is None:  # prefix heads: the chain graph's states
+            assert self._drafts is not None
+            states = self._drafts.run(["states"], self._chain_inputs(flat, 1, None))[0]
+        else:
+            states = self._resblocks.run(["states"], {"x": flat})[0]
+        medusa = torch.from_numpy(states[:, : n - 1]).reshape(*x.shape[:-1], n - 1,
+                                                              x.shape[-1])
         return torch.cat((x.unsqueeze(-2), medusa), dim=-2)  # (..., n, d)
+
+    def _greedy(self, flat: np.ndarray) -> np.ndarray:
+        """The base's greedy tokens at ``flat [M, d]`` (int64 ``[M]``)."""
+        logits = self._finite(self._projection.run(["logits"], {"states": flat})[0])
+        return logits.argmax(-1)  # type: ignore[no-any-return]
+
+    def _chain_inputs(self, flat: np.ndarray, width: int, first: Any) -> dict[str, np.ndarray]:
+        """The prefix chain graph's inputs at ``flat [M, d]`` (``first``: the base's greedy
+        tokens there, or None to project them)."""
+        assert self._embed is not None
+        tokens = self._greedy(flat) if first is None else np.asarray(
+            first.numpy() if isinstance(first, torch.Tensor) else first, dtype=np.int64)
+        return {"x": flat, "e0": self._embed[tokens.reshape(-1)],
+                "k": np.array([width], dtype=np.int64)}
 
     def project(self, states: torch.Tensor) -> torch.Tensor:
         """The vocabulary projection of head states: ``[..., n, d] -> [..., n, V]`` (raw).
@@ -342,23 +375,57 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         joined = self._finite(np.concatenate(parts, axis=1))  # (M, n, V)
         return torch.from_numpy(joined).reshape(*lead, n, -1)
 
-    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
+    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None,
+                  first: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Heads 2..``heads``' top-``k`` at ``x [M, d]`` in one run of the ``drafts`` graph
         (ResBlocks, projection onto the shortlist, TopK, log-normaliser): ``(ids [M, n-1, k]
         int64, scores float64)``, as :meth:`FactoredHeadsLM.head_topk` (scores rounded in
-        float32)."""
+        float32). ``first`` (int64 ``[M]``): the base's greedy tokens at ``x``, which prefix
+        heads read (projected here when not given)."""
         if self._drafts is None:
             return super().head_topk(x, k, heads)
         n = self.heads_kept(heads)
         flat = np.ascontiguousarray(x.detach().reshape(-1, x.shape[-1]).numpy(), np.float32)
-        width = min(int(k), self.spec.vocab_size if self.shortlist is None
-                    else int(self.shortlist.size))
-        ids, scores = self._drafts.run(["ids", "scores"], {
-            "x": flat, "k": np.array([width], dtype=np.int64)})
-        ids, scores = ids[:, : n - 1], scores[:, : n - 1].astype(np.float64)
-        if width < k:  # a shortlist narrower than k: the rest is padding
-            pad = ((0, 0), (0, 0), (0, k - width))
+        width = self._width(k)
+        feed = (self._chain_inputs(flat, width, first) if self.spec.prefix_heads
+                else {"x": flat, "k": np.array([width], dtype=np.int64)})
+        ids, scores = self._drafts.run(["ids", "scores"], feed)
+        return self._padded(ids[:, : n - 1], scores[:, : n - 1].astype(np.float64), k)
+
+    def _width(self, k: int) -> int:
+        """Arcs the graphs can give: ``k``, or the shortlist's size when it is narrower."""
+        return min(int(k), self.spec.vocab_size if self.shortlist is None
+                   else int(self.shortlist.size))
+
+    @staticmethod
+    def _padded(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``[..., k' <= k]`` widened to ``k`` (id -1, score -inf: a shortlist narrower than
+        ``k``)."""
+        if ids.shape[-1] < k:
+            pad = [(0, 0)] * (ids.ndim - 1) + [(0, k - ids.shape[-1])]
             ids = np.pad(ids, pad, constant_values=-1)
             scores = np.pad(scores, pad, constant_values=-np.inf)
         return ids, scores
+
+    def expander(self, x: torch.Tensor, k: int, first: int | None = None) -> Any:
+        """The tree lattice of prefix heads at ``x [d]`` (see
+        :meth:`~blockdraft.models.hf.HFBlockwiseModel.expander`): each node expanded by one
+        run of the ``expand`` graph; None for Medusa heads, whose lattice is a sausage. Building
+        it with ``first`` runs nothing."""
+        if self._expand is None:
+            return None
+        from blockdraft.models.hf.prefix_heads import tree_expander
+
+        assert self._embed is not None
+        embed, session = self._embed, self._expand
+        flat = np.ascontiguousarray(x.detach().reshape(1, -1).numpy(), np.float32)
+        width = np.array([self._width(k)], dtype=np.int64)
+        certain = int(self._greedy(flat)[0]) if first is None else int(first)
+
+        def node(head: int, token: int) -> tuple[np.ndarray, np.ndarray]:
+            ids, scores = session.run(["ids", "scores"], {
+                "x": flat, "e": embed[token][None], "head": np.array([head], np.int64),
+                "k": width})
+            return ids[0], scores[0].astype(np.float64)
+
+        return tree_expander(certain, self.spec.h - 1, node)

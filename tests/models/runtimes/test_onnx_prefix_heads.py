@@ -1,0 +1,129 @@
+"""Prefix-conditioned (Hydra-style) heads on ONNX Runtime: the ``drafts`` graph is their greedy
+chain and the ``expand`` graph one node of their tree lattice. Both equal the PyTorch adapter's
+(ids exactly, log-probabilities within float rounding) with and without a shortlist, on both
+graph families; decoding on ONNX Runtime is lossless and accepts what PyTorch accepts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime")
+
+from blockdraft.drafts import ConditionalDrafter, HeadDrafter  # noqa: E402
+from blockdraft.models import greedy_generate  # noqa: E402
+from blockdraft.models.hf import HFBlockwiseModel  # noqa: E402
+from blockdraft.models.hf.prefix_heads import PrefixHeads  # noqa: E402
+from blockdraft.models.runtimes import on_runtime  # noqa: E402
+from blockdraft.verify import decode  # noqa: E402
+
+V = 96
+
+
+@pytest.fixture(autouse=True)
+def _no_grad() -> Any:
+    with torch.no_grad():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
+    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path_factory.getbasetemp() / "bd-cache"))
+
+
+def tiny(kind: str = "llama", shortlist: int | None = 40, seed: int = 0) -> HFBlockwiseModel:
+    """A tiny random Llama or GPT-2 (V = 96) with 3 random prefix heads (their prefix
+    projections random too, so each head really reads the token before its target)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    ids = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 0, "initializer_range": 0.3}
+    if kind == "llama":
+        base = LlamaForCausalLM(LlamaConfig(
+            vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+            tie_word_embeddings=False, **ids))
+    else:
+        base = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=64, n_layer=2, n_head=4,
+                                          n_positions=256, **ids))
+    heads = PrefixHeads(64, 3, 1)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    if shortlist is not None:
+        heads.set_shortlist(torch.randperm(V, generator=g)[:shortlist], vocab_size=V)
+    return HFBlockwiseModel(base.eval(), heads)
+
+
+@pytest.mark.parametrize(("kind", "shortlist"), [("llama", 40), ("llama", None),
+                                                 ("gpt2", 40)])
+def test_the_chain_graph_equals_the_torch_chain(kind: str, shortlist: int | None) -> None:
+    model = tiny(kind, shortlist)
+    ort = on_runtime(model, "onnxruntime", "float32")
+    assert ort.conditional_heads and model.conditional_heads
+    x, _ = model.hidden(torch.randint(2, V, (1, 12), generator=torch.Generator().manual_seed(3)))
+    x = x[0]  # (12, d)
+    first = model.lm_head(x).argmax(-1)
+    np.testing.assert_allclose(ort.head_states(x).numpy(), model.head_states(x).numpy(),
+                               rtol=1e-4, atol=1e-4)
+    for k in (1, 4, 50):
+        for given in (None, first):
+            want_ids, want_sc = model.head_topk(x, k, first=given)
+            got_ids, got_sc = ort.head_topk(x, k, first=given)
+            assert got_ids.shape == want_ids.shape == (12, 3, k)
+            np.testing.assert_array_equal(got_ids, want_ids)
+            np.testing.assert_allclose(got_sc, want_sc, rtol=1e-4, atol=1e-4)
+        ids2, _ = ort.head_topk(x, k, heads=2, first=first)
+        np.testing.assert_array_equal(ids2, ort.head_topk(x, k, first=first)[0][:, :1])
+    # another first token changes what every head reads: the graph really conditions on it
+    other = (first + 1) % V
+    assert not np.array_equal(ort.head_topk(x, 4, first=other)[0],
+                              ort.head_topk(x, 4, first=first)[0])
+    np.testing.assert_array_equal(ort.head_topk(x, 4, first=other)[0],
+                                  model.head_topk(x, 4, first=other)[0])
+
+
+@pytest.mark.parametrize("shortlist", [40, None])
+def test_the_expand_graph_equals_the_torch_expander(shortlist: int | None) -> None:
+    model = tiny("llama", shortlist)
+    ort = on_runtime(model, "onnxruntime", "float32")
+    x, _ = model.hidden(torch.randint(2, V, (1, 5), generator=torch.Generator().manual_seed(4)))
+    rng = np.random.default_rng(0)
+    for t in range(5):
+        state = x[0, t]
+        certain = int(model.lm_head(state).argmax())
+        want, got = model.expander(state, 5, certain), ort.expander(state, 5, certain)
+        assert ort.expander(state, 5) is not None  # projects its own root when not given
+        prefixes: list[tuple[int, ...]] = [(), (certain,), (certain + 1,)]
+        for depth in range(1, 4):
+            prefixes.append((certain, *rng.integers(0, V, depth).tolist()))
+        for prefix in prefixes:
+            (wi, ws), (gi, gs) = want(prefix), got(prefix)
+            np.testing.assert_array_equal(gi, wi)
+            np.testing.assert_allclose(gs, ws, rtol=1e-4, atol=1e-4)
+        assert len(got((certain, 3, 4, 5))[0]) == 0  # deeper than the heads: a leaf
+
+
+def test_decoding_on_onnx_runtime_is_lossless_and_accepts_what_torch_accepts() -> None:
+    model = tiny("llama", 40)
+    ort = on_runtime(model, "onnxruntime", "float32")
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(2, V, (n,), generator=g).tolist() for n in (5, 9, 14)]
+    want = [greedy_generate(model, p, 24, eos_id=None) for p in prompts]
+    for drafter in (HeadDrafter(k=1, p=1), ConditionalDrafter(k=1, p=1),
+                    ConditionalDrafter(k=3, p=6, max_expansions=None)):
+        calls = {}
+        for name, m in (("torch", model), ("ort", ort)):
+            outs = decode(m, prompts, drafter=drafter, max_new_tokens=24, eos_id=None)
+            assert [o.tokens for o in outs] == [list(w) for w in want], (name, drafter)
+            calls[name] = [o.calls for o in outs]
+        assert calls["ort"] == calls["torch"], drafter
+    int8 = on_runtime(model, "onnxruntime", "int8")
+    outs = decode(int8, prompts, drafter=HeadDrafter(k=1, p=1), max_new_tokens=24, eos_id=None)
+    assert [o.tokens for o in outs] == [greedy_generate(int8, p, 24, eos_id=None)
+                                        for p in prompts]
