@@ -131,6 +131,14 @@ def test_trace_an_hf_model(hf_folders: dict[str, Path], tmp_path: Path, capsys: 
     trace = Trace.open(tmp_path / "trace")
     assert trace.num_examples == 2 and trace.h == 4 and trace.V == 320
     assert trace.signature["chat"] in (True, "True")
+    # the heads are recorded by their weights, whatever folder brought them
+    from blockdraft.models import load_model
+
+    model = load_model(hf_folders["model"], heads=hf_folders["heads"])
+    assert trace.signature["heads_digest"] == model.heads_digest
+    with torch.no_grad():
+        next(model.heads.parameters()).add_(1.0)
+    assert model.heads_digest != trace.signature["heads_digest"]
 
 
 def test_ngram_lm_over_the_models_token_ids(hf_folders: dict[str, Path], tmp_path: Path,

@@ -312,6 +312,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     sig: dict[str, Any] = {"model": _model_name(args), "prompts": Path(args.prompts).name}
     if args.heads is not None:
         sig["heads"] = Path(args.heads).name
+    if getattr(model, "heads_digest", None):  # which heads, whatever folder they came from
+        sig["heads_digest"] = model.heads_digest
     if args.dtype is not None:
         sig["dtype"] = args.dtype
     if args.runtime != "torch":

@@ -66,6 +66,7 @@ def test_the_chain_graph_equals_the_torch_chain(kind: str, shortlist: int | None
     model = tiny(kind, shortlist)
     ort = on_runtime(model, "onnxruntime", "float32")
     assert ort.conditional_heads and model.conditional_heads
+    assert ort.heads_digest == model.heads_digest  # what a trace records, on either runtime
     x, _ = model.hidden(torch.randint(2, V, (1, 12), generator=torch.Generator().manual_seed(3)))
     x = x[0]  # (12, d)
     first = model.lm_head(x).argmax(-1)

@@ -414,6 +414,17 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         return self._prefix_chain(x, n)[0]
 
     @property
+    def heads_digest(self) -> str:
+        """16 hex digits of the heads' weights (names, dtypes, shapes, bytes) and shortlist:
+        what a trace records, so that one made with other heads is told apart."""
+        from blockdraft.models.hf.formats import tensors_digest
+
+        state = dict(self.heads.state_dict())
+        if self.heads.shortlist is not None:
+            state["shortlist"] = self.heads.shortlist
+        return tensors_digest(state)[:16]
+
+    @property
     def conditional_heads(self) -> bool:
         """Whether the heads read the token before their target (prefix heads): their
         ``head_topk`` and ``expander`` then take the base's greedy token as ``first``."""

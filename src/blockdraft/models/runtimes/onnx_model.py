@@ -108,6 +108,7 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         self.config = dataclasses.replace(model.config, dtype=precision)
         self.tokenizer = model.tokenizer
         self.drafting = getattr(model.heads, "drafting", None)  # the packaged recipe, if any
+        self.heads_digest: str = model.heads_digest
         shortlist = model.heads.shortlist
         self.shortlist: np.ndarray | None = (None if shortlist is None
                                              else shortlist.numpy().astype(np.int64))
