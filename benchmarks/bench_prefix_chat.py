@@ -1,19 +1,22 @@
 """Medusa heads against prefix-conditioned (Hydra-style) heads on the held-out chat set, online.
 
     .venv/bin/python benchmarks/bench_prefix_chat.py --medusa HEADS_DIR --prefix HEADS_DIR \\
-        [--max-new-tokens 96] [--k 4] [--p 8] --out benchmarks/results/heads/prefix
+        [--max-new-tokens 96] [--k 4] [--p 8] [--runtime onnxruntime --time] \\
+        --out benchmarks/results/heads/prefix
 
 The 36 requests of ``benchmarks/chat_eval.jsonl`` (never trained on) are decoded by
-SmolLM2-135M-Instruct on PyTorch float32 (prefix heads have no ONNX graph yet) with the exact
-criterion, once per strategy:
+SmolLM2-135M-Instruct on PyTorch or ONNX Runtime, float32, with the exact criterion, once per
+strategy:
 
 - Medusa heads: vanilla (each head's argmax) and the p-best trie of their sausage lattice;
 - prefix heads: vanilla (each head reading the draft before it: Hydra's chain) and the exact
   p-best of their tree lattice (``ConditionalDrafter``), heads' scores alone.
 
 Every output is checked against greedy decoding of the same model (token-identical). Reported:
-B (tokens per serial call, the prefill counted) per kind of request and overall. No timing:
-the heads' step cost is compared in the note (one ``d x d`` product a head either way).
+B (tokens per serial call, the prefill counted) per kind of request and overall. With
+``--time``: every call timed, interleaved per request (greedy, then each strategy, after one
+warm-up of each on the first request), tokens/s and the speedup over greedy as medians over the
+requests; prompt lookup and the Medusa heads' packaged default drafter join the strategies.
 Writes ``prefix.{json,md}`` with the command and a signature.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from report import command_line, header, write_report
 
     from blockdraft.core.signature import environment, format_signature
-    from blockdraft.drafts import ConditionalDrafter, HeadDrafter
+    from blockdraft.drafts import ConditionalDrafter, HeadDrafter, LookupDrafter
     from blockdraft.models import greedy_generate, load_model
     from blockdraft.verify.decode import decode
 
@@ -44,59 +48,99 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", required=True, help="a prefix heads folder")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--k", type=int, default=4, help="arcs per slot or node")
-    ap.add_argument("--p", type=int, default=8, help="drafts per step")
+    ap.add_argument("--p", default="8", help="drafts per step (comma-separated: one strategy "
+                                             "per value)")
+    ap.add_argument("--runtime", default="torch", choices=("torch", "onnxruntime"))
+    ap.add_argument("--time", action="store_true",
+                    help="also time every call (interleaved per prompt: greedy first) and add "
+                         "prompt lookup and the Medusa heads' packaged default drafter")
+    ap.add_argument("--prompts", type=int, default=None, help="the first N requests only")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     rows = [json.loads(line) for line in CHAT.read_text(encoding="utf-8").splitlines() if line]
-    models = {name: load_model("smollm2", heads=folder, runtime="torch")
+    rows = rows[: args.prompts] if args.prompts else rows
+    models = {name: load_model("smollm2", heads=folder, runtime=args.runtime,
+                               threads=args.threads)
               for name, folder in (("medusa", args.medusa), ("prefix", args.prefix))}
     tok = models["medusa"].tokenizer
     prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}])
                for r in rows]
-    eos = tok.eos_id
-    greedy = [greedy_generate(models["medusa"], p, args.max_new_tokens, eos_id=eos)
-              for p in prompts]
+    eos, n_new = tok.eos_id, args.max_new_tokens
+    ps = [int(v) for v in args.p.split(",")]
     strategies: list[tuple[str, str, Any]] = [
         ("Medusa vanilla", "medusa", HeadDrafter(k=1, p=1)),
-        (f"Medusa {args.p}-best (k={args.k})", "medusa", HeadDrafter(k=args.k, p=args.p)),
+        *[(f"Medusa {p}-best (k={args.k})", "medusa", HeadDrafter(k=args.k, p=p)) for p in ps],
         ("prefix vanilla", "prefix", HeadDrafter(k=1, p=1)),
-        (f"prefix {args.p}-best tree lattice (k={args.k})", "prefix",
-         ConditionalDrafter(k=args.k, p=args.p)),
+        *[(f"prefix {p}-best tree lattice (k={args.k})", "prefix",
+           ConditionalDrafter(k=args.k, p=p)) for p in ps],
     ]
+    if args.time:
+        strategies[1:1] = [("Medusa default (packaged recipe)", "medusa", None),
+                           ("prompt lookup", "medusa", LookupDrafter())]
+
+    def run(which: str, drafter: Any, prompt: list[int]) -> tuple[list[int], int, float]:
+        t0 = time.perf_counter()
+        if drafter is None and which == "greedy":
+            out = greedy_generate(models["medusa"], prompt, n_new, eos_id=eos)
+            return list(out), len(out), time.perf_counter() - t0
+        o = decode(models[which], prompt, drafter=drafter, max_new_tokens=n_new, eos_id=eos)
+        return list(o.tokens), o.calls, time.perf_counter() - t0
+
+    if args.time:  # warm-up: exports, cost curves, the default drafter's files
+        for _, which, drafter in [("greedy", "greedy", None), *strategies]:
+            run(which, drafter, prompts[0])
     kinds = sorted({r["category"] for r in rows})
+    got: dict[str, list[tuple[list[int], int, float]]] = {"greedy": []}
+    for i, prompt in enumerate(prompts):
+        got["greedy"].append(run("greedy", None, prompt))
+        for label, which, drafter in strategies:
+            got.setdefault(label, []).append(run(which, drafter, prompt))
+        print(f"prompt {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
+    greedy = got["greedy"]
     results: list[dict[str, Any]] = []
-    for label, which, drafter in strategies:
-        outs = decode(models[which], prompts, drafter=drafter,
-                      max_new_tokens=args.max_new_tokens, eos_id=eos)
-        same = sum(o.tokens == list(g) for o, g in zip(outs, greedy, strict=True))
+    for label, which, _ in [("greedy", "greedy", None), *strategies]:
+        outs = got[label]
+        same = sum(o[0] == g[0] for o, g in zip(outs, greedy, strict=True))
         by_kind = {}
         for kind in [*kinds, "all"]:
             idx = [i for i, r in enumerate(rows) if kind in ("all", r["category"])]
-            by_kind[kind] = (sum(len(outs[i].tokens) for i in idx)
-                             / sum(outs[i].calls for i in idx))
-        results.append({"strategy": label, "heads": which, "identical": f"{same}/{len(rows)}",
-                        "B": by_kind})
-        print(f"{label}: B {by_kind['all']:.3f}, identical {same}/{len(rows)}",
-              file=sys.stderr, flush=True)
+            by_kind[kind] = sum(len(outs[i][0]) for i in idx) / sum(outs[i][1] for i in idx)
+        row: dict[str, Any] = {"strategy": label, "heads": which,
+                               "identical": f"{same}/{len(rows)}", "B": by_kind}
+        if args.time:
+            row["tokens_per_s"] = statistics.median(len(o[0]) / o[2] for o in outs)
+            row["speedup"] = statistics.median(
+                (len(o[0]) / o[2]) / (len(g[0]) / g[2]) for o, g in zip(outs, greedy,
+                                                                       strict=True))
+        results.append(row)
+        print(f"{label}: B {by_kind['all']:.3f}, identical {same}/{len(rows)}"
+              + (f", {row['speedup']:.2f}x" if args.time else ""), file=sys.stderr, flush=True)
     env = environment("cpu")
     signature = format_signature({
         "model": "smollm2", "medusa": Path(args.medusa).name, "prefix": Path(args.prefix).name,
-        "runtime": "torch", "precision": "float32", "set": CHAT.name,
-        "max_new_tokens": args.max_new_tokens, "k": args.k, "p": args.p, "criterion": "exact",
-        "version": env["version"], "commit": env["commit"]})
+        "runtime": args.runtime, "precision": "float32", "set": CHAT.name,
+        "prompts": len(rows), "max_new_tokens": n_new, "k": args.k, "p": args.p,
+        "criterion": "exact", "threads": args.threads, **env})
     report = {"command": command_line("bench_prefix_chat.py", argv), "signature": signature,
               "results": results, "wall_s": round(time.perf_counter() - start, 1)}
+    timed = args.time
     lines = [*header("Medusa against prefix-conditioned heads on the held-out chat set", report),
-             "B: tokens per serial call (prefill counted), exact criterion, PyTorch float32; "
-             "identical: outputs token-identical to greedy.", "",
-             "| strategy | identical | " + " | ".join(kinds) + " | all |",
-             "|---|---|" + "---|" * (len(kinds) + 1)]
+             f"B: tokens per serial call (prefill counted), exact criterion, {args.runtime} "
+             "float32; identical: outputs token-identical to greedy."
+             + (" tokens/s: median over requests of tokens over the call's wall time; "
+                "speedup: median over requests of that over greedy's on the same request "
+                "(interleaved: greedy, then every strategy, per request)." if timed else ""),
+             "",
+             "| strategy | identical | " + " | ".join(kinds) + " | all |"
+             + (" tokens/s | speedup |" if timed else ""),
+             "|---|---|" + "---|" * (len(kinds) + 1) + ("---|---|" if timed else "")]
     for r in results:
         lines.append(f"| {r['strategy']} | {r['identical']} | " + " | ".join(
-            f"{r['B'][kind]:.3f}" for kind in [*kinds, "all"]) + " |")
+            f"{r['B'][kind]:.3f}" for kind in [*kinds, "all"]) + " |"
+            + (f" {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x |" if timed else ""))
     write_report(report, args.out, "prefix", "\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -198,19 +198,21 @@ class Verifier:
         if factored(self.model):
             x, past = model.hidden(ids, None)  # (1, T, d)
             logits, topk = self._next_heads(x[0, -1], None, heads, k)
-            return logits.clone(), topk, past, self._expander(x[0, -1], k, logits[0])
+            return logits.clone(), topk, past, self._expander(x[0, -1], k, logits[0], topk)
         kwargs = {"last_only": True} if takes_last_only(self.model) else {}
         logits, past = self.model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
         return logits[0, -1].clone(), None, past, None  # (h, V)
 
-    def _expander(self, state: torch.Tensor, k: int | None, base: torch.Tensor) -> Any:
+    def _expander(self, state: torch.Tensor, k: int | None, base: torch.Tensor,
+                  chain: tuple[np.ndarray, np.ndarray] | None) -> Any:
         """The next step's tree lattice at ``state [d]`` (``base [V]``: the base head's logits
-        there, whose argmax is its root) when the model's heads are prefix-conditioned
+        there, whose argmax is its root; ``chain``: the heads' top-k there, which prefix heads
+        take along their greedy chain) when the model's heads are prefix-conditioned
         (``model.expander``), else None."""
         expander = getattr(self._heads, "expander", None)
         if k is None or not callable(expander):
             return None
-        return expander(state, k, int(base.argmax()))
+        return expander(state, k, int(base.argmax()), chain=chain)
 
     # ---- one verification call ---------------------------------------------------------------
 
@@ -362,7 +364,7 @@ class Verifier:
             accept_s=accept_s,
             next_topk=next_topk,
             heads_s=heads_s,
-            next_expand=self._expander(states[node], k, next_logits[0]),
+            next_expand=self._expander(states[node], k, next_logits[0], next_topk),
         )
 
     def _next_heads(self, state: torch.Tensor, base: torch.Tensor | None, heads: int | None,

@@ -128,3 +128,45 @@ def test_decoding_on_onnx_runtime_is_lossless_and_accepts_what_torch_accepts() -
     outs = decode(int8, prompts, drafter=HeadDrafter(k=1, p=1), max_new_tokens=24, eos_id=None)
     assert [o.tokens for o in outs] == [greedy_generate(int8, p, 24, eos_id=None)
                                         for p in prompts]
+
+
+def test_the_chain_seeds_the_expander_and_each_node_is_evaluated_once() -> None:
+    """Seeded with the step's chain top-k, the expander gives what it computes itself, never
+    evaluates a chain node, and evaluates any (head, token) once; a wrong chain is used as
+    given (the seed is trusted: the verifier computes both at the same state)."""
+    from blockdraft.lattice.conditional import conditional_pbest
+    from blockdraft.models.hf.prefix_heads import tree_expander
+
+    model = tiny("llama", 40)
+    ort = on_runtime(model, "onnxruntime", "float32")
+    x, _ = model.hidden(torch.randint(2, V, (1, 6), generator=torch.Generator().manual_seed(7)))
+    for m in (model, ort):
+        for t in range(6):
+            state = x[0, t]
+            certain = int(model.lm_head(state).argmax())
+            chain = m.head_topk(state[None], 4, first=torch.tensor([certain]))
+            plain = m.expander(state, 4, certain)
+            seeded = m.expander(state, 4, certain, chain=(chain[0][0], chain[1][0]))
+            want = conditional_pbest(plain, 4, 6)
+            got = conditional_pbest(seeded, 4, 6)
+            np.testing.assert_array_equal(got.tokens, want.tokens)
+            np.testing.assert_allclose(got.scores, want.scores, rtol=1e-4, atol=1e-4)
+    calls: list[tuple[int, int]] = []
+
+    def node(head: int, token: int) -> tuple[np.ndarray, np.ndarray]:
+        calls.append((head, token))
+        return np.array([token + 1, token + 2]), np.log(np.array([0.6, 0.4]))
+
+    chain = (np.array([[5, 6], [6, 7], [8, -1]]), np.log(np.array([[.6, .4], [.6, .4],
+                                                                   [1., 1.]])))
+    expand = tree_expander(4, 3, node, chain)
+    assert expand((4,))[0].tolist() == [5, 6] and expand((4, 5))[0].tolist() == [6, 7]
+    assert expand((4, 5, 6))[0].tolist() == [8]  # padding dropped
+    assert calls == []  # the chain's nodes: from the seed
+    expand((4, 6, 6))  # the same head reading the same token: the same children
+    assert calls == []
+    assert expand((4, 5, 7))[0].tolist() == [8, 9] and calls == [(2, 7)]
+    expand((4, 6, 7))
+    expand((4, 6))
+    assert calls == [(2, 7), (1, 6)]
+    assert len(expand((4, 5, 6, 7))[0]) == 0 and len(expand((3,))[0]) == 0

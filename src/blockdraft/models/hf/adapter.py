@@ -496,18 +496,20 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         top, scores = topk_logprobs(logits.reshape(-1, logits.shape[-1]), k, ids)
         return top.reshape(x.shape[0], n - 1, k), scores.reshape(x.shape[0], n - 1, k)
 
-    def expander(self, x: torch.Tensor, k: int, first: int | None = None) -> Any:
+    def expander(self, x: torch.Tensor, k: int, first: int | None = None,
+                 chain: tuple[np.ndarray, np.ndarray] | None = None) -> Any:
         """The tree lattice of prefix heads at ``x [d]`` (one step's, for
         :func:`~blockdraft.lattice.conditional.conditional_pbest`: depth 1 the base's greedy
         token ``first``, projected here when not given; each node expanded by the head
-        reading its last token, ``k`` arcs); None for Medusa heads, whose lattice is a
-        sausage."""
+        reading its last token, ``k`` arcs; ``chain``: the greedy chain's top ``k`` from
+        :meth:`head_topk` at ``x``, which spares their evaluation); None for Medusa heads, whose
+        lattice is a sausage."""
         if not isinstance(self.heads, PrefixHeads):
             return None
         certain = int(self.lm_head(x).argmax(-1)) if first is None else int(first)
         return self.heads.expander(x, certain, self.lm_head.weight,
                                    self.base.get_input_embeddings().weight, k,
-                                   rows=self._shortlist_projection()[0])
+                                   rows=self._shortlist_projection()[0], chain=chain)
 
     def _shortlist_projection(self) -> tuple[torch.Tensor, torch.Tensor | None,
                                              torch.Tensor | None]:

@@ -94,7 +94,8 @@ class PrefixHeads(MedusaHeads):
 
     @torch.no_grad()
     def expander(self, hidden: torch.Tensor, certain: int, lm_head: torch.Tensor,
-                 embed: torch.Tensor, k: int, rows: torch.Tensor | None = None
+                 embed: torch.Tensor, k: int, rows: torch.Tensor | None = None,
+                 chain: tuple[np.ndarray, np.ndarray] | None = None
                  ) -> Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]:
         """The conditional lattice of one step (:mod:`blockdraft.lattice.conditional`), for
         :func:`~blockdraft.lattice.conditional.conditional_pbest`.
@@ -112,6 +113,7 @@ class PrefixHeads(MedusaHeads):
             rows: the shortlist's rows of ``lm_head`` (``[Vs, d]``), when the caller keeps
                 them; else taken from ``lm_head`` at the first expansion (building an
                 expander that is never used costs nothing).
+            chain: the greedy chain's top ``k`` when the caller has it (:func:`tree_expander`).
 
         Returns:
             ``expand(prefix) -> (ids int64 [k'], log-probs float64 [k'])``; a prefix deeper
@@ -134,27 +136,45 @@ class PrefixHeads(MedusaHeads):
             best = top.indices if ids is None else ids[top.indices]
             return best.numpy().astype(np.int64), top.values.double().numpy()
 
-        return tree_expander(certain, self.num_heads, node)
+        return tree_expander(certain, self.num_heads, node, chain)
 
     def extra_repr(self) -> str:
         return "prefix-conditioned, " + super().extra_repr()
 
 
 def tree_expander(certain: int, num_heads: int,
-                  node: Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+                  node: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+                  chain: tuple[np.ndarray, np.ndarray] | None = None
                   ) -> Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]:
     """The expansion rule of one step's tree lattice over any runtime's heads.
+
+    A node's children depend only on its depth and its last token (head ``depth - 1`` reads
+    that token's embedding beside the step's fixed state), so each ``(head, token)`` is
+    evaluated once per step, and the greedy chain's nodes not at all when ``chain`` (the
+    chain's top-k, which the step computed already: ``head_topk``) is given.
 
     Args:
         certain: the base's greedy token (depth 1, log-prob 0).
         num_heads: prefix heads ``n``: nodes deeper than ``n`` have no children.
         node: ``(head, token) -> (ids int64 [k'], log-probs float64 [k'])``, head ``head``'s
             top arcs when it reads ``token`` (the node's last token).
+        chain: ``(ids [m, k], log-probs [m, k])``, heads ``0 .. m-1`` along the greedy chain
+            from ``certain`` (row ``j`` reads row ``j - 1``'s first id; ids ``< 0`` are
+            padding), or None.
 
     Returns:
         ``expand(prefix)``, as :meth:`PrefixHeads.expander` documents it.
     """
     none = (np.zeros(0, dtype=np.int64), np.zeros(0))
+    seen: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    if chain is not None:
+        token = certain
+        for j, (ids, scores) in enumerate(zip(*chain, strict=True)):
+            keep = ids >= 0
+            seen[(j, token)] = (ids[keep].astype(np.int64), scores[keep].astype(np.float64))
+            if not keep.any():
+                break
+            token = int(ids[0])
 
     def expand(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         if not prefix:
@@ -162,7 +182,10 @@ def tree_expander(certain: int, num_heads: int,
         depth = len(prefix)
         if prefix[0] != certain or depth > num_heads:
             return none
-        return node(depth - 1, prefix[-1])
+        key = (depth - 1, int(prefix[-1]))
+        if key not in seen:
+            seen[key] = node(*key)
+        return seen[key]
 
     return expand
 

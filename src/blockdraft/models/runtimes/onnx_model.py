@@ -408,11 +408,13 @@ class OrtBlockwiseModel(FactoredHeadsLM):
             scores = np.pad(scores, pad, constant_values=-np.inf)
         return ids, scores
 
-    def expander(self, x: torch.Tensor, k: int, first: int | None = None) -> Any:
+    def expander(self, x: torch.Tensor, k: int, first: int | None = None,
+                 chain: tuple[np.ndarray, np.ndarray] | None = None) -> Any:
         """The tree lattice of prefix heads at ``x [d]`` (see
         :meth:`~blockdraft.models.hf.HFBlockwiseModel.expander`): each node expanded by one
-        run of the ``expand`` graph; None for Medusa heads, whose lattice is a sausage. Building
-        it with ``first`` runs nothing."""
+        run of the ``expand`` graph, the greedy ``chain``'s nodes taken from :meth:`head_topk`
+        when given; None for Medusa heads, whose lattice is a sausage. Building it with
+        ``first`` runs nothing."""
         if self._expand is None:
             return None
         from blockdraft.models.hf.prefix_heads import tree_expander
@@ -429,4 +431,4 @@ class OrtBlockwiseModel(FactoredHeadsLM):
                 "k": width})
             return ids[0], scores[0].astype(np.float64)
 
-        return tree_expander(certain, self.spec.h - 1, node)
+        return tree_expander(certain, self.spec.h - 1, node, chain)
