@@ -114,6 +114,22 @@ def test_decode_an_hf_model_plain_and_chat(hf_folders: dict[str, Path], capsys: 
     assert len(bf16["tokens"]) == 12 and bf16["greedy_s"] is None
 
 
+def test_decode_on_the_static_runtime(hf_folders: dict[str, Path], capsys: Any) -> None:
+    """``--runtime static``: the same tokens as PyTorch eager's greedy; bfloat16 through
+    ``--dtype`` (``--precision`` stays ONNX Runtime's)."""
+    m, h = str(hf_folders["model"]), str(hf_folders["heads"])
+    common = ["decode", "--model", m, "--heads", h, "--max-new-tokens", "12", "--k", "3",
+              "--prompt", "Python lists", "--runtime", "static", "--json"]
+    torch_run = _run_json(capsys, [*common[:-3], "--json"])
+    static_run = _run_json(capsys, [*common, "--p", "2", "--compare-greedy"])
+    assert static_run["tokens"] == torch_run["tokens"]
+    bf16 = _run_json(capsys, [*common, "--dtype", "bfloat16"])
+    assert len(bf16["tokens"]) == 12
+    code = main([*common, "--precision", "int8"])
+    assert code == 1 and "--precision int8 is for --runtime onnxruntime" in \
+        capsys.readouterr().err
+
+
 def test_chat_needs_a_chat_template(hf_folders: dict[str, Path], capsys: Any) -> None:
     code = main(["decode", "--model", str(hf_folders["plain"]), "--heads",
                  str(hf_folders["plain_heads"]), "--prompt", "x", "--chat"])

@@ -239,10 +239,10 @@ def _load(args: argparse.Namespace) -> Any:
     ``--precision``, ``--threads``); a first ONNX export reports its stages on stderr."""
     from blockdraft.models import load_model
 
-    if args.precision is not None and args.runtime == "torch":
+    if args.precision is not None and args.runtime != "onnxruntime":
         raise CliError(f"--precision {args.precision} is for --runtime onnxruntime; PyTorch's "
                        "precision is --dtype")
-    if args.dtype not in (None, "float32") and args.runtime != "torch":
+    if args.dtype not in (None, "float32") and args.runtime == "onnxruntime":
         raise CliError(f"--dtype {args.dtype} is PyTorch's; --runtime {args.runtime} takes "
                        "--precision float32|int8")
     return load_model(args.model, dtype=args.dtype, device=args.device, heads=args.heads,
@@ -317,7 +317,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.dtype is not None:
         sig["dtype"] = args.dtype
     if args.runtime != "torch":
-        sig.update(runtime=args.runtime, precision=args.precision or "float32")
+        sig.update(runtime=args.runtime, precision=args.precision or args.dtype or "float32")
     if args.chat:
         sig["chat"] = True
     sig.update({"max_new_tokens": args.max_new_tokens, **environment(args.device)})
@@ -474,9 +474,11 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
                    help="parameter dtype (default: a checkpoint as saved, a Hugging Face model "
                         "in float32; bfloat16 may break exact equality with greedy, see "
                         "docs/real-models.md)")
-    p.add_argument("--runtime", choices=["torch", "onnxruntime"], default="torch",
-                   help="where the forward runs: PyTorch eager (default) or ONNX Runtime (a "
-                        "Hugging Face model exported once and cached; the fastest on a CPU)")
+    p.add_argument("--runtime", choices=["torch", "onnxruntime", "static"], default="torch",
+                   help="where the forward runs: PyTorch eager (default), ONNX Runtime (a "
+                        "Hugging Face model exported once and cached; the fastest on a CPU) "
+                        "or static (a Hugging Face model on a preallocated KV cache, in "
+                        "--dtype float32|bfloat16; CUDA graphs on a GPU)")
     p.add_argument("--precision", choices=["float32", "int8"], default=None,
                    help="--runtime onnxruntime: float32 (default) or int8 (per-row int8 "
                         "activations, chunk-invariant: still lossless against its own greedy)")

@@ -151,11 +151,13 @@ def load_model(
             :class:`~blockdraft.models.hf.MedusaHeads`. Overrides the heads a known name or a
             Medusa-2 checkpoint brings.
         runtime: where the forward runs (:mod:`blockdraft.models.runtimes`): ``"torch"``
-            (PyTorch eager, the default) or ``"onnxruntime"`` (a Hugging Face model exported
-            once, cached, on ONNX Runtime's CPU provider).
+            (PyTorch eager, the default), ``"onnxruntime"`` (a Hugging Face model exported
+            once, cached, on ONNX Runtime's CPU provider) or ``"static"`` (a Hugging Face model
+            on a preallocated KV cache, on ``device``; CUDA graphs there).
         precision: what the runtime computes in: torch ``"float32"``, ``"bfloat16"``,
             ``"float16"`` (the same as ``dtype``); onnxruntime ``"float32"`` (default) or
-            ``"int8"``.
+            ``"int8"``; static ``"float32"`` (default) or ``"bfloat16"`` (the same as
+            ``dtype``).
         threads: intra-op threads: ONNX Runtime's sessions; for torch, the process-wide
             ``torch.set_num_threads`` (default: leave torch's setting).
         log: called with one line per stage of a first ONNX export (None: silent).
@@ -164,7 +166,8 @@ def load_model(
         A :class:`~blockdraft.models.BlockwiseLM` (or ``RescorerLM``) for a blockdraft
         checkpoint, else a :class:`~blockdraft.models.hf.HFBlockwiseModel` (in eval mode,
         with its tokenizer as ``.tokenizer``), or with ``runtime="onnxruntime"`` an
-        :class:`~blockdraft.models.runtimes.OrtBlockwiseModel`.
+        :class:`~blockdraft.models.runtimes.OrtBlockwiseModel`, with ``runtime="static"`` a
+        :class:`~blockdraft.models.runtimes.StaticKVModel`.
 
     Raises:
         ModelError: an unknown name (the known ones are listed), a path that does not exist, a
@@ -179,15 +182,15 @@ def load_model(
         raise ModelError(f"dtype={dtype!r} and precision={precision!r} disagree; pass one")
     precision = precision or (None if dtype is None else str(dtype).removeprefix("torch."))
     check_runtime(runtime, precision or "float32")
-    if runtime != "torch":
+    if runtime == "onnxruntime":
         if str(device) != "cpu":
             raise ModelError(f"runtime {runtime!r} runs on the CPU; got device={device!r}")
         dtype = None  # exported from the float32 model
-    elif precision is not None:
+    elif precision is not None:  # torch and static compute in the parameters' dtype
         dtype = precision
     if threads is not None:
         threads = check_positive_int(threads, "threads", ModelError)
-        if runtime == "torch":
+        if runtime != "onnxruntime":
             import torch
 
             torch.set_num_threads(threads)

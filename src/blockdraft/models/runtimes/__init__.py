@@ -9,11 +9,15 @@ in the verifier.
     onnxruntime    ONNX Runtime on the CPU (:class:`OrtBlockwiseModel`): the model exported
                    once, weights pre-packed, the cache in buffers bound in place; float32 or
                    int8 (per-row activations, chunk-invariant)
+    static         transformers' own forward on a static KV cache (:class:`StaticKVModel`):
+                   buffers preallocated once, positions and the token-tree mask as inputs,
+                   accepted rows moved within the buffer; float32 or bfloat16, on any device;
+                   on a CUDA device one graph captured per bucket of new tokens (1 .. 64)
 
 Public surface:
     RUNTIMES, PRECISIONS                      the names, and the precisions each runtime takes
     on_runtime(model, runtime, precision, threads=None, log=None) -> model
-    OrtBlockwiseModel, KVBuffer, BufferCache
+    OrtBlockwiseModel, StaticKVModel, KVBuffer, BufferCache
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from typing import Any
 
 from blockdraft.models.errors import ModelError
 
-RUNTIMES = ("torch", "onnxruntime")
+RUNTIMES = ("torch", "onnxruntime", "static")
 PRECISIONS: dict[str, tuple[str, ...]] = {
     "torch": ("float32", "bfloat16", "float16"),
     "onnxruntime": ("float32", "int8"),
+    "static": ("float32", "bfloat16"),
 }
-"""The precisions each runtime computes in (torch's are the parameters' dtype)."""
+"""The precisions each runtime computes in (torch's and static's are the parameters' dtype)."""
 
 
 def check_runtime(runtime: str, precision: str) -> None:
@@ -52,7 +57,9 @@ def on_runtime(model: Any, runtime: str, precision: str, threads: int | None = N
     """``model`` (a loaded :class:`~blockdraft.models.hf.HFBlockwiseModel`) on ``runtime``.
 
     ``torch`` returns the model itself (its dtype is set when it is loaded); ``onnxruntime``
-    exports it once (cached) and returns an :class:`OrtBlockwiseModel`.
+    exports it once (cached) and returns an :class:`OrtBlockwiseModel`; ``static`` wraps it
+    as a :class:`StaticKVModel` (on the model's device, in its dtype, which must be
+    ``precision``; ``threads`` is torch's, set by the loader).
 
     Raises:
         ModelError: an unknown runtime, a precision it does not take, or a model it cannot
@@ -61,6 +68,14 @@ def on_runtime(model: Any, runtime: str, precision: str, threads: int | None = N
     check_runtime(runtime, precision)
     if runtime == "torch":
         return model
+    if runtime == "static":
+        from blockdraft.models.runtimes.static import StaticKVModel
+
+        dtype = getattr(getattr(model, "config", None), "dtype", None)
+        if dtype is not None and dtype != precision:
+            raise ModelError(f"runtime 'static' computes in the model's dtype ({dtype}), not "
+                             f"{precision!r}: load the model with dtype={precision!r}")
+        return StaticKVModel(model)
     from blockdraft.core.extras import import_optional
     from blockdraft.models.hf.adapter import HFBlockwiseModel
 
@@ -80,6 +95,10 @@ def __getattr__(name: str) -> Any:  # the ONNX classes import onnxruntime only w
         from blockdraft.models.runtimes.onnx_model import OrtBlockwiseModel
 
         return OrtBlockwiseModel
+    if name == "StaticKVModel":
+        from blockdraft.models.runtimes.static import StaticKVModel
+
+        return StaticKVModel
     if name in ("KVBuffer", "BufferCache"):
         from blockdraft.models.runtimes import kv_buffer
 

@@ -1,13 +1,13 @@
 """`KVBuffer` and `BufferCache`: a key/value cache that a forward never copies.
 
 One pre-allocated buffer per layer for keys and one for values, ``[1, n_kv, C, head_dim]``
-(float32 torch tensors on the model's device, bound to the ONNX Runtime session by address),
+(torch tensors on the model's device: float32 bound to the ONNX Runtime session by address, or
+the static runtime's float32 / bfloat16 views that transformers' ``StaticLayer`` writes into),
 hold the committed prefix in rows ``0 .. length - 1``. A forward writes its ``T`` new tokens'
-keys and values into rows ``length .. length + T - 1`` in place (``GroupQueryAttention`` with
-past and present sharing the buffer), so a step costs no copy of the cache. After a
-verification, :meth:`BufferCache.gather` moves the accepted path's rows to the contiguous rows
-after the prefix: ``1 + n`` rows per layer, not the whole cache. When the buffer is full it
-grows (doubling; one copy of the prefix).
+keys and values into rows ``length .. length + T - 1`` in place, so a step costs no copy of the
+cache. After a verification, :meth:`BufferCache.gather` moves the accepted path's rows to the
+contiguous rows after the prefix: ``1 + n`` rows per layer, not the whole cache. When the
+buffer is full it grows (doubling; one copy of the prefix) if its runtime lets it.
 
 :class:`BufferCache` is the immutable view the model protocol hands around (length, batch 1);
 the views of one buffer stay valid as long as nothing wrote below their length since they were
@@ -16,11 +16,18 @@ that was invalidated (two forwards branching from one prefix: a second forward f
 overwrites what the first one's result ``B`` holds) is refused with a :class:`ModelError`, never
 read.
 
+The two runtimes on such a buffer also share the checks of a forward's inputs
+(:func:`check_step`) and the additive attention bias over the buffer's rows
+(:func:`attention_bias`: the prefix, a token tree's ancestors, a sliding window).
+
 Public surface:
-    KVBuffer(n_layer, n_kv_head, head_dim, capacity=256, device="cpu")
+    KVBuffer(n_layer, n_kv_head, head_dim, capacity=256, device="cpu", dtype=torch.float32)
         .reserve(rows), .capacity, .keys[i], .values[i], .begin_write(cache) -> new epoch
     BufferCache(buffer, length, epoch)     length, batch_size, crop, gather, select_row,
                                            expand(1), select_rows, to
+    check_step(input_ids, past, position_ids, tree_mask, *, vocab_size, device, max_seq_len,
+               who) -> (ids [1, T], T_past, positions [T], tree_mask [T, T] or None)
+    attention_bias(positions, t_past, tree_mask, window, columns, masked) -> [1, 1, T, columns]
 """
 
 from __future__ import annotations
@@ -32,21 +39,24 @@ import numpy as np
 import torch
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.inputs import check_input_ids, check_past_fits
 
 
 class KVBuffer:
-    """Per-layer key and value buffers ``[1, n_kv_head, capacity, head_dim]`` (float32).
+    """Per-layer key and value buffers ``[1, n_kv_head, capacity, head_dim]``.
 
     Args:
         n_layer, n_kv_head, head_dim: the model's attention sizes.
         capacity: rows allocated at first (grows on demand, :meth:`reserve`).
-        device: where the buffers live (the ONNX Runtime provider's device).
+        device: where the buffers live (the ONNX Runtime provider's device, or the model's).
+        dtype: the keys' and values' dtype (ONNX Runtime binds float32).
     """
 
     def __init__(self, n_layer: int, n_kv_head: int, head_dim: int, capacity: int = 256,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> None:
         self.n_layer, self.n_kv_head, self.head_dim = n_layer, n_kv_head, head_dim
         self.device = torch.device(device)
+        self.dtype = dtype
         self.storage = self._allocate(max(int(capacity), 1))
         self.epoch = 0
         self._writes: list[int] = []  # the first row each write touched, by epoch - 1
@@ -54,7 +64,7 @@ class KVBuffer:
     def _allocate(self, capacity: int) -> torch.Tensor:
         # (layer, key/value, 1, n_kv, C, hd): one allocation, every buffer a contiguous view
         return torch.zeros((self.n_layer, 2, 1, self.n_kv_head, capacity, self.head_dim),
-                           dtype=torch.float32, device=self.device)
+                           dtype=self.dtype, device=self.device)
 
     @property
     def capacity(self) -> int:
@@ -87,7 +97,7 @@ class KVBuffer:
             if start < cache.length:
                 raise ModelError(
                     f"this cache (length {cache.length}) was overwritten by a later forward "
-                    f"from position {start}: the ONNX Runtime model keeps one cache per model; "
+                    f"from position {start}: a runtime on buffers keeps one cache per model; "
                     "continue from the newest result (a verifier's outcome.past), or load a "
                     "second model to branch"
                 )
@@ -146,10 +156,10 @@ class BufferCache:
         return self
 
     def expand(self, batch_size: int) -> BufferCache:
-        """Batch 1 only: the ONNX Runtime model verifies a batch of drafts as a token tree."""
+        """Batch 1 only: a runtime on buffers verifies a batch of drafts as a token tree."""
         if int(batch_size) != 1:
             raise ModelError(
-                f"the ONNX Runtime model's cache holds one row; expand({batch_size}) is not "
+                f"this runtime's cache holds one row; expand({batch_size}) is not "
                 "supported (verify a batch of drafts as their trie: decode does)")
         return self
 
@@ -188,3 +198,71 @@ class BufferCache:
 
     def __repr__(self) -> str:
         return f"BufferCache(length={self.length}, capacity={self.buffer.capacity})"
+
+
+def check_step(input_ids: Any, past: Any, position_ids: Any, tree_mask: Any, *,
+               vocab_size: int, device: torch.device, max_seq_len: int | None, who: str
+               ) -> tuple[torch.Tensor, int, np.ndarray, np.ndarray | None]:
+    """The checks of one forward of a runtime on a :class:`KVBuffer` (see its ``hidden``).
+
+    Args:
+        input_ids: int ``[1, T]``; past: a :class:`BufferCache` or None; position_ids: ``[T]``
+            or ``[1, T]`` or None (``past.length + arange(T)``); tree_mask: bool ``[T, T]`` or
+            None.
+        who: the runtime, as the messages name it (``"the ONNX Runtime model"``).
+
+    Returns:
+        ``(ids [1, T] int64, T_past, positions int64 [T] (host), tree_mask bool [T, T] (host)
+        or None)``.
+
+    Raises:
+        ModelError: bad ids, more than one row, a cache of another kind, positions or a mask
+            of the wrong size, a sequence longer than the model's context.
+    """
+    ids = check_input_ids(input_ids, vocab_size, device)
+    if ids.shape[0] != 1:
+        raise ModelError(
+            f"{who} runs one row at a time, got input_ids of shape {tuple(ids.shape)}; a batch "
+            "of drafts is verified as their token tree")
+    t = int(ids.shape[1])
+    if past is not None and not isinstance(past, BufferCache):
+        raise ModelError(f"past must be this model's BufferCache or None, got "
+                         f"{type(past).__name__}")
+    tree = tree_mask is not None
+    t_past = check_past_fits(past, 1, 1 if tree else t, device, max_seq_len)
+    if position_ids is None:
+        positions = np.arange(t_past, t_past + t, dtype=np.int64)
+    else:
+        positions = np.asarray(torch.as_tensor(position_ids).cpu(), dtype=np.int64).reshape(-1)
+        if positions.size != t:
+            raise ModelError(f"position_ids must hold T = {t} positions, got {positions.size}")
+    mask = None
+    if tree:  # a token tree reaches only its deepest position, not T_past + T
+        check_past_fits(None, 1, int(positions.max()) + 1, device, max_seq_len)
+        mask = np.asarray(torch.as_tensor(tree_mask).cpu(), dtype=bool)
+        if mask.shape != (t, t):
+            raise ModelError(f"tree_mask must be bool [T, T] = [{t}, {t}], got {mask.shape}")
+    return ids, t_past, positions, mask
+
+
+def attention_bias(positions: np.ndarray, t_past: int, tree_mask: np.ndarray | None,
+                   window: int | None, columns: int, masked: float) -> np.ndarray:
+    """float32 ``[1, 1, T, columns]``: 0 where new token ``i`` reads buffer row ``j``,
+    ``masked`` elsewhere.
+
+    Row ``i`` reads the prefix rows ``0 .. t_past - 1`` and the new rows ``t_past + j`` that
+    ``tree_mask[i, j]`` allows (every new row when ``tree_mask`` is None: the attention kernel
+    is then causal itself); never a row at ``t_past + T`` or beyond, nor (with a sliding
+    ``window``) a key ``window`` or more positions before the query's. ``positions [T]``: the
+    new tokens' positions; the prefix row ``j`` holds position ``j``.
+    """
+    t = positions.size
+    bias = np.full((1, 1, t, columns), masked, dtype=np.float32)
+    bias[0, 0, :, : t_past + t] = 0.0
+    if tree_mask is not None:
+        bias[0, 0, :, t_past: t_past + t][~tree_mask] = masked
+    if window is not None and int(positions.max()) + 1 > window:
+        keys = np.concatenate([np.arange(t_past), positions])  # (t_past + T,)
+        far = (positions[:, None] - keys[None, :]) >= window  # (T, t_past + T)
+        bias[0, 0, :, : t_past + t][far] = masked
+    return bias

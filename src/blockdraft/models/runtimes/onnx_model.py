@@ -46,8 +46,7 @@ import torch
 
 from blockdraft.models.errors import ModelError
 from blockdraft.models.factored import FactoredHeadsLM
-from blockdraft.models.inputs import check_input_ids, check_past_fits
-from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer
+from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer, attention_bias, check_step
 from blockdraft.models.runtimes.onnx_export import ensure_export, nan_error
 from blockdraft.models.runtimes.onnx_graph import EXTRA_ROWS, MASKED
 
@@ -193,19 +192,6 @@ class OrtBlockwiseModel(FactoredHeadsLM):
                          tensor.data_ptr())
         self._bound_storage = buf.storage
 
-    def _attention_bias(self, positions: np.ndarray, t_past: int,
-                        tree_mask: np.ndarray | None) -> np.ndarray:
-        """float32 ``[1, 1, T, t_past + T]``: 0 where a new token attends, MASKED elsewhere."""
-        t = positions.size
-        bias = np.zeros((1, 1, t, t_past + t), dtype=np.float32)
-        if tree_mask is not None:
-            bias[0, 0, :, t_past:][~tree_mask] = MASKED
-        window = self.spec.sliding_window
-        if window is not None and int(positions.max()) + 1 > window:
-            keys = np.concatenate([np.arange(t_past), positions])  # (t_past + T,)
-            bias[0, 0][(positions[:, None] - keys[None, :]) >= window] = MASKED
-        return bias
-
     def hidden(
         self,
         input_ids: torch.Tensor,
@@ -230,33 +216,10 @@ class OrtBlockwiseModel(FactoredHeadsLM):
             ModelError: bad ids, more than one row, a cache from elsewhere or overwritten
                 since it was made, a sequence longer than the model's context.
         """
-        ids = check_input_ids(input_ids, self.config.vocab_size, self.device)
-        if ids.shape[0] != 1:
-            raise ModelError(
-                f"the ONNX Runtime model runs one row at a time, got input_ids of shape "
-                f"{tuple(ids.shape)}; a batch of drafts is verified as their token tree")
+        ids, t_past, positions, mask = check_step(
+            input_ids, past, position_ids, tree_mask, vocab_size=self.config.vocab_size,
+            device=self.device, max_seq_len=self.max_seq_len, who="the ONNX Runtime model")
         t = int(ids.shape[1])
-        if past is not None and not isinstance(past, BufferCache):
-            raise ModelError(f"past must be this model's BufferCache or None, got "
-                             f"{type(past).__name__}")
-        tree = tree_mask is not None
-        t_past = check_past_fits(past, 1, 1 if tree else t, self.device, self.max_seq_len)
-        if position_ids is None:
-            positions = np.arange(t_past, t_past + t, dtype=np.int64)
-        else:
-            positions = np.asarray(torch.as_tensor(position_ids).cpu(), dtype=np.int64)
-            positions = positions.reshape(-1)
-            if positions.size != t:
-                raise ModelError(f"position_ids must hold T = {t} positions, got "
-                                 f"{positions.size}")
-        if tree:
-            check_past_fits(None, 1, int(positions.max()) + 1, self.device, self.max_seq_len)
-        mask = None
-        if tree:
-            mask = np.asarray(torch.as_tensor(tree_mask).cpu(), dtype=bool)
-            if mask.shape != (t, t):
-                raise ModelError(f"tree_mask must be bool [T, T] = [{t}, {t}], got "
-                                 f"{mask.shape}")
         tokens = ids[0].numpy()
         if t == 1 and self.pad_single:  # two rows: the one-token kernel is not chunk-invariant
             tokens = np.repeat(tokens, 2)
@@ -285,7 +248,8 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         total = t_past + t
         io.bind_cpu_input("input_ids", np.ascontiguousarray(tokens, dtype=np.int64))
         io.bind_cpu_input("position_ids", np.ascontiguousarray(positions[None], dtype=np.int64))
-        io.bind_cpu_input("attention_bias", self._attention_bias(positions, t_past, mask))
+        io.bind_cpu_input("attention_bias", attention_bias(
+            positions, t_past, mask, self.spec.sliding_window, t_past + t, MASKED))
         io.bind_cpu_input("seqlens_k", np.array([total - 1], dtype=np.int32))
         io.bind_cpu_input("total_sequence_length", np.array(total, dtype=np.int32))
         io.bind_output("hidden", "cpu")

@@ -1,0 +1,165 @@
+"""The host's share of a decode step: what a step spends outside the model (issue 30, item 2).
+
+    .venv/bin/python benchmarks/bench_static_host.py [--model smollm2] [--runtime static]
+        [--max-new-tokens 64] [--repeats 3] --out benchmarks/results/static
+    .venv/bin/python benchmarks/bench_static_host.py --tiny --out /tmp/host   # a smoke run
+
+Each strategy decodes the prompts (exact criterion; every output checked against the
+runtime's own greedy decoding) and every step's wall time is split as the decode loop records
+it (:class:`~blockdraft.verify.records.DecodeStep`):
+
+- forward: the verification forward and the base head at every node (on a GPU: the graph's
+  replay and its synchronisation);
+- heads: the next step's Medusa heads and their top-k at the accepted node, and the transfer
+  of the ``[h, k]`` arrays to the host (on a GPU the heads move into the graph; the transfer
+  stays on the host's bill);
+- host: the lattice, the drafting, acceptance, the cache's row selection and the loop's
+  book-keeping (``lattice_s + draft_s + other_s``), the part the issue budgets (vanilla heads
+  at most 0.3 ms a step, 8x16 4-gram p-best at most 1.0 ms).
+
+The host code is the same on a CPU and a GPU, so its CPU figure is the one to read here;
+the forward's is the CPU's, not the GPU's. Medians over steps of the best of ``--repeats``
+runs. ``--tiny`` runs a tiny random Llama (V = 96, 3 heads, seconds) to check the script end
+to end; its numbers mean nothing. Run it on a quiet machine (nothing else busy).
+Writes ``host.{json,md}`` in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+from typing import Any
+
+BUDGET_MS = {"vanilla heads": 0.3}
+"""The issue's host budgets per step (ms)."""
+PROMPTS = ("Explain what a Python list comprehension is.",
+           "Write a function that reverses a string in Python.",
+           "What is the difference between a tuple and a list?")
+
+
+def tiny_model() -> Any:
+    """A tiny random Llama with 3 random Medusa heads (the tests' shape: V = 96, d = 64)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads
+
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(LlamaConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        bos_token_id=0, eos_token_id=1, pad_token_id=0, initializer_range=0.1))
+    heads = MedusaHeads(64, None, 3, 1)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.normal_(0.0, 0.2)
+    return HFBlockwiseModel(base.eval(), heads)
+
+
+def strategies() -> dict[str, dict[str, Any]]:
+    """Strategy name -> ``decode`` keyword arguments."""
+    from blockdraft.drafts import LookupDrafter, vanilla
+
+    return {"vanilla heads": {"drafter": vanilla()},
+            "prompt lookup": {"drafter": LookupDrafter()},
+            "8-best trie (k 16)": {"k": 16, "p": 8, "tree": True}}
+
+
+def step_split_ms(results: list[Any]) -> dict[str, float]:
+    """Median ms per step of forward, heads and host over every step of ``results``."""
+    steps = [s for r in results for s in r.steps]
+    parts = {"forward": [s.forward_s for s in steps], "heads": [s.heads_s for s in steps],
+             "host": [s.lattice_s + s.draft_s + s.other_s for s in steps],
+             "lattice": [s.lattice_s for s in steps], "draft": [s.draft_s for s in steps],
+             "other": [s.other_s for s in steps]}
+    return {name: 1e3 * statistics.median(v) if v else float("nan")
+            for name, v in parts.items()}
+
+
+def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
+            eos: int | None) -> dict[str, Any]:
+    """Each strategy's split (the run of least host time of ``repeats``), B and losslessness."""
+    from blockdraft.models import greedy_generate
+    from blockdraft.verify import decode
+
+    device = str(model.device)
+    greedy = [greedy_generate(model, p, max_new, eos_id=eos) for p in prompts]
+    rows: dict[str, Any] = {}
+    for name, kw in strategies().items():
+        decode(model, prompts[0], max_new_tokens=4, eos_id=eos, device=device, **kw)  # warm-up
+        best: dict[str, Any] | None = None
+        for _ in range(repeats):
+            results = [decode(model, p, max_new_tokens=max_new, eos_id=eos, device=device,
+                              **kw) for p in prompts]
+            split = step_split_ms(results)
+            if best is None or split["host"] < best["split"]["host"]:
+                tokens = sum(len(r.tokens) for r in results)
+                best = {"split": split, "steps": sum(len(r.steps) for r in results),
+                        "B": tokens / max(sum(r.calls for r in results), 1),
+                        "identical": sum(r.tokens == g for r, g in zip(results, greedy,
+                                                                        strict=True))}
+        assert best is not None
+        rows[name] = {**best, "prompts": len(prompts), "budget_ms": BUDGET_MS.get(name)}
+    return rows
+
+
+def markdown(report: dict[str, Any]) -> str:
+    from report import header
+
+    lines = [*header("The host's share of a decode step (ms per step, medians)", report),
+             "| strategy | B | identical | forward | heads | host | lattice | draft | other "
+             "| host budget |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, row in report["rows"].items():
+        s = row["split"]
+        budget = "-" if row["budget_ms"] is None else (
+            f"{row['budget_ms']} ({'met' if s['host'] <= row['budget_ms'] else 'missed'})")
+        lines.append(f"| {name} | {row['B']:.2f} | {row['identical']}/{row['prompts']} | "
+                     f"{s['forward']:.3f} | {s['heads']:.3f} | {s['host']:.3f} | "
+                     f"{s['lattice']:.3f} | {s['draft']:.3f} | {s['other']:.3f} | {budget} |")
+    lines += ["", "host = lattice + draft + other: everything but the forward and the heads "
+              "(see the script's docstring)."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+    from report import command_line, write_report
+
+    from blockdraft.core.signature import environment, format_signature
+    from blockdraft.models import load_model
+    from blockdraft.models.runtimes import on_runtime
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2", help="what load_model takes (with heads)")
+    ap.add_argument("--tiny", action="store_true", help="a tiny random Llama: a smoke run")
+    ap.add_argument("--runtime", default="static", choices=("static", "torch", "onnxruntime"))
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.tiny:
+        model, name = on_runtime(tiny_model(), args.runtime, "float32"), "tiny-random-llama"
+        prompts = [[5, 9, 2, 33, 7, 8, 9, 10, 11], [3, 1, 4, 1, 5, 9, 2, 6]]
+        eos = None
+    else:
+        model, name = load_model(args.model, runtime=args.runtime), args.model
+        tok = model.tokenizer
+        prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in PROMPTS]
+        eos = tok.eos_id
+    rows = measure(model, prompts, args.max_new_tokens, args.repeats, eos)
+    signature = format_signature({
+        "model": name, "runtime": args.runtime, "precision": "float32",
+        "threads": args.threads, "max_new_tokens": args.max_new_tokens,
+        "prompts": len(prompts), "repeats": args.repeats, **environment("cpu")})
+    report = {"command": command_line("bench_static_host.py", argv), "signature": signature,
+              "rows": rows}
+    write_report(report, args.out, "host", markdown)
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

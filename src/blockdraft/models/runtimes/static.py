@@ -1,0 +1,336 @@
+"""`StaticKVModel`: a Hugging Face model with Medusa heads on a static key/value cache
+(runtime ``"static"``).
+
+The same model protocol as :class:`~blockdraft.models.hf.HFBlockwiseModel` and
+:class:`~blockdraft.models.runtimes.OrtBlockwiseModel` (``hidden``, ``head_states``,
+``project``, ``heads_logits``, ``head_topk``), so the verifier, the decode loop, tree
+verification, ``greedy_generate`` and traces run on it unchanged. The forward is transformers'
+own (the base's body: every architecture the adapter runs) on a ``transformers.StaticCache``
+whose layers are transformers' ``StaticLayer`` (keys written in place by ``index_copy_``),
+each bound to a view of one preallocated :class:`~.kv_buffer.KVBuffer`:
+
+- the buffer holds ``capacity`` rows, allocated once; a forward that needs more is refused
+  (static shapes are what a captured graph replays);
+- a forward is a function of static-shaped inputs: ids ``[1, T]``, positions ``[1, T]``, an
+  additive attention bias ``[1, 1, T, R]`` over all ``R`` rows of the buffer (the prefix, the
+  new tokens a token tree's mask allows, a chain being the causal case, and a sliding window)
+  and the first row it writes, so a chain and a token tree are the same forward;
+- a verification keeps its accepted path by moving ``1 + n`` rows within the buffer
+  (:meth:`BufferCache.gather`, on the buffer's device), as on ONNX Runtime;
+- float32 or bfloat16 (the model's dtype; ``precision``).
+
+A sliding window is applied by the bias (every layer keeps full rows, as the adapter's
+``DynamicCache`` does), so models whose layers all use one window (Mistral) run; a mix of
+sliding and full layers is refused.
+
+**Buckets and CUDA graphs** (:mod:`.cuda_graphs`). With ``buckets``, a forward of at most 64 new
+tokens is padded to its bucket (1, 2, 4, 8, 16, 32, 64); on a CUDA device (the default there,
+``graphs``) each bucket's forward is captured once as a CUDA graph and replayed. On a CPU the
+same padded forward runs eagerly (tested equal to the unpadded one). The Medusa heads and
+their top-k run eagerly after the forward (:meth:`StaticKVModel.head_topk` is the seam where a
+GPU session moves them into the graph).
+
+**The ``index_copy_`` device assert of issue 30 is the caller's.** In transformers 5.x (read in
+5.24.0, ``cache_utils.StaticLayer.update``) a static layer writes the ``T`` new keys at rows
+``cumulative_length + arange(T)``, ``cumulative_length`` being a device tensor the layer keeps
+itself and advances in place (``add_``) at every update; the ``position_ids`` do not choose the
+rows, and nothing checks the bound on the host (on a GPU ``index_copy_`` checks it in the
+kernel: a device-side assert). A CUDA graph records that ``add_``: every warm-up run, the
+capture and every replay advance the write row by ``T``, so a benchmark that replays a
+``T``-token graph over one prefix runs past ``max_cache_len`` after ``(max_cache_len -
+prefix) / T`` calls, 16 times sooner at ``T = 16`` than at ``T = 1``. (Reproduced on a CPU: a
+16-token forward repeated with the same positions after a 32-token prefix, ``max_cache_len =
+64``, raises ``IndexError: index_copy_(): index 64 is out of bounds`` on its third call.) So
+transformers does as designed, and a replay must set the cache's length first: here every
+forward, captured or not, first copies its start row into every layer's ``cumulative_length``
+(a replay is idempotent), and the rows a forward needs are checked on the host.
+
+Public surface:
+    StaticKVModel(model, capacity=None, buckets=None, graphs=None)
+        the attributes and methods of HFBlockwiseModel's protocol (h, device, max_seq_len,
+        config, tokenizer, drafting, conditional_heads, hidden, head_states, project,
+        heads_logits, head_topk, expander), plus runtime, precision, capacity, buckets, graphs
+    DEFAULT_CAPACITY
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from blockdraft.models.errors import ModelError
+from blockdraft.models.factored import FactoredHeadsLM
+from blockdraft.models.hf.adapter import HFBlockwiseModel
+from blockdraft.models.hf.body import call_with_cache
+from blockdraft.models.runtimes.cuda_graphs import BUCKETS, BucketRunner
+from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer, attention_bias, check_step
+
+DEFAULT_CAPACITY = 2048
+"""Rows of the static cache when ``capacity`` is not given (or the model's context, if
+shorter): the prompt and the tokens a decode generates, plus a step's new tokens."""
+PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _kv_sizes(model: HFBlockwiseModel) -> tuple[int, int, int]:
+    """``(n_layer, n_kv_head, head_dim)`` of the base's cache, read from a one-token forward of
+    the eager adapter (what transformers really stores, whatever the config calls it).
+
+    Raises:
+        ModelError: layers that differ in heads or head sizes, or keys and values of different
+            sizes (one buffer holds them all).
+    """
+    pad = getattr(model.base.config, "pad_token_id", None)
+    token = int(pad == 0)  # not the padding id, which transformers warns about
+    with torch.no_grad():
+        _, past = model.hidden(torch.full((1, 1), token, dtype=torch.long, device=model.device))
+    sizes = {(int(k.shape[1]), int(k.shape[3]), int(v.shape[1]), int(v.shape[3]))
+             for k, v in zip(past.keys, past.values, strict=True)}  # (kv heads, sizes)
+    n_kv, head_dim, v_heads, v_dim = next(iter(sizes))
+    if len(sizes) != 1 or (v_heads, v_dim) != (n_kv, head_dim):
+        raise ModelError(
+            f"runtime 'static' keeps every layer's keys and values in one buffer; "
+            f"{model.config.architecture} has layers of (key heads, key size, value heads, "
+            f"value size) {sorted(sizes)}: use runtime='torch'")
+    return len(past.keys), n_kv, head_dim
+
+
+def _window(model: HFBlockwiseModel) -> int | None:
+    """Every layer's sliding window, or None when every layer attends to the whole prefix.
+
+    Raises:
+        ModelError: a mix of sliding and full attention layers.
+    """
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    text = model.base.config.get_text_config(decoder=True)
+    kinds = set(get_layer_types_and_kwargs(text)[0])
+    if kinds == {"full_attention"}:
+        return None
+    if kinds == {"sliding_attention"}:
+        return int(text.sliding_window)
+    raise ModelError(
+        f"runtime 'static' runs models whose layers all attend fully or all through one "
+        f"sliding window; {model.config.architecture} mixes {sorted(kinds)}: use "
+        "runtime='torch'")
+
+
+def _static_cache(model: HFBlockwiseModel, buffer: KVBuffer) -> Any:
+    """A ``transformers.StaticCache`` whose layers are full ``StaticLayer`` s bound to the
+    buffer's per-layer views (already initialised: they never allocate).
+
+    Raises:
+        ModelError: a transformers whose ``StaticLayer`` keeps no ``cumulative_length`` tensor
+            (the write row this runtime sets before every forward).
+    """
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    cache = StaticCache(config=model.base.config, max_cache_len=buffer.capacity)
+    if len(cache.layers) != buffer.n_layer:
+        raise ModelError(f"transformers' StaticCache has {len(cache.layers)} layers, the model's "
+                         f"cache {buffer.n_layer}: use runtime='torch'")
+    for i in range(buffer.n_layer):
+        layer = StaticLayer(max_cache_len=buffer.capacity)
+        if not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+            import transformers
+
+            raise ModelError(
+                f"runtime 'static' needs a transformers whose StaticLayer keeps its write row "
+                f"in a cumulative_length tensor (5.24 does); {transformers.__version__} does "
+                "not: use runtime='torch'")
+        vars(layer).update(
+            device=buffer.device, batch_size=1, num_heads=buffer.n_kv_head,
+            k_head_dim=buffer.head_dim, v_head_dim=buffer.head_dim, keys=buffer.keys(i),
+            values=buffer.values(i), is_initialized=True,
+            cumulative_length=torch.zeros((), dtype=torch.long, device=buffer.device))
+        cache.layers[i] = layer
+    return cache
+
+
+class StaticKVModel(FactoredHeadsLM):
+    """A Hugging Face causal LM with Medusa heads on a static KV cache (module docstring).
+
+    Args:
+        model: an :class:`~blockdraft.models.hf.HFBlockwiseModel` in float32 or bfloat16 on
+            any device (kept: its body runs the forward, its heads the heads).
+        capacity: rows of the cache, the longest sequence it holds (default
+            :data:`DEFAULT_CAPACITY`, or the model's context if shorter).
+        buckets: pad forwards of up to ``max(buckets)`` new tokens to the next bucket
+            (default :data:`~.cuda_graphs.BUCKETS` with graphs, none without).
+        graphs: capture one CUDA graph per bucket (default: on a CUDA device).
+
+    Raises:
+        ModelError: another kind of model, another dtype, graphs off a CUDA device, bad
+            buckets or capacity, or an architecture one buffer cannot hold.
+    """
+
+    kind: ClassVar[str] = "hf-medusa-static"
+    runtime: ClassVar[str] = "static"
+
+    def __init__(self, model: Any, capacity: int | None = None,
+                 buckets: tuple[int, ...] | None = None, graphs: bool | None = None) -> None:
+        if not isinstance(model, HFBlockwiseModel):
+            raise ModelError(f"runtime 'static' runs Hugging Face models with Medusa heads; "
+                             f"{type(model).__name__} runs on runtime 'torch'")
+        self.model = model
+        self.config = model.config
+        self.tokenizer = model.tokenizer
+        self.precision = model.config.dtype
+        if self.precision not in PRECISIONS:
+            raise ModelError(f"runtime 'static' computes in {', '.join(PRECISIONS)}; the model "
+                             f"is {self.precision}: load it with dtype='float32' or 'bfloat16'")
+        device = model.device
+        self.graphs = device.type == "cuda" if graphs is None else bool(graphs)
+        if self.graphs and device.type != "cuda":
+            raise ModelError(f"CUDA graphs need a CUDA device; the model is on {device}: pass "
+                             "graphs=False (buckets still pad)")
+        self.buckets = tuple(BUCKETS if buckets is None and self.graphs else buckets or ())
+        if list(self.buckets) != sorted(set(self.buckets)) or any(
+                isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.buckets):
+            raise ModelError(f"buckets must be increasing positive ints, got {self.buckets!r}")
+        limit = model.max_seq_len
+        self.capacity = int(capacity if capacity is not None
+                            else min(limit or DEFAULT_CAPACITY, DEFAULT_CAPACITY))
+        if self.capacity < 1:
+            raise ModelError(f"capacity must be at least 1 row, got {capacity!r}")
+        n_layer, n_kv, head_dim = _kv_sizes(model)
+        scratch = max(self.buckets, default=0)  # padding and warm-ups write past the capacity
+        self._buffer = KVBuffer(n_layer, n_kv, head_dim, self.capacity + scratch, device,
+                                PRECISIONS[self.precision])
+        self._cache = _static_cache(model, self._buffer)
+        self._window = _window(model)
+        self._masked = float(torch.finfo(PRECISIONS[self.precision]).min)
+        self._runner = (BucketRunner(self._step, self._inputs, self.buckets, self.capacity,
+                                     capture=self.graphs) if self.buckets else None)
+
+    # ---- what the rest of blockdraft reads --------------------------------------------------
+
+    @property
+    def h(self) -> int:
+        """Prediction heads, the base LM (head 1) included."""
+        return self.config.h
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model, its cache and its inputs live."""
+        return self.model.device
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """The longest sequence the model reads (positions)."""
+        return self.config.max_seq_len
+
+    @property
+    def drafting(self) -> Any:
+        """The drafting recipe packaged with the heads, or None."""
+        return self.model.drafting
+
+    @property
+    def conditional_heads(self) -> bool:
+        """Whether the heads read the base's greedy token (prefix heads)."""
+        return self.model.conditional_heads
+
+    @property
+    def training(self) -> bool:
+        """Never: the runtime only decodes."""
+        return False
+
+    def eval(self) -> StaticKVModel:
+        """No-op (the wrapped model is in eval mode)."""
+        return self
+
+    def __repr__(self) -> str:
+        return (f"StaticKVModel({self.config.name!r}, precision={self.precision!r}, "
+                f"capacity={self.capacity}, buckets={self.buckets}, graphs={self.graphs})")
+
+    # ---- the forward ------------------------------------------------------------------------
+
+    def hidden(self, input_ids: torch.Tensor, past: BufferCache | None = None,
+               position_ids: Any = None, tree_mask: Any = None
+               ) -> tuple[torch.Tensor, BufferCache]:
+        """The final hidden states of ``T`` new tokens (after the final norm).
+
+        Args:
+            input_ids: int ``[1, T]`` token ids after the ``past`` positions, on the device.
+            past: the cache of the preceding positions (from this model), or None.
+            position_ids: ``[T]`` or ``[1, T]`` (default ``past.length + arange(T)``; a token
+                tree passes ``past.length + depths``).
+            tree_mask: bool ``[T, T]``, which new tokens each new token attends to (a token
+                tree's ancestor mask, parents before children); default causal.
+
+        Returns:
+            ``x`` ``[1, T, d]`` in the model's dtype and the cache of ``past.length + T``
+            positions (rows of the buffer).
+
+        Raises:
+            ModelError: bad ids, more than one row, a cache from elsewhere or overwritten
+                since it was made, a mask of the wrong shape, a sequence longer than the
+                model's context or than the cache's ``capacity``.
+        """
+        ids, t_past, positions, mask = check_step(
+            input_ids, past, position_ids, tree_mask, vocab_size=self.config.vocab_size,
+            device=self.device, max_seq_len=self.max_seq_len, who="the static-cache model")
+        t = int(ids.shape[1])
+        if past is not None:
+            self._buffer.check(past)
+        if t_past + t > self.capacity:
+            raise ModelError(
+                f"a forward of {t} tokens after {t_past} cached ones needs {t_past + t} rows; "
+                f"the static cache holds {self.capacity} (load it with a larger capacity, "
+                f"StaticKVModel(model, capacity={t_past + t}))")
+        tokens = ids[0].cpu().numpy()
+        mask = np.tri(t, dtype=bool) if mask is None else mask  # a chain: causal
+        epoch = self._buffer.begin_write(t_past)
+        with torch.no_grad():
+            if self._runner is not None and t <= self._runner.largest:
+                x = self._runner.run(tokens, positions, mask, t_past)
+            else:
+                x = self._step(*self._inputs(tokens, positions, mask, t_past))
+        return x, BufferCache(self._buffer, t_past + t, epoch)
+
+    def _inputs(self, tokens: np.ndarray, positions: np.ndarray, tree_mask: np.ndarray,
+                t_past: int) -> tuple[torch.Tensor, ...]:
+        """The step's arguments on the device: ``(ids [1, T], positions [1, T], bias [1, 1, T,
+        R] in the model's dtype, start [])``."""
+        dev = self.device
+        bias = attention_bias(positions, t_past, tree_mask, self._window,
+                              self._buffer.capacity, self._masked)  # (1, 1, T, R)
+        return (torch.from_numpy(tokens)[None].to(dev),  # (1, T)
+                torch.from_numpy(positions)[None].to(dev),  # (1, T)
+                torch.from_numpy(bias).to(dev, PRECISIONS[self.precision]),
+                torch.tensor(t_past, dtype=torch.long, device=dev))
+
+    def _step(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
+              start: torch.Tensor) -> torch.Tensor:
+        """One forward on static-shaped tensors (what a CUDA graph captures): every layer
+        writes its new keys and values from row ``start``; returns ``x [1, T, d]``."""
+        for layer in self._cache.layers:
+            layer.cumulative_length.copy_(start)
+        out, _ = call_with_cache(self.model.base.base_model, self.model._cache_argument,
+                                 self._cache, input_ids=ids, position_ids=positions,
+                                 attention_mask=bias)
+        return out.last_hidden_state  # type: ignore[no-any-return]  # (1, T, d)
+
+    # ---- the heads (eager, the wrapped model's) ---------------------------------------------
+
+    def head_states(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """Each head's pre-projection state ``[..., d] -> [..., n, d]`` (the model's)."""
+        return self.model.head_states(x, heads)
+
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """The vocabulary projection ``[..., n, d] -> [..., n, V]`` (the model's)."""
+        return self.model.project(states)
+
+    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None,
+                  first: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Heads 2..``heads``' top-``k`` at ``x [M, d]`` (the model's, over its shortlist).
+        A GPU session moves this into the bucket's graph: only ``[h, k]`` crosses to the
+        host."""
+        return self.model.head_topk(x, k, heads, first)
+
+    def expander(self, x: torch.Tensor, k: int, first: int | None = None) -> Any:
+        """The tree lattice of prefix heads at ``x [d]`` (the model's); None for Medusa
+        heads."""
+        return self.model.expander(x, k, first)

@@ -1,0 +1,31 @@
+"""benchmarks/bench_static_host.py end to end on a tiny random Llama (``--tiny``): every
+strategy decodes losslessly on the static runtime and the report splits each step."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # the script imports report.py beside it
+
+import bench_static_host  # noqa: E402
+
+
+def test_tiny_run_writes_the_split_and_stays_lossless(tmp_path: Path, capsys: object) -> None:
+    assert bench_static_host.main(["--tiny", "--max-new-tokens", "12", "--repeats", "1",
+                                   "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "host.json").read_text())
+    assert "runtime:static" in report["signature"]
+    assert set(report["rows"]) == set(bench_static_host.strategies())
+    for row in report["rows"].values():
+        assert row["identical"] == row["prompts"] == 2 and row["B"] >= 1.0
+        split = row["split"]
+        assert all(split[k] >= 0 for k in ("forward", "heads", "host", "lattice", "draft"))
+    assert report["rows"]["vanilla heads"]["budget_ms"] == 0.3
+    assert "| vanilla heads |" in (tmp_path / "host.md").read_text()
