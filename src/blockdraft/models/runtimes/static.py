@@ -330,7 +330,8 @@ class StaticKVModel(FactoredHeadsLM):
         host."""
         return self.model.head_topk(x, k, heads, first)
 
-    def expander(self, x: torch.Tensor, k: int, first: int | None = None) -> Any:
-        """The tree lattice of prefix heads at ``x [d]`` (the model's); None for Medusa
-        heads."""
-        return self.model.expander(x, k, first)
+    def expander(self, x: torch.Tensor, k: int, first: int | None = None,
+                 chain: Any = None) -> Any:
+        """The tree lattice of prefix heads at ``x [d]`` (the model's; ``chain``: the greedy
+        chain's top-k from :meth:`head_topk`); None for Medusa heads."""
+        return self.model.expander(x, k, first, chain=chain)
