@@ -92,6 +92,7 @@ def ancestors(parents: list[int]) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("kind", KINDS)
 def test_prefill_and_chains_equal_the_eager_adapter(kind: str) -> None:
     model, static = pair(kind)
+    assert static.heads_digest == model.heads_digest  # a trace records the same heads
     prompt = ids_of(30)
     got, past = static.heads_logits(prompt)
     want, _ = model.heads_logits(prompt)

@@ -233,6 +233,11 @@ class StaticKVModel(FactoredHeadsLM):
         return self.model.conditional_heads
 
     @property
+    def heads_digest(self) -> str:
+        """The heads' digest (what a trace records), the wrapped model's."""
+        return self.model.heads_digest
+
+    @property
     def training(self) -> bool:
         """Never: the runtime only decodes."""
         return False
