@@ -1,7 +1,7 @@
 """Medusa heads against prefix-conditioned (Hydra-style) heads on the held-out chat set, online.
 
     .venv/bin/python benchmarks/bench_prefix_chat.py --medusa HEADS_DIR --prefix HEADS_DIR \\
-        [--max-new-tokens 96] [--k 4] [--p 8] [--runtime onnxruntime --time] \\
+        [--max-new-tokens 96] [--k 4] [--p 8] [--budget 16] [--runtime onnxruntime --time] \\
         --out benchmarks/results/heads/prefix
 
 The 36 requests of ``benchmarks/chat_eval.jsonl`` (never trained on) are decoded by
@@ -10,7 +10,9 @@ strategy:
 
 - Medusa heads: vanilla (each head's argmax) and the p-best trie of their sausage lattice;
 - prefix heads: vanilla (each head reading the draft before it: Hydra's chain) and the exact
-  p-best of their tree lattice (``ConditionalDrafter``), heads' scores alone.
+  p-best of their tree lattice (``ConditionalDrafter``), heads' scores alone;
+- with ``--budget N``: each heads' confidence tree of N nodes (EAGLE-2's; Medusa heads over
+  their sausage, prefix heads over their tree lattice: ``ConditionalTreeDrafter``).
 
 Every output is checked against greedy decoding of the same model (token-identical). Reported:
 B (tokens per serial call, the prefill counted) per kind of request and overall. With
@@ -39,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     from report import command_line, header, write_report
 
     from blockdraft.core.signature import environment, format_signature
-    from blockdraft.drafts import ConditionalDrafter, HeadDrafter, LookupDrafter
+    from blockdraft.drafts import (
+        ConditionalDrafter,
+        ConditionalTreeDrafter,
+        ConfidenceTreeDrafter,
+        HeadDrafter,
+        LookupDrafter,
+    )
     from blockdraft.models import greedy_generate, load_model
     from blockdraft.verify.decode import decode
 
@@ -50,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=4, help="arcs per slot or node")
     ap.add_argument("--p", default="8", help="drafts per step (comma-separated: one strategy "
                                              "per value)")
+    ap.add_argument("--budget", default="",
+                    help="token-tree sizes N (comma-separated): each heads' confidence tree "
+                         "(EAGLE-2's: the sausage's for Medusa heads, the tree lattice's for "
+                         "prefix heads) of N nodes")
     ap.add_argument("--runtime", default="torch", choices=("torch", "onnxruntime"))
     ap.add_argument("--time", action="store_true",
                     help="also time every call (interleaved per prompt: greedy first) and add "
@@ -77,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         *[(f"prefix {p}-best tree lattice (k={args.k})", "prefix",
            ConditionalDrafter(k=args.k, p=p)) for p in ps],
     ]
+    for n in [int(v) for v in args.budget.split(",") if v]:
+        strategies += [(f"Medusa confidence tree (k={args.k}, N={n})", "medusa",
+                        ConfidenceTreeDrafter(k=args.k, budget=n)),
+                       (f"prefix tree-lattice confidence tree (k={args.k}, N={n})", "prefix",
+                        ConditionalTreeDrafter(k=args.k, budget=n))]
     if args.time:
         strategies[1:1] = [("Medusa default (packaged recipe)", "medusa", None),
                            ("prompt lookup", "medusa", LookupDrafter())]
@@ -86,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         if drafter is None and which == "greedy":
             out = greedy_generate(models["medusa"], prompt, n_new, eos_id=eos)
             return list(out), len(out), time.perf_counter() - t0
-        o = decode(models[which], prompt, drafter=drafter, max_new_tokens=n_new, eos_id=eos)
+        how = ({"tree": drafter} if callable(getattr(drafter, "propose_tree", None))
+               else {"drafter": drafter})
+        o = decode(models[which], prompt, max_new_tokens=n_new, eos_id=eos, **how)
         return list(o.tokens), o.calls, time.perf_counter() - t0
 
     if args.time:  # warm-up: exports, cost curves, the default drafter's files
@@ -123,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "smollm2", "medusa": Path(args.medusa).name, "prefix": Path(args.prefix).name,
         "runtime": args.runtime, "precision": "float32", "set": CHAT.name,
         "prompts": len(rows), "max_new_tokens": n_new, "k": args.k, "p": args.p,
-        "criterion": "exact", "threads": args.threads, **env})
+        "budget": args.budget or "-", "criterion": "exact", "threads": args.threads, **env})
     report = {"command": command_line("bench_prefix_chat.py", argv), "signature": signature,
               "results": results, "wall_s": round(time.perf_counter() - start, 1)}
     timed = args.time

@@ -154,3 +154,71 @@ def _in_tree(expand: Any, path: tuple[int, ...]) -> bool:
         if path[i] not in expand(path[:i])[0].tolist():
             return False
     return True
+
+
+def _brute_nodes(expand: Any, depth: int) -> list[tuple[tuple[int, ...], float]]:
+    """Every node under the best root, by (score desc, path asc)."""
+    ids, scores = expand(())
+    root = min(zip(ids.tolist(), scores.tolist(), strict=True), key=lambda x: (-x[1], x[0]))
+    nodes: list[tuple[tuple[int, ...], float]] = []
+
+    def walk(prefix: tuple[int, ...], score: float) -> None:
+        nodes.append((prefix, score))
+        if len(prefix) == depth:
+            return
+        ids, scores = expand(prefix)
+        for t, s in zip(ids.tolist(), scores.tolist(), strict=True):
+            walk((*prefix, t), score + s)
+
+    walk((root[0],), root[1])
+    return sorted(nodes, key=lambda x: (-x[1], x[0]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), k=st.integers(1, 4), depth=st.integers(1, 4),
+       budget=st.integers(1, 40))
+def test_conditional_tree_equals_brute_force(seed: int, k: int, depth: int,
+                                             budget: int) -> None:
+    """The tree's nodes are the ``budget`` most probable nodes under the root, in order, each
+    expanded at most once, and each node's parent is its path's prefix."""
+    from blockdraft.lattice.conditional import conditional_tree
+
+    base = _random_tree(seed, k)
+    calls: list[tuple[int, ...]] = []
+
+    def expand(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        calls.append(prefix)
+        return base(prefix)
+
+    tree = conditional_tree(expand, depth, budget)
+    want = _brute_nodes(base, depth)[:budget]
+    paths: list[tuple[int, ...]] = []
+    for u in range(len(tree.tokens)):
+        parent = int(tree.parents[u])
+        paths.append((int(tree.tokens[u]),) if parent < 0 else (*paths[parent],
+                                                                  int(tree.tokens[u])))
+    assert paths == [p for p, _ in want]
+    np.testing.assert_allclose(tree.scores, [s for _, s in want])
+    assert len(calls) == len(set(calls)) <= len(paths)  # each node at most once
+
+
+def test_conditional_tree_of_a_sausage_is_the_confidence_tree() -> None:
+    """Children that ignore the prefix make a sausage: its conditional tree is the sausage's
+    own confidence tree (EAGLE-2's), node for node."""
+    from blockdraft.drafts import confidence_tree
+    from blockdraft.lattice.conditional import conditional_tree
+
+    rng = np.random.default_rng(3)
+    lattice = SausageLattice.from_logits(rng.normal(0, 2, size=(5, 30)), k=4)
+
+    def expand(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        slot = len(prefix)
+        if slot == 0:  # the certain token, scored as the sausage scores it
+            return lattice.tokens[0, :1], lattice.scores[0, :1]
+        return lattice.tokens[slot], lattice.scores[slot]
+
+    for budget in (1, 5, 16, 40):
+        got = conditional_tree(expand, 5, budget)
+        want = confidence_tree(lattice, budget)
+        assert sorted(zip(got.depths.tolist(), got.tokens.tolist(), got.scores.round(9))) == \
+            sorted(zip(want.depths.tolist(), want.tokens.tolist(), want.scores.round(9)))

@@ -11,6 +11,8 @@ at the bottom of the house because the lattice and the rescorers return it too):
     CombinedDrafter(heads, iad)     the heads' drafts plus a copy (IAD or lookup) as one row
     ConditionalDrafter(k, p, scorer, alpha)   the p best paths of prefix-conditioned heads'
                                     tree lattice (exact, with or without an LM), in a decode
+    ConditionalTreeDrafter(k, budget)   EAGLE-2's tree over that lattice: the budget most
+                                    probable nodes, in a decode
 
 Token trees (docs/definitions.md sec. 11; ``DraftTree`` lives in ``core/tree.py``), each a
 ``TreeDrafter`` (``propose_tree(lattice, context) -> DraftTree``):
@@ -33,7 +35,7 @@ from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.budget import CostAwareTreeDrafter, TreeStats, select_nodes
 from blockdraft.drafts.calibration import AcceptanceTables
-from blockdraft.drafts.conditional import ConditionalDrafter
+from blockdraft.drafts.conditional import ConditionalDrafter, ConditionalTreeDrafter
 from blockdraft.drafts.heads import HeadDrafter, vanilla
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
 from blockdraft.drafts.lookup import LookupDrafter
@@ -54,6 +56,7 @@ from blockdraft.drafts.trees import (
 
 __all__ = [
     "MC_SIM_7B_63", "AcceptanceTables", "CombinedDrafter", "ConditionalDrafter",
+    "ConditionalTreeDrafter",
     "ConfidenceTreeDrafter",
     "CostAwareTreeDrafter", "DraftBatch", "DraftError", "TreeStats", "select_nodes",
     "DraftTree", "Drafter", "HeadDrafter", "InputCopyDrafter", "LookupDrafter",

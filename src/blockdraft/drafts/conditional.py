@@ -7,9 +7,14 @@ loop verifies them together as a trie. The n-gram rescoring and the heads' learn
 then compete on the same search: ``scorer=None`` is the heads' own p-best, a path scorer adds
 the LM.
 
-The decode loop hands it the step's ``expand`` (the verifier builds it at the accepted node
+A :class:`ConditionalTreeDrafter` proposes EAGLE-2's tree over the same lattice instead: the
+``budget`` nodes of highest cumulative head log-probability, at any depth (verified as one token
+tree).
+
+The decode loop hands both the step's ``expand`` (the verifier builds it at the accepted node
 when the model's heads are prefix-conditioned); the offline simulator has no heads to expand
-with, so :meth:`propose` refuses by name.
+with, so :meth:`ConditionalDrafter.propose` and :meth:`ConditionalTreeDrafter.propose_tree`
+refuse by name.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import numpy as np
 
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
-from blockdraft.lattice.conditional import Expand, conditional_pbest
+from blockdraft.core.tree import DraftTree
+from blockdraft.lattice.conditional import Expand, conditional_pbest, conditional_tree
 from blockdraft.lattice.sausage import SausageLattice
 
 
@@ -67,9 +73,7 @@ class ConditionalDrafter:
     def propose(self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
                 ) -> DraftBatch:
         """Refused: a sausage lattice holds no conditional arcs (the offline simulator)."""
-        raise DraftError(f"{self.name} drafts from the tree lattice of prefix-conditioned "
-                         "heads, which only a decode with such heads gives; a sausage lattice "
-                         "(a trace, Medusa heads) takes a HeadDrafter")
+        raise _refuse_sausage(self.name)
 
     def propose_conditional(self, expand: Expand, lattice: SausageLattice,
                             context: Sequence[int] | np.ndarray) -> DraftBatch:
@@ -77,3 +81,47 @@ class ConditionalDrafter:
         return conditional_pbest(expand, lattice.h, self.p, scorer=self.scorer,
                                  context=context, alpha=self.alpha,
                                  max_expansions=self.max_expansions)
+
+
+def _refuse_sausage(name: str) -> DraftError:
+    return DraftError(f"{name} drafts from the tree lattice of prefix-conditioned heads, which "
+                      "only a decode with such heads gives; a sausage lattice (a trace, Medusa "
+                      "heads) takes a HeadDrafter or a sausage tree")
+
+
+@dataclass(frozen=True)
+class ConditionalTreeDrafter:
+    """EAGLE-2's confidence tree over prefix heads' tree lattice: the ``budget`` nodes of
+    highest cumulative head log-probability (:func:`~blockdraft.lattice.conditional
+    .conditional_tree`), ``k`` arcs a node.
+
+    Attributes:
+        k: arcs per node.
+        budget: nodes per tree, the certain token included (one verification call).
+        name: a label for tables; derived from the settings when empty.
+    """
+
+    k: int = 4
+    budget: int = 16
+    name: str = ""
+
+    conditional = True  # the decode loop hands it the step's tree lattice
+
+    def __post_init__(self) -> None:
+        for field in ("k", "budget"):
+            value = check_positive_int(getattr(self, field), f"ConditionalTreeDrafter.{field}",
+                                       DraftError)
+            object.__setattr__(self, field, value)
+        if not self.name:
+            object.__setattr__(self, "name", f"tree-lattice confidence tree (k={self.k}, "
+                                             f"N={self.budget})")
+
+    def propose_tree(self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
+                     ) -> DraftTree:
+        """Refused: a sausage lattice holds no conditional arcs (the offline simulator)."""
+        raise _refuse_sausage(self.name)
+
+    def propose_conditional(self, expand: Expand, lattice: SausageLattice,
+                            context: Sequence[int] | np.ndarray) -> DraftTree:
+        """The step's tree: ``expand`` is its tree lattice (depth ``lattice.h``)."""
+        return conditional_tree(expand, lattice.h, self.budget)

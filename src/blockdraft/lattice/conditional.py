@@ -16,6 +16,12 @@ Public surface:
     Expand                                     ``(prefix tuple) -> (ids int64 [k'], scores [k'])``
     conditional_pbest(expand, depth, p, *, scorer=None, context=(), alpha=1.0,
                       max_expansions=None) -> DraftBatch     best first
+    conditional_tree(expand, depth, budget) -> DraftTree   the ``budget`` most probable nodes
+
+``conditional_tree`` is EAGLE-2's draft tree over the same lattice: the nodes of highest
+cumulative log-probability, any depth up to ``h`` (a node's ancestors score at least as high,
+so they form a tree); each node taken is expanded once, so ``budget`` nodes cost at most
+``budget - 1`` expansions.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 
 from blockdraft.core.batch import DraftBatch
 from blockdraft.core.checks import check_positive_int
+from blockdraft.core.tree import DraftTree
 from blockdraft.lattice.sausage import LatticeError
 
 Expand = Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]
@@ -138,3 +145,48 @@ def _complete(expand: Expand, prefix: tuple[int, ...], depth: int, arcs: float, 
             lm_sum += float(scorer.next_scores(list(prefix), ctx, chosen)[0])
         prefix, arcs = (*prefix, ids[best]), arcs + scores[best]
     return prefix, arcs + alpha * lm_sum, arcs, lm_sum
+
+
+def conditional_tree(expand: Expand, depth: int, budget: int) -> DraftTree:
+    """The ``budget`` nodes of highest cumulative arc log-probability of a conditional lattice
+    (EAGLE-2's tree; see the module docstring), the root (the certain token) included.
+
+    Args:
+        expand: a node's children; called once for each node taken above the last depth.
+        depth: the lattice's depth ``h >= 1`` (the root is depth 1, a leaf at most ``h``).
+        budget: ``N >= 1`` nodes wanted (fewer when the lattice has fewer).
+
+    Returns:
+        A :class:`~blockdraft.core.tree.DraftTree` (``source="conditional tree"``), nodes in
+        the order taken (best first; ties: the smaller token path first), each scored by its
+        path's log-probability.
+
+    Raises:
+        LatticeError: a bad ``depth``, ``budget`` or expansion, or no root.
+    """
+    depth = check_positive_int(depth, "depth", LatticeError)
+    budget = check_positive_int(budget, "budget", LatticeError)
+    ids, scores = _children(expand, ())
+    if not ids:
+        raise LatticeError("the conditional lattice has no root (the certain token)")
+    # candidates: (-score, path, parent node); paths are distinct, so ties end at the path
+    heap: list[tuple[float, tuple[int, ...], int]] = [
+        (-s, (t,), -1) for t, s in zip(ids, scores, strict=True)]
+    heapq.heapify(heap)
+    tokens: list[int] = []
+    parents: list[int] = []
+    totals: list[float] = []
+    while heap and len(tokens) < budget:
+        neg, path, parent = heapq.heappop(heap)
+        if parent < 0 and tokens:  # a second root candidate: the tree has one root
+            continue
+        node = len(tokens)
+        tokens.append(path[-1])
+        parents.append(parent)
+        totals.append(-neg)
+        if len(path) < depth and len(tokens) < budget:
+            for token, arc in zip(*_children(expand, path), strict=True):
+                heapq.heappush(heap, (neg - arc, (*path, token), node))
+    return DraftTree(tokens=np.asarray(tokens, dtype=np.int64),
+                     parents=np.asarray(parents, dtype=np.int64),
+                     scores=np.asarray(totals, dtype=np.float64), source="conditional tree")

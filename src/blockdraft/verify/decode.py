@@ -188,11 +188,13 @@ def _propose(
             raise VerifyError(f"{name} drafts from the tree lattice of prefix-conditioned "
                               "heads (heads train --arch prefix); this model's heads are "
                               "Medusa heads: use a HeadDrafter")
-        drafts = source.propose_conditional(expand, lattice, context)  # type: ignore[union-attr]
-        if not isinstance(drafts, DraftBatch) or (drafts.tokens[:, 0] != certain).any():
-            raise VerifyError(f"{name}.propose_conditional must return drafts that start with "
-                              f"the certain token d_1 = {certain}")
-        proposal = _Proposal(tree=DraftTree.from_drafts(drafts), drafts=drafts)
+        out = source.propose_conditional(expand, lattice, context)  # type: ignore[union-attr]
+        if isinstance(out, DraftTree) and int(out.tokens[0]) == certain:
+            return _Proposal(tree=out, drafts=None)
+        if not isinstance(out, DraftBatch) or (out.tokens[:, 0] != certain).any():
+            raise VerifyError(f"{name}.propose_conditional must return drafts, or a tree, that "
+                              f"start with the certain token d_1 = {certain}")
+        proposal = _Proposal(tree=DraftTree.from_drafts(out), drafts=out)
     elif trees:
         tree = cast(TreeDrafter, source).propose_tree(lattice, context)
         if not isinstance(tree, DraftTree):

@@ -14,7 +14,11 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
-from blockdraft.drafts import ConditionalDrafter, HeadDrafter  # noqa: E402
+from blockdraft.drafts import (  # noqa: E402
+    ConditionalDrafter,
+    ConditionalTreeDrafter,
+    HeadDrafter,
+)
 from blockdraft.models import greedy_generate  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel  # noqa: E402
 from blockdraft.models.hf.prefix_heads import PrefixHeads  # noqa: E402
@@ -117,13 +121,18 @@ def test_decoding_on_onnx_runtime_is_lossless_and_accepts_what_torch_accepts() -
     prompts = [torch.randint(2, V, (n,), generator=g).tolist() for n in (5, 9, 14)]
     want = [greedy_generate(model, p, 24, eos_id=None) for p in prompts]
     for drafter in (HeadDrafter(k=1, p=1), ConditionalDrafter(k=1, p=1),
-                    ConditionalDrafter(k=3, p=6, max_expansions=None)):
+                    ConditionalDrafter(k=3, p=6, max_expansions=None),
+                    ConditionalTreeDrafter(k=3, budget=12)):
         calls = {}
         for name, m in (("torch", model), ("ort", ort)):
-            outs = decode(m, prompts, drafter=drafter, max_new_tokens=24, eos_id=None)
+            how = ({"tree": drafter} if isinstance(drafter, ConditionalTreeDrafter)
+                   else {"drafter": drafter})
+            outs = decode(m, prompts, max_new_tokens=24, eos_id=None, **how)
             assert [o.tokens for o in outs] == [list(w) for w in want], (name, drafter)
             calls[name] = [o.calls for o in outs]
         assert calls["ort"] == calls["torch"], drafter
+        if isinstance(drafter, ConditionalTreeDrafter):  # its trees accept something
+            assert sum(len(w) for w in want) / sum(calls["ort"]) > 1.0
     int8 = on_runtime(model, "onnxruntime", "int8")
     outs = decode(int8, prompts, drafter=HeadDrafter(k=1, p=1), max_new_tokens=24, eos_id=None)
     assert [o.tokens for o in outs] == [greedy_generate(int8, p, 24, eos_id=None)
