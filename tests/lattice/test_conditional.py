@@ -220,5 +220,8 @@ def test_conditional_tree_of_a_sausage_is_the_confidence_tree() -> None:
     for budget in (1, 5, 16, 40):
         got = conditional_tree(expand, 5, budget)
         want = confidence_tree(lattice, budget)
-        assert sorted(zip(got.depths.tolist(), got.tokens.tolist(), got.scores.round(9))) == \
-            sorted(zip(want.depths.tolist(), want.tokens.tolist(), want.scores.round(9)))
+        def nodes(tree: Any) -> list[tuple[int, int, float]]:
+            return sorted(zip(tree.depths.tolist(), tree.tokens.tolist(),
+                              tree.scores.round(9).tolist(), strict=True))
+
+        assert nodes(got) == nodes(want)
