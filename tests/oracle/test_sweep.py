@@ -298,6 +298,38 @@ def test_a_worker_refuses_another_trace(world: dict[str, Path], tmp_path: Path) 
 
 
 # ------------------------------------------------------------------------------ engines
+def test_a_worker_simulates_without_importing_torch(world: dict[str, Path]) -> None:
+    """A sweep worker's fixed cost is its imports: a fresh interpreter runs a task of every
+    strategy without the n-gram LM (and the n-gram heads when built) and never imports torch
+    (about a second of start-up per worker); a neural rescorer needs it and imports it."""
+    import subprocess
+    import sys
+
+    settings = [s for s in _settings(world, neural=False)
+                if not s.rescorer or s.rescorer == "ngram"][::3]
+    from blockdraft.oracle.sweep.cache import file_digest
+
+    lms = {s.lm: file_digest(s.lm) for s in settings if s.rescorer}
+    code = f"""
+import sys
+from blockdraft.oracle.sweep import Setting
+from blockdraft.oracle.sweep.cache import trace_digest
+from blockdraft.oracle.sweep.tasks import Task, run_task
+trace = {str(world["trace"])!r}
+digest = trace_digest(trace)
+lms = {lms!r}
+for i, d in enumerate({[s.to_dict() for s in settings]!r}):
+    s = Setting.from_dict(d)
+    run_task(Task(index=i, config=i, setting=s, trace=trace, trace_digest=digest,
+                  examples=(0, 1), lm_digest=lms.get(s.lm)))
+print("torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+    assert len(settings) >= 5
+
+
 def test_local_processes_equal_the_serial_run(world: dict[str, Path]) -> None:
     settings = _settings(world)[::5]
     serial = sweep(world["trace"], settings)

@@ -30,10 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from blockdraft.models.errors import ModelError
-from blockdraft.models.protocol import as_factored
 
 DEFAULT_NODES = (1, 2, 4, 6, 8, 12, 16, 24, 32)
 """Tree sizes a measured curve holds (linear in between, extrapolated past the last)."""
@@ -167,7 +165,6 @@ def _bushy_tree(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarra
     return parents, depths
 
 
-@torch.no_grad()
 def measure_cost_curve(model: Any, nodes: Sequence[int] = DEFAULT_NODES, prefix: int = 128,
                        repeats: int = 5, seed: int = 0) -> CostCurve:
     """The model's :class:`CostCurve`, measured now (medians over ``repeats`` after a warm-up
@@ -179,7 +176,18 @@ def measure_cost_curve(model: Any, nodes: Sequence[int] = DEFAULT_NODES, prefix:
         ModelError: ``nodes`` not ascending from 1, or a model without the factored protocol
             (``hidden``), whose trees cannot be timed this way.
     """
-    m = as_factored(model)
+    import torch  # here: reading and using a cost curve needs no torch (sweep workers)
+
+    from blockdraft.models.protocol import as_factored
+
+    with torch.no_grad():
+        return _measure(as_factored(model), model, nodes, prefix, repeats, seed)
+
+
+def _measure(m: Any, model: Any, nodes: Sequence[int], prefix: int, repeats: int,
+             seed: int) -> CostCurve:
+    import torch
+
     sizes = tuple(int(n) for n in nodes)
     if not sizes or sizes[0] != 1 or bool(np.any(np.diff(sizes) <= 0)):
         raise ModelError(f"nodes must ascend from 1, got {sizes}")
