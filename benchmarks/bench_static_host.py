@@ -17,6 +17,11 @@ it (:class:`~blockdraft.verify.records.DecodeStep`):
   book-keeping (``lattice_s + draft_s + other_s``), the part the issue budgets (vanilla heads
   at most 0.3 ms a step, 8x16 4-gram p-best at most 1.0 ms).
 
+Strategies: vanilla heads, prompt lookup, an 8-best trie (k 16, head scores alone) and the
+issue's 8x16 4-gram p-best (the heads' lattice with k = 16, p = 8 drafts by the exact p-best
+search rescored by a 4-gram, ``--ngram``: by default the packaged SmolLM2 answers 4-gram;
+``--tiny`` trains a tiny one on random ids with the built-in estimator), verified as a trie.
+
 The host code is the same on a CPU and a GPU, so its CPU figure is the one to read here;
 the forward's is the CPU's, not the GPU's. Medians over steps of the best of ``--repeats``
 runs. ``--tiny`` runs a tiny random Llama (V = 96, 3 heads, seconds) to check the script end
@@ -31,8 +36,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-BUDGET_MS = {"vanilla heads": 0.3}
+NGRAM_ROW = "8x16 4-gram p-best (p 8, trie)"
+BUDGET_MS = {"vanilla heads": 0.3, NGRAM_ROW: 1.0}
 """The issue's host budgets per step (ms)."""
+PACKAGED_NGRAM = (Path(__file__).resolve().parents[1]
+                  / "src/blockdraft/models/hf/heads/smollm2/ngram/answers4.bin")
 PROMPTS = ("Explain what a Python list comprehension is.",
            "Write a function that reverses a string in Python.",
            "What is the difference between a tuple and a list?")
@@ -57,13 +65,34 @@ def tiny_model() -> Any:
     return HFBlockwiseModel(base.eval(), heads)
 
 
-def strategies() -> dict[str, dict[str, Any]]:
-    """Strategy name -> ``decode`` keyword arguments."""
-    from blockdraft.drafts import LookupDrafter, vanilla
+def strategies(ngram: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Strategy name -> ``decode`` keyword arguments; with ``ngram`` (a KenLM binary or ARPA
+    file) also the 8x16 p-best row: the heads' lattice ``h x k`` with ``k = 16``, ``p = 8``
+    drafts by the exact p-best search rescored by that n-gram LM, verified as their trie."""
+    from blockdraft.drafts import HeadDrafter, LookupDrafter, vanilla
 
-    return {"vanilla heads": {"drafter": vanilla()},
-            "prompt lookup": {"drafter": LookupDrafter()},
-            "8-best trie (k 16)": {"k": 16, "p": 8, "tree": True}}
+    rows: dict[str, dict[str, Any]] = {
+        "vanilla heads": {"drafter": vanilla()},
+        "prompt lookup": {"drafter": LookupDrafter()},
+        "8-best trie (k 16)": {"k": 16, "p": 8, "tree": True}}
+    if ngram is not None:
+        from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+
+        rescorer = NgramRescorer(NgramLM(str(ngram)))
+        rows[NGRAM_ROW] = {"drafter": HeadDrafter(k=16, p=8, rescorer=rescorer), "tree": True}
+    return rows
+
+
+def tiny_ngram(folder: Path, vocab: int = 96) -> Path:
+    """A 4-gram over random token ids of a tiny vocabulary (the built-in estimator): what the
+    ``--tiny`` run's p-best row is rescored by. Returns its binary's path."""
+    import numpy as np
+
+    from blockdraft.rescorers.ngram import train_ngram
+
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(2, vocab, 64) for _ in range(200)]
+    return Path(train_ngram(seqs, folder / "tiny4", order=4).binary)
 
 
 def step_split_ms(results: list[Any]) -> dict[str, float]:
@@ -78,7 +107,7 @@ def step_split_ms(results: list[Any]) -> dict[str, float]:
 
 
 def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
-            eos: int | None) -> dict[str, Any]:
+            eos: int | None, ngram: Path | None = None) -> dict[str, Any]:
     """Each strategy's split (the run of least host time of ``repeats``), B and losslessness."""
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
@@ -86,7 +115,7 @@ def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
     device = str(model.device)
     greedy = [greedy_generate(model, p, max_new, eos_id=eos) for p in prompts]
     rows: dict[str, Any] = {}
-    for name, kw in strategies().items():
+    for name, kw in strategies(ngram).items():
         decode(model, prompts[0], max_new_tokens=4, eos_id=eos, device=device, **kw)  # warm-up
         best: dict[str, Any] | None = None
         for _ in range(repeats):
@@ -137,9 +166,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ngram", type=Path, default=None,
+                    help="the 4-gram of the 8x16 p-best row (KenLM binary or ARPA; default: "
+                         "the packaged SmolLM2 answers 4-gram; --tiny: one trained on random "
+                         "ids); 'none' leaves the row out")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    ngram = None if str(args.ngram) == "none" else args.ngram
+    if args.tiny and args.ngram is None:
+        ngram = tiny_ngram(args.out / "tiny-ngram")
+    elif args.ngram is None:
+        ngram = PACKAGED_NGRAM
     if args.tiny:
         model, name = on_runtime(tiny_model(), args.runtime, "float32"), "tiny-random-llama"
         prompts = [[5, 9, 2, 33, 7, 8, 9, 10, 11], [3, 1, 4, 1, 5, 9, 2, 6]]
@@ -149,11 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         tok = model.tokenizer
         prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in PROMPTS]
         eos = tok.eos_id
-    rows = measure(model, prompts, args.max_new_tokens, args.repeats, eos)
+    rows = measure(model, prompts, args.max_new_tokens, args.repeats, eos, ngram)
     signature = format_signature({
         "model": name, "runtime": args.runtime, "precision": "float32",
         "threads": args.threads, "max_new_tokens": args.max_new_tokens,
-        "prompts": len(prompts), "repeats": args.repeats, **environment("cpu")})
+        "prompts": len(prompts), "repeats": args.repeats,
+        "ngram": "-" if ngram is None else Path(ngram).name, **environment("cpu")})
     report = {"command": command_line("bench_static_host.py", argv), "signature": signature,
               "rows": rows}
     write_report(report, args.out, "host", markdown)

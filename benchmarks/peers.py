@@ -3,9 +3,12 @@
 Public surface:
     PeerOutput                    tokens generated, serial model calls (None when unknown)
     Peer                          the interface: name, family, precision, generate(...)
-    HFGenerate(base, lookup=None) transformers' ``generate`` on the base model, greedy
-        (``do_sample=False``); ``lookup=10``: prompt lookup decoding
-        (``prompt_lookup_num_tokens=10``, transformers' default n-gram size 2)
+    HFGenerate(base, lookup=None, cache=None, compile=None) transformers' ``generate`` on the
+        base model, greedy (``do_sample=False``); ``lookup=10``: prompt lookup decoding
+        (``prompt_lookup_num_tokens=10``, transformers' default n-gram size 2); ``cache=
+        "static"``: its static cache (``cache_implementation``), ``compile``: with or without
+        its automatic ``torch.compile`` of a static-cache decode (``disable_compile``; None:
+        transformers' default); ``.close()`` removes its call-counting hook
     LlamaCpp(gguf, threads, lookup=None, n_ctx=2048)   llama.cpp through llama-cpp-python on
         a GGUF file, greedy (``temp=0``); ``lookup=10``: its prompt lookup decoding
         (``LlamaPromptLookupDecoding(num_pred_tokens=10)``, which needs ``logits_all=True``)
@@ -72,15 +75,24 @@ class HFGenerate:
     defaults (sampling temperature, top-p) play no part.
     """
 
-    def __init__(self, base: Any, lookup: int | None = None) -> None:
+    def __init__(self, base: Any, lookup: int | None = None, cache: str | None = None,
+                 compile: bool | None = None) -> None:
         self.base = base
         self.lookup = lookup
+        self.cache, self.compile = cache, compile
         self.family = peer_name("HF generate", None)
         self.name = peer_name("HF generate", lookup)
         dtype = str(next(base.parameters()).dtype).removeprefix("torch.")
         self.precision = f"{dtype} (transformers)"
         self._calls = 0
-        base.register_forward_pre_hook(self._count)
+        # no call counting under torch.compile (a hook would be traced into the graph)
+        self._hook = None if compile else base.register_forward_pre_hook(self._count)
+
+    def close(self) -> None:
+        """Remove the call-counting hook from the model."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
     def _count(self, module: Any, args: Any) -> None:
         self._calls += 1
@@ -96,7 +108,8 @@ class HFGenerate:
         config = GenerationConfig(
             do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, min_new_tokens=0,
             eos_token_id=eos_id, pad_token_id=pad, repetition_penalty=1.0,
-            prompt_lookup_num_tokens=self.lookup,
+            prompt_lookup_num_tokens=self.lookup, cache_implementation=self.cache,
+            **({} if self.compile is None else {"disable_compile": not self.compile}),
         )
         self._calls = 0
         with torch.no_grad():

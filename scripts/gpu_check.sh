@@ -1,31 +1,62 @@
 #!/usr/bin/env bash
-# GPU readiness, in under 5 minutes on a lent GPU machine (no network, no SmolLM2 weights):
-#   1. the CUDA tests on tiny random models (PyTorch on CUDA: decode, trees, caches, training),
-#      and the ONNX Runtime tests on the machine's own onnxruntime;
-#   2. the verification cost curve of a randomly initialised model of SmolLM2-135M's exact
-#      shape on the GPU (forward ms at N = 1..64 for chains and token trees, a whole
-#      verification call, a greedy step; float32, bfloat16, float16): cost does not depend on
-#      the weights, and B does not depend on the device, so the README states the expected
-#      GPU speedup of each strategy as B x greedy / verify[N] (labelled as an estimate).
-# Results land in $OUT (at most 8 files): env.txt, tests.txt, costs.{json,md,png}, costs.log.
+# GPU check, issue 30's figures in one command, about 5-8 minutes on a lent GPU machine (no
+# network). Every stage has its own time limit, so one that hangs costs only its own.
+#   0. env.txt: the machine; wheels carried in .gpu-wheels/ are installed (--target /tmp/site),
+#      and SmolLM2's GGUF, carried in parts (.gpu-part1/ .gpu-part2/ ..., scripts/gpu_bundle.sh
+#      writes them here), is joined and its SHA-256 checked: then the end-to-end rows use the
+#      real weights (or BLOCKDRAFT_GPU_MODEL=path names them).
+#   1. tests.txt: the CUDA tests on tiny random models (PyTorch on CUDA: decode, trees, caches,
+#      training), the static runtime's tests with its CUDA-graph capture
+#      (tests/models/runtimes/test_static.py) and the other runtime tests on the machine's
+#      onnxruntime;
+#   2. costs.{json,md}: the eager verification cost curve per precision (bench_costs.py: chains,
+#      trees, whole verification calls, expected speedups B x greedy / verify[N]);
+#   3. gpu.{json,md,png}: benchmarks/bench_gpu.py: the cost curve eager against the static runtime
+#      and its CUDA graphs (bf16 and fp32) with the issue's three targets, the decode loop end to
+#      end (greedy, vanilla heads, prompt lookup, 8-best trie: speedup over the runtime's own
+#      greedy against B; real weights, else "replay" rows from benchmarks/replay/*.json) and
+#      transformers' generate beside it (dynamic cache, static cache, + torch.compile, prompt
+#      lookup).
+# Results land in $OUT (8 files, the most that come back): env.txt, tests.txt, costs.json,
+# costs.md, gpu.json, gpu.md, gpu.png, log.txt.
 #   OUT=out/gpu bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+LOG="$OUT/log.txt"
+: >"$LOG"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+stage() { echo "== [$SECONDS s] $*" | tee -a "$LOG"; }
+
+stage "0. environment"
+if compgen -G ".gpu-wheels/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .gpu-wheels/*.whl >>"$LOG" 2>&1 && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+if [ -z "${BLOCKDRAFT_GPU_MODEL:-}" ] && [ -f .gpu-part1/manifest.txt ]; then
+  read -r sha name <.gpu-part1/manifest.txt
+  mkdir -p /tmp/smollm2
+  cat .gpu-part*/"$name".part* >"/tmp/smollm2/$name"
+  if echo "$sha  /tmp/smollm2/$name" | sha256sum -c --quiet - >>"$LOG" 2>&1; then
+    export BLOCKDRAFT_GPU_MODEL="/tmp/smollm2/$name"
+  else
+    echo "the GGUF's parts do not join to the recorded SHA-256 (a part missing?): replay" | tee -a "$LOG"
+  fi
+fi
 {
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+  echo "real weights: ${BLOCKDRAFT_GPU_MODEL:-none (end to end: replay)}"
   "$PY" - <<'PYEOF'
 import platform, torch
 print("python", platform.python_version(), "torch", torch.__version__,
       "cuda", torch.version.cuda, "device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
-for name in ("transformers", "onnxruntime", "onnx", "numpy", "hypothesis"):
+for name in ("transformers", "onnxruntime", "onnx", "numpy", "hypothesis", "gguf"):
     try:
         mod = __import__(name)
-        print(name, mod.__version__)
+        print(name, getattr(mod, "__version__", "?"))
     except ImportError as e:
         print(name, "missing:", e)
 try:
@@ -37,16 +68,29 @@ PYEOF
 } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-timeout 120 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs \
+stage "1. tests"
+timeout 100 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs \
   tests/models/test_cuda.py tests/models/hf/test_hf_decode.py tests/models/hf/test_hf_tree.py \
   tests/verify/test_decode.py tests/rescorers/test_neural.py >"$OUT/tests.txt" 2>&1
 echo "cuda tests: exit $?" | tee -a "$OUT/tests.txt"
-timeout 60 "$PY" -m pytest -q -p no:cacheprovider -x tests/models/runtimes >>"$OUT/tests.txt" 2>&1
-echo "onnxruntime tests: exit $?" | tee -a "$OUT/tests.txt"
+timeout 40 "$PY" -m pytest -q -p no:cacheprovider -rs tests/models/runtimes/test_static.py \
+  -k captured >>"$OUT/tests.txt" 2>&1
+echo "static runtime CUDA-graph tests: exit $?" | tee -a "$OUT/tests.txt"
+timeout 90 "$PY" -m pytest -q -p no:cacheprovider -x -rs tests/models/runtimes \
+  >>"$OUT/tests.txt" 2>&1
+echo "runtime tests (static, onnxruntime): exit $?" | tee -a "$OUT/tests.txt"
 tail -n 15 "$OUT/tests.txt"
 
-timeout 180 "$PY" benchmarks/bench_costs.py --shape smollm2 --device cuda \
-  --variants torch:float32,torch:bfloat16,torch:float16 --repeats 20 --out "$OUT" \
-  >"$OUT/costs.log" 2>&1
-echo "cost curve: exit $?"
-tail -n 40 "$OUT/costs.log"
+stage "2. eager cost curve (bench_costs.py)"
+timeout 100 "$PY" benchmarks/bench_costs.py --shape smollm2 --device cuda \
+  --variants torch:float32,torch:bfloat16,torch:float16 --repeats 10 --out "$OUT" \
+  >>"$LOG" 2>&1
+echo "eager cost curve: exit $?" | tee -a "$LOG"
+rm -f "$OUT/costs.png"  # 8 files come back; gpu.png draws the curves
+
+stage "3. bench_gpu.py: cost curve eager vs graphs, end to end, transformers' generate"
+timeout "${BENCH_GPU_TIMEOUT:-270}" "$PY" benchmarks/bench_gpu.py --device cuda --out "$OUT" \
+  >>"$LOG" 2>&1
+echo "bench_gpu: exit $? (124: its time limit; gpu.md keeps what it measured)" | tee -a "$LOG"
+stage "done"
+tail -n 60 "$OUT/gpu.md" 2>/dev/null
