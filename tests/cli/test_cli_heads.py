@@ -292,6 +292,8 @@ def test_prefix_heads_train_and_score_from_the_command_line(base: dict[str, Path
     assert got["finished"]
     heads = read_prefix_heads(out)
     assert heads.shortlist is not None and heads.shortlist.numel() == 20
+    readme = (out / "README.md").read_text(encoding="utf-8")  # says what the folder holds
+    assert "prefix-conditioned" in readme and "Medusa version-2 layout" not in readme
     curve = _run(capsys, ["heads", "curve", str(out), str(tmp_path / "work"), "--data",
                           str(tmp_path / "data"), "--base", str(base["model"]), "-o",
                           str(tmp_path / "curve"), "--json"])

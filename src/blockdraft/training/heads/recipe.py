@@ -218,12 +218,18 @@ def train_medusa_heads(
                          extra_signature=extra, embed=embed)
     train_seconds = time.monotonic() - t0
     summary = dset.summary()
+    prefix = run.arch == "prefix"
+    kind = "prefix-conditioned (Hydra-style) heads" if prefix else "Medusa heads"
     readme = (
-        f"# Medusa heads for {base}\n\n"
-        f"{heads} Medusa heads (blockdraft heads 2..{heads + 1}, so h = {heads + 1}), "
-        f"{layers} ResBlock{'' if layers == 1 else 's'} each, sharing the base's lm_head "
-        "(Medusa version-2 layout, "
-        "bfloat16), trained by self-distillation: "
+        f"# {kind[0].upper()}{kind[1:]} for {base}\n\n"
+        f"{heads} {kind} (blockdraft heads 2..{heads + 1}, so h = {heads + 1}), "
+        f"{layers} ResBlock{'' if layers == 1 else 's'} each"
+        + (", each also reading the embedding of the token before its target through a "
+           "d x d projection" if prefix else "")
+        + ", sharing the base's lm_head ("
+        + ("blockdraft-prefix layout: `load_model(base, heads=FOLDER)`, PyTorch and ONNX "
+           "Runtime" if prefix else "Medusa version-2 layout")
+        + ", bfloat16), trained by self-distillation: "
         + ("the base's own predictions and final hidden states along the answers of "
            f"{dset.plan['labels'].get('source')}, labelled by one forward each"
            if dset.labelled else
