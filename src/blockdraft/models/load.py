@@ -83,7 +83,7 @@ def _check_exists(path: Path, key: str) -> None:
 
 
 def packaged_heads(name: str) -> Path:
-    """The folder of the Medusa heads shipped for the known model ``name``.
+    """The folder of the heads shipped for the known model ``name`` (Medusa or prefix).
 
     Raises:
         ModelError: the name is unknown, has no heads, or they are not installed (the message
@@ -97,7 +97,7 @@ def packaged_heads(name: str) -> Path:
     folder = _HF_PACKAGE / known.heads if known.heads else None
     if folder is None or not (folder / CONFIG_FILE).is_file():
         raise ModelError(
-            f"the trained Medusa heads of {name!r} are not in this installation "
+            f"the trained heads of {name!r} are not in this installation "
             f"({folder} is missing): train them with the head self-distillation in "
             "`blockdraft heads train` (it writes that folder), pass heads=PATH (Medusa "
             "heads in any layout), or heads=MedusaHeads(...) for untrained heads"
@@ -240,6 +240,13 @@ def load_model(
                 )
             base_source = _named_base(info.base_model, path)
             heads_source = path
+    elif config is not None and config.get("layout") == "blockdraft-prefix":
+        if heads is not None:
+            raise ModelError(f"{key!r} is a prefix heads folder; pass the base model as "
+                             "name_or_path and the heads as heads=")
+        base_source = _named_base(str(config.get("base_model_name_or_path") or "") or None,
+                                  path)
+        heads_source = path
     else:
         base_source = key
         if heads is None:

@@ -92,6 +92,31 @@ def test_a_heads_folder_that_names_its_base(tmp_path: Path, llama_folder: Path) 
         load_model(nameless)
 
 
+def test_a_prefix_heads_folder_that_names_its_base(tmp_path: Path, llama_folder: Path,
+                                                   hf_base: Any) -> None:
+    """A prefix heads folder loads alone (the base it names) or beside its base, and the
+    packaged ones of the known name load as prefix heads."""
+    from blockdraft.models.hf.prefix_heads import PrefixHeads, write_prefix_heads
+
+    heads = PrefixHeads(64, 2, 1)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    folder = write_prefix_heads(heads, tmp_path / "prefix", base_model=str(llama_folder))
+    alone, beside = load_model(folder), load_model(llama_folder, heads=folder)
+    assert alone.conditional_heads and isinstance(alone.heads, PrefixHeads)
+    expected = HFBlockwiseModel(hf_base("llama", seed=3), heads)
+    with torch.no_grad():
+        for m in (alone, beside):
+            torch.testing.assert_close(logits_of(m, IDS), logits_of(expected, IDS))
+    with pytest.raises(ModelError, match="prefix heads folder; pass the base model"):
+        load_model(folder, heads=folder)
+    nameless = write_prefix_heads(heads, tmp_path / "nameless")
+    with pytest.raises(ModelError, match="names no base model"):
+        load_model(nameless)
+
+
 def test_a_medusa_2_full_checkpoint_alone(tmp_path: Path, hf_base: Any) -> None:
     base = hf_base("gpt2", seed=2)
     heads = MedusaHeads(32, 200, 2, 1, own_projection=True)
@@ -109,7 +134,8 @@ def test_heads_given_as_an_object_and_a_dtype(llama_folder: Path) -> None:
 
 
 def test_refusals(tmp_path: Path, llama_folder: Path, monkeypatch: Any) -> None:
-    with pytest.raises(ModelError, match=r"unknown model 'gpt-17'.*known names \(smollm2\)"):
+    with pytest.raises(ModelError,
+                       match=r"unknown model 'gpt-17'.*known names \(smollm2, smollm2-prefix\)"):
         load_model("gpt-17")
     with pytest.raises(ModelError, match="without Medusa heads: pass heads="):
         load_model(llama_folder)
@@ -126,7 +152,7 @@ def test_refusals(tmp_path: Path, llama_folder: Path, monkeypatch: Any) -> None:
     import blockdraft.models.load as load
 
     monkeypatch.setattr(load, "_HF_PACKAGE", tmp_path / "no-package")
-    with pytest.raises(ModelError, match=r"trained Medusa heads of 'smollm2' are not in this "
+    with pytest.raises(ModelError, match=r"trained heads of 'smollm2' are not in this "
                                          r"installation.*train them"):
         load_model("smollm2")
 

@@ -351,6 +351,18 @@ def test_the_packaged_smollm2_heads_load() -> None:
         assert recorded == tensors_digest(load_file(str(folder / "medusa_lm_head.safetensors")))
 
 
+def test_the_packaged_smollm2_prefix_heads_load() -> None:
+    """The known name smollm2-prefix ships prefix heads for SmolLM2 (d = 576) with their
+    shortlist, sealed by their digest (read_prefix_heads checks it)."""
+    from blockdraft.models.hf.prefix_heads import read_prefix_heads
+    from blockdraft.models.load import packaged_heads
+
+    heads = read_prefix_heads(packaged_heads("smollm2-prefix"))
+    assert heads.num_heads == 5 and heads.d_model == 576
+    assert heads.shortlist is not None and heads.shortlist.numel() == 4096
+    assert any(float(p.weight.abs().sum()) > 0 for p in heads.prefix)  # trained: not Medusa
+
+
 def test_sealed_heads_must_match_their_config(tmp_path: Path) -> None:
     folder = write_heads(random_heads(False, layers=2), tmp_path / "heads")
     config = json.loads((folder / "config.json").read_text())

