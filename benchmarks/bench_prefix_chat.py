@@ -18,7 +18,8 @@ Every output is checked against greedy decoding of the same model (token-identic
 B (tokens per serial call, the prefill counted) per kind of request and overall. With
 ``--time``: every call timed, interleaved per request (greedy, then each strategy, after one
 warm-up of each on the first request), tokens/s and the speedup over greedy as medians over the
-requests; prompt lookup and the Medusa heads' packaged default drafter join the strategies.
+requests; prompt lookup and each heads' default drafter (``decode`` told nothing: the Medusa
+heads' packaged recipe, the prefix heads' cost-aware tree lattice) join the strategies.
 Writes ``prefix.{json,md}`` with the command and a signature.
 """
 
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.time:
         strategies[1:1] = [("Medusa default (packaged recipe)", "medusa", None),
                            ("prompt lookup", "medusa", LookupDrafter())]
+        strategies.append(("prefix default (cost-aware tree lattice)", "prefix", None))
 
     def run(which: str, drafter: Any, prompt: list[int]) -> tuple[list[int], int, float]:
         t0 = time.perf_counter()

@@ -93,16 +93,27 @@ def _refuse_sausage(name: str) -> DraftError:
 class ConditionalTreeDrafter:
     """EAGLE-2's confidence tree over prefix heads' tree lattice: the ``budget`` nodes of
     highest cumulative head log-probability (:func:`~blockdraft.lattice.conditional
-    .conditional_tree`), ``k`` arcs a node.
+    .conditional_tree`), ``k`` arcs a node; with a cost curve, cut to the size that pays.
+
+    With ``cost``, a node's cumulative head probability ``a(u)`` (the product of its path's
+    arc probabilities: the heads are trained on the base's own greedy tokens, so it estimates
+    the chance that ``u`` is on the accepted path) ranks it, and the tree keeps the first
+    ``N`` nodes, ``N`` maximising ``(1 + sum a) / cost(N)`` on the runtime's measured curve
+    (:func:`~blockdraft.drafts.budget.select_nodes`, as the cost-aware tree of Medusa heads):
+    on a runtime whose forward grows with its tokens (a CPU) the tree stays as small as pays,
+    on one whose does not (a GPU's graph) it grows to ``budget``.
 
     Attributes:
         k: arcs per node.
-        budget: nodes per tree, the certain token included (one verification call).
+        budget: nodes per tree at most, the certain token included (one verification call).
+        cost: the runtime's cost curve (:func:`~blockdraft.models.cost.measure_cost_curve`),
+            or None: always ``budget`` nodes.
         name: a label for tables; derived from the settings when empty.
     """
 
     k: int = 4
     budget: int = 16
+    cost: Any = None
     name: str = ""
 
     conditional = True  # the decode loop hands it the step's tree lattice
@@ -112,9 +123,13 @@ class ConditionalTreeDrafter:
             value = check_positive_int(getattr(self, field), f"ConditionalTreeDrafter.{field}",
                                        DraftError)
             object.__setattr__(self, field, value)
+        if self.cost is not None and not callable(getattr(self.cost, "steps", None)):
+            raise DraftError(f"ConditionalTreeDrafter.cost must be a CostCurve, got "
+                             f"{type(self.cost).__name__}")
         if not self.name:
-            object.__setattr__(self, "name", f"tree-lattice confidence tree (k={self.k}, "
-                                             f"N={self.budget})")
+            sized = "cost-aware " if self.cost is not None else ""
+            object.__setattr__(self, "name", f"tree-lattice {sized}confidence tree "
+                                             f"(k={self.k}, N={self.budget})")
 
     def propose_tree(self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
                      ) -> DraftTree:
@@ -124,4 +139,14 @@ class ConditionalTreeDrafter:
     def propose_conditional(self, expand: Expand, lattice: SausageLattice,
                             context: Sequence[int] | np.ndarray) -> DraftTree:
         """The step's tree: ``expand`` is its tree lattice (depth ``lattice.h``)."""
-        return conditional_tree(expand, lattice.h, self.budget)
+        tree = conditional_tree(expand, lattice.h, self.budget)
+        if self.cost is None or len(tree.tokens) <= 1:
+            return tree
+        from blockdraft.drafts.budget import select_nodes
+
+        expected = np.exp(tree.scores[1:] - tree.scores[0])  # a(u), the root certain
+        n = select_nodes(expected, self.cost, self.budget)
+        if n == len(tree.tokens):
+            return tree
+        return DraftTree(tokens=tree.tokens[:n], parents=tree.parents[:n],
+                         scores=tree.scores[:n], source=tree.source)

@@ -11,10 +11,14 @@
 - otherwise (a model without a recipe: a new base, tests) the heads' top-1 chain and prompt
   lookup with uncalibrated acceptance rates (:meth:`AcceptanceTables.uniform`);
 - one path a step (``chain=True``) on a runtime that verifies chains losslessly but not trees
-  (``model.exact_trees`` False: ONNX Runtime int8).
+  (``model.exact_trees`` False: ONNX Runtime int8);
+- prefix-conditioned heads (``model.conditional_heads``), whose lattice is a tree: EAGLE-2's
+  tree over it cut to the size that pays on the cost curve
+  (:class:`~blockdraft.drafts.ConditionalTreeDrafter` with ``cost``; their chain alone where
+  trees are not exact).
 
 Public surface:
-    default_drafter(model) -> CostAwareTreeDrafter
+    default_drafter(model) -> CostAwareTreeDrafter, or ConditionalTreeDrafter (prefix heads)
     model_cost_curve(model) -> CostCurve       measured once per model object
 """
 
@@ -24,6 +28,7 @@ from typing import Any
 
 from blockdraft.drafts.budget import CostAwareTreeDrafter
 from blockdraft.drafts.calibration import AcceptanceTables
+from blockdraft.drafts.conditional import ConditionalTreeDrafter
 from blockdraft.models.cost import CostCurve, measure_cost_curve
 
 _COST_ATTR = "_blockdraft_cost_curve"
@@ -39,7 +44,7 @@ def model_cost_curve(model: Any) -> CostCurve:
     return curve
 
 
-def default_drafter(model: Any) -> CostAwareTreeDrafter:
+def default_drafter(model: Any) -> CostAwareTreeDrafter | ConditionalTreeDrafter:
     """The cost-aware tree the model's packaged recipe describes (see the module docstring);
     built once per model object.
 
@@ -47,13 +52,16 @@ def default_drafter(model: Any) -> CostAwareTreeDrafter:
         RescorerError, DraftError: a packaged LM or table that cannot be read (named).
     """
     drafter = getattr(model, _DRAFTER_ATTR, None)
-    if isinstance(drafter, CostAwareTreeDrafter):
+    if isinstance(drafter, CostAwareTreeDrafter | ConditionalTreeDrafter):
         return drafter
     cost = model_cost_curve(model)
     recipe = getattr(model, "drafting", None)
     h = int(getattr(model, "h", 2))
     chain = not bool(getattr(model, "exact_trees", True))
-    if recipe is None:
+    if getattr(model, "conditional_heads", False):
+        drafter = ConditionalTreeDrafter(k=1 if chain else 4, budget=h if chain else 32,
+                                         cost=cost)
+    elif recipe is None:
         drafter = CostAwareTreeDrafter(cost=cost, tables=AcceptanceTables.uniform(h), k=4, p=0,
                                        lookup=True, chain=chain)
     else:

@@ -179,3 +179,43 @@ def test_the_chain_seeds_the_expander_and_each_node_is_evaluated_once() -> None:
     expand((4, 6))
     assert calls == [(2, 7), (1, 6)]
     assert len(expand((4, 5, 6, 7))[0]) == 0 and len(expand((3,))[0]) == 0
+
+
+def test_the_cost_aware_tree_lattice_is_the_default_and_sizes_by_cost() -> None:
+    """Told nothing, decode drafts prefix heads' tree lattice cut by the model's cost curve,
+    losslessly; on a flat cost curve the tree keeps its whole budget, on a steep one it keeps
+    only the nodes whose probability pays for their row (never more than the flat one)."""
+    from blockdraft.drafts.default import default_drafter
+    from blockdraft.lattice.sausage import SausageLattice
+    from blockdraft.models.cost import CostCurve
+
+    model = tiny("llama", 40)
+    ort = on_runtime(model, "onnxruntime", "float32")
+    drafter = default_drafter(ort)
+    assert isinstance(drafter, ConditionalTreeDrafter) and drafter.cost is not None
+    g = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(2, V, (n,), generator=g).tolist() for n in (6, 11)]
+    outs = decode(ort, prompts, max_new_tokens=20, eos_id=None)
+    assert [o.tokens for o in outs] == [greedy_generate(ort, p, 20, eos_id=None)
+                                        for p in prompts]
+    nodes = (1, 2, 4, 8, 16, 32)
+
+    def curve(slope: float) -> CostCurve:
+        return CostCurve(nodes=nodes, step_ms=tuple(10 + slope * (n - 1) for n in nodes),
+                         heads_ms=0.5, greedy_ms=10.0)
+
+    x, _ = model.hidden(torch.tensor([prompts[1]]))
+    sizes = {}
+    for slope in (0.0, 2.0, 50.0):
+        tree_drafter = ConditionalTreeDrafter(k=4, budget=16, cost=curve(slope))
+        got = []
+        for t in range(len(prompts[1])):
+            state = x[0, t]
+            certain = int(model.lm_head(state).argmax())
+            expand = model.expander(state, 4, certain)
+            lattice = SausageLattice(tokens=np.full((4, 1), certain), scores=np.zeros((4, 1)))
+            got.append(len(tree_drafter.propose_conditional(expand, lattice, []).tokens))
+        sizes[slope] = got
+    assert all(n == 16 for n in sizes[0.0])
+    assert all(a >= b >= c for a, b, c in zip(sizes[0.0], sizes[2.0], sizes[50.0], strict=True))
+    assert min(sizes[50.0]) < 16
