@@ -219,3 +219,25 @@ def test_the_cost_aware_tree_lattice_is_the_default_and_sizes_by_cost() -> None:
     assert all(n == 16 for n in sizes[0.0])
     assert all(a >= b >= c for a, b, c in zip(sizes[0.0], sizes[2.0], sizes[50.0], strict=True))
     assert min(sizes[50.0]) < 16
+
+
+def test_a_trace_of_prefix_heads_simulates_their_vanilla_chain_exactly(tmp_path: Any) -> None:
+    """A trace of a model with prefix heads stores, at each position, the heads along their
+    greedy chain (each head reading the one before's argmax): the offline simulation of
+    vanilla drafting gives the online decode's calls, prompt for prompt."""
+    from blockdraft.oracle import Trace, simulate
+    from blockdraft.oracle.record import record_trace
+
+    model = tiny("llama", 40)
+    g = torch.Generator().manual_seed(8)
+    prompts = [torch.randint(2, V, (n,), generator=g).tolist() for n in (5, 9, 12)]
+    for m in (model, on_runtime(model, "onnxruntime", "float32")):
+        folder = tmp_path / type(m).__name__
+        record_trace(m, prompts, folder, max_new_tokens=24, K=4)
+        offline = simulate(Trace.open(folder), HeadDrafter(k=1, p=1))
+        online = decode(m, prompts, drafter=HeadDrafter(k=1, p=1), max_new_tokens=24,
+                        eos_id=None)
+        assert list(offline.calls) == [o.calls for o in online]
+        # step for step the same drafted chain (each head conditioned on the one before)
+        want = [step.drafts.tokens[step.winner].tolist() for o in online for step in o.steps]
+        assert offline.steps.drafts.tolist() == want
