@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from hf_testlib import V, randomize, tiny_hf_base
+
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
@@ -25,8 +27,6 @@ from blockdraft.models.hf.prefix_heads import PrefixHeads  # noqa: E402
 from blockdraft.models.runtimes import on_runtime  # noqa: E402
 from blockdraft.verify import decode  # noqa: E402
 
-V = 96
-
 
 @pytest.fixture(autouse=True)
 def _no_grad() -> Any:
@@ -40,28 +40,13 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -
 
 
 def tiny(kind: str = "llama", shortlist: int | None = 40, seed: int = 0) -> HFBlockwiseModel:
-    """A tiny random Llama or GPT-2 (V = 96) with 3 random prefix heads (their prefix
+    """A tiny random Llama or GPT-2 (hf_testlib) with 3 random prefix heads (their prefix
     projections random too, so each head really reads the token before its target)."""
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    ids = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 0, "initializer_range": 0.3}
-    if kind == "llama":
-        base = LlamaForCausalLM(LlamaConfig(
-            vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-            tie_word_embeddings=False, **ids))
-    else:
-        base = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=64, n_layer=2, n_head=4,
-                                          n_positions=256, **ids))
-    heads = PrefixHeads(64, 3, 1)
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for p in heads.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    heads = randomize(PrefixHeads(64, 3, 1), seed + 1, scale=0.3)
     if shortlist is not None:
+        g = torch.Generator().manual_seed(seed + 2)
         heads.set_shortlist(torch.randperm(V, generator=g)[:shortlist], vocab_size=V)
-    return HFBlockwiseModel(base.eval(), heads)
+    return HFBlockwiseModel(tiny_hf_base(kind, seed, init=0.3), heads)
 
 
 @pytest.mark.parametrize(("kind", "shortlist"), [("llama", 40), ("llama", None),

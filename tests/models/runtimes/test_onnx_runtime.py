@@ -12,6 +12,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hf_testlib import tiny_hf_base
+
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
@@ -21,8 +23,6 @@ from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.runtimes import on_runtime  # noqa: E402
 from blockdraft.models.runtimes.kv_buffer import BufferCache  # noqa: E402
 from blockdraft.verify import Verifier, decode  # noqa: E402
-
-IDS = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 0, "initializer_range": 0.1}
 
 
 def _heads(d: int, n: int = 3, seed: int = 1, own: int | None = None) -> MedusaHeads:
@@ -35,32 +35,9 @@ def _heads(d: int, n: int = 3, seed: int = 1, own: int | None = None) -> MedusaH
 
 
 def tiny(kind: str, seed: int = 0, own: bool = False, positions: int = 512) -> HFBlockwiseModel:
-    """A tiny random model of each family the runtime builds (head size 16)."""
-    from transformers import (
-        GPT2Config,
-        GPT2LMHeadModel,
-        LlamaConfig,
-        LlamaForCausalLM,
-        MistralConfig,
-        MistralForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
-
-    torch.manual_seed(seed)
-    common = {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
-              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "max_position_embeddings": positions, **IDS}
-    if kind == "llama":
-        base = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, **common))
-    elif kind == "mistral":  # a window shorter than the sequences
-        base = MistralForCausalLM(MistralConfig(sliding_window=8, **common))
-    elif kind == "qwen2":  # biases on q, k, v
-        base = Qwen2ForCausalLM(Qwen2Config(**common))
-    else:
-        base = GPT2LMHeadModel(GPT2Config(vocab_size=96, n_embd=64, n_layer=2, n_head=4,
-                                          n_positions=positions, **IDS))
-    return HFBlockwiseModel(base.eval(), _heads(64, own=96 if own else None, seed=seed + 1))
+    """A tiny random model of each family the runtime builds (hf_testlib, head size 16)."""
+    return HFBlockwiseModel(tiny_hf_base(kind, seed, positions),
+                            _heads(64, own=96 if own else None, seed=seed + 1))
 
 
 @pytest.fixture(autouse=True)
@@ -230,7 +207,8 @@ def test_refusals() -> None:
 
     small_heads = LlamaForCausalLM(LlamaConfig(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=2, **IDS)).eval()  # head size 8
+        num_attention_heads=4, num_key_value_heads=2, bos_token_id=0, eos_token_id=1,
+        pad_token_id=0)).eval()  # head size 8
     with pytest.raises(ModelError, match="multiple of 16"):
         on_runtime(HFBlockwiseModel(small_heads, _heads(32)), "onnxruntime", "float32")
     with pytest.raises(ModelError, match=r"computes in float32, int8, not 'bfloat16'.*torch"):

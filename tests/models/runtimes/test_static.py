@@ -13,6 +13,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hf_testlib import randomize, tiny_hf_base
+
 pytest.importorskip("transformers")
 
 from blockdraft.core.tree import DraftTree  # noqa: E402
@@ -24,44 +26,15 @@ from blockdraft.models.runtimes.kv_buffer import BufferCache  # noqa: E402
 from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
 from blockdraft.verify import Verifier, decode  # noqa: E402
 
-IDS = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 0, "initializer_range": 0.1}
 KINDS = ["llama", "mistral", "qwen2", "gpt2"]
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 
 
 def tiny(kind: str, seed: int = 0, dtype: torch.dtype = torch.float32,
          positions: int = 256) -> HFBlockwiseModel:
-    """A tiny random model of each family (V = 96, d = 64, 2 layers; Mistral's window 8)."""
-    from transformers import (
-        GPT2Config,
-        GPT2LMHeadModel,
-        LlamaConfig,
-        LlamaForCausalLM,
-        MistralConfig,
-        MistralForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
-
-    torch.manual_seed(seed)
-    common = {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
-              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "max_position_embeddings": positions, **IDS}
-    if kind == "llama":
-        base = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, **common))
-    elif kind == "mistral":  # a window shorter than the sequences
-        base = MistralForCausalLM(MistralConfig(sliding_window=8, **common))
-    elif kind == "qwen2":  # biases on q, k, v
-        base = Qwen2ForCausalLM(Qwen2Config(**common))
-    else:
-        base = GPT2LMHeadModel(GPT2Config(vocab_size=96, n_embd=64, n_layer=2, n_head=4,
-                                          n_positions=positions, **IDS))
-    heads = MedusaHeads(64, None, 3, 1)
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for p in heads.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    return HFBlockwiseModel(base.eval(), heads, dtype=dtype)
+    """A tiny random model of each family (hf_testlib) with 3 random Medusa heads."""
+    heads = randomize(MedusaHeads(64, None, 3, 1), seed + 1)
+    return HFBlockwiseModel(tiny_hf_base(kind, seed, positions), heads, dtype=dtype)
 
 
 _MODELS: dict[tuple[str, int], tuple[HFBlockwiseModel, StaticKVModel]] = {}

@@ -1,0 +1,60 @@
+"""Tiny random Hugging Face decoders for the runtimes' tests: one builder for every family the
+runtimes take, so each test file states only what differs (its heads, its dtype).
+
+A plain module at the top of ``tests/`` (on every test folder's path, like ``models_testlib``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+V = 96
+"""The tiny vocabulary."""
+KINDS = ("llama", "mistral", "qwen2", "gpt2")
+
+
+def tiny_hf_base(kind: str = "llama", seed: int = 0, positions: int = 256,
+                 init: float = 0.1) -> Any:
+    """A tiny random causal LM in eval mode (V = 96, d = 64, 2 layers, 4 query and 2 key/value
+    heads of size 16): ``llama`` (untied embeddings), ``mistral`` (a sliding window of 8,
+    shorter than the sequences), ``qwen2`` (biases on q, k, v) or ``gpt2``. ``init`` is the
+    weights' standard deviation."""
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    ids = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 0, "initializer_range": init}
+    torch.manual_seed(seed)
+    common = {"vocab_size": V, "hidden_size": 64, "intermediate_size": 96,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": positions, **ids}
+    if kind == "llama":
+        base = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, **common))
+    elif kind == "mistral":
+        base = MistralForCausalLM(MistralConfig(sliding_window=8, **common))
+    elif kind == "qwen2":
+        base = Qwen2ForCausalLM(Qwen2Config(**common))
+    elif kind == "gpt2":
+        base = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=64, n_layer=2, n_head=4,
+                                          n_positions=positions, **ids))
+    else:
+        raise ValueError(f"unknown kind {kind!r}; one of {KINDS}")
+    return base.eval()
+
+
+def randomize(module: torch.nn.Module, seed: int, scale: float = 0.2) -> Any:
+    """Every parameter of ``module`` drawn from N(0, scale^2) (heads that guess something)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return module
