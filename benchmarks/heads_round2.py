@@ -7,7 +7,7 @@
 Every run is ``blockdraft heads train`` on a prefix of a distillation set (``--train-tokens``,
 whole shards in plan order), for ``epochs`` passes over that prefix (steps = its positions x
 epochs / batch), the softmax over the 4,096-token shortlist the packaged heads draft with,
-2 ResBlocks, 5 heads; one thread. The runs:
+2 ResBlocks, 5 heads; one thread (``--threads``). The runs:
 
 - ``self-N``: the self-distilled set (bfloat16 greedy answers, their bfloat16 states), for each
   point ``N`` the set reaches (the learning curve);
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--points", default="250000,500000,1000000,2000000")
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of each training run")
     ap.add_argument("--only", default="",
                     help="train only these runs (comma-separated names); every run trained "
                          "before is reported too")
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                   str(point), "--heads", "5", "--layers", "2", "--steps", str(steps),
                   "--batch", str(args.batch), "--lr", "1e-3", "--warmup", "50", "--vocab",
                   "shortlist", "--shortlist", "4096", "--eval-every", str(max(steps // 8, 1)),
-                  "--eval-positions", "2048", "--threads", "1", "--work",
+                  "--eval-positions", "2048", "--threads", str(args.threads), "--work",
                   str(args.work / f"{name}.work"), "-o", str(heads), "--json", *extra])
         curve = json.loads((heads / "curve.json").read_text())["curve"]
         train_s = curve[-1]["seconds"] if curve else time.perf_counter() - t0
@@ -106,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         for split, folder in (("heldout", args.data), ("chat", args.chat)):
             curve = args.work / f"{name}.{split}"
             if not (curve / "data_curve.json").is_file():
-                _run(["heads", "curve", str(heads), "--data", str(folder), "--threads", "1",
-                      "-o", str(curve), "--json"])
+                _run(["heads", "curve", str(heads), "--data", str(folder), "--threads",
+                      str(args.threads), "-o", str(curve), "--json"])
             scores[split] = json.loads((curve / "data_curve.json").read_text())["runs"][0]
         rows.append({"name": name, "data": str(data), "train_tokens": tokens, "steps": steps,
                      "epochs": args.epochs, "loss": "kl" if "kl" in extra else "ce",
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1])[:400], file=sys.stderr, flush=True)
     env = environment("cpu")
     signature = format_signature({"heads": 5, "layers": 2, "vocab": "shortlist:4096",
-                                  "batch": args.batch, "epochs": args.epochs, "threads": 1,
+                                  "batch": args.batch, "epochs": args.epochs,
+                                  "threads": args.threads,
                                   **env})
     report = {"command": command_line("heads_round2.py", argv), "signature": signature,
               "runs": rows, "wall_s": round(time.perf_counter() - start, 1)}
