@@ -225,3 +225,25 @@ def test_conditional_tree_of_a_sausage_is_the_confidence_tree() -> None:
                               tree.scores.round(9).tolist(), strict=True))
 
         assert nodes(got) == nodes(want)
+
+
+def test_a_stopped_conditional_tree_is_a_prefix_of_the_full_one() -> None:
+    """``stop`` ends the tree before the first node it refuses: the nodes kept are the full
+    tree's first ones, and it sees each next node's log-probability below the root."""
+    from blockdraft.lattice.conditional import conditional_tree
+
+    expand = _random_tree(11, 3)
+    full = conditional_tree(expand, 4, 30)
+    seen: list[tuple[int, float]] = []
+
+    def stop(taken: int, below_root: float) -> bool:
+        seen.append((taken, below_root))
+        return below_root < -2.0
+
+    cut = conditional_tree(expand, 4, 30, stop=stop)
+    n = len(cut.tokens)
+    assert 1 <= n < len(full.tokens)
+    np.testing.assert_array_equal(cut.tokens, full.tokens[:n])
+    np.testing.assert_array_equal(cut.parents, full.parents[:n])
+    assert all(s >= -2.0 for s in cut.scores[1:] - cut.scores[0])
+    assert seen[-1][0] == n and seen[-1][1] == pytest.approx(full.scores[n] - full.scores[0])

@@ -19,8 +19,10 @@ refuse by name.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,10 +59,10 @@ class ConditionalDrafter:
     conditional = True  # the decode loop hands it the step's tree lattice
 
     def __post_init__(self) -> None:
-        for field in ("k", "p"):
-            value = check_positive_int(getattr(self, field), f"ConditionalDrafter.{field}",
+        for name in ("k", "p"):
+            value = check_positive_int(getattr(self, name), f"ConditionalDrafter.{name}",
                                        DraftError)
-            object.__setattr__(self, field, value)
+            object.__setattr__(self, name, value)
         if self.max_expansions is not None:
             check_positive_int(self.max_expansions, "ConditionalDrafter.max_expansions",
                                DraftError)
@@ -97,11 +99,13 @@ class ConditionalTreeDrafter:
 
     With ``cost``, a node's cumulative head probability ``a(u)`` (the product of its path's
     arc probabilities: the heads are trained on the base's own greedy tokens, so it estimates
-    the chance that ``u`` is on the accepted path) ranks it, and the tree keeps the first
-    ``N`` nodes, ``N`` maximising ``(1 + sum a) / cost(N)`` on the runtime's measured curve
-    (:func:`~blockdraft.drafts.budget.select_nodes`, as the cost-aware tree of Medusa heads):
-    on a runtime whose forward grows with its tokens (a CPU) the tree stays as small as pays,
-    on one whose does not (a GPU's graph) it grows to ``budget``.
+    the chance that ``u`` is on the accepted path) is weighed against what it costs: its row
+    in the verification forward (the runtime's measured curve) and its expansion, one head
+    evaluation on the host, timed as the drafter runs (a mean over its expansions so far). The
+    tree grows best first while the next node raises the expected tokens per millisecond,
+    ``(1 + sum a) / (cost(N) + (N - 1) x expansion)``, and keeps the best prefix of what it
+    grew: on a runtime whose forward grows with its tokens (a CPU) the tree stays as small as
+    pays, on one whose does not (a GPU's graph) it grows toward ``budget``.
 
     Attributes:
         k: arcs per node.
@@ -115,14 +119,17 @@ class ConditionalTreeDrafter:
     budget: int = 16
     cost: Any = None
     name: str = ""
+    # expansions timed so far and their seconds (the host cost of a node), across steps
+    _timing: list[float] = field(default_factory=lambda: [0.0, 0.0], init=False, repr=False,
+                                 compare=False)
 
     conditional = True  # the decode loop hands it the step's tree lattice
 
     def __post_init__(self) -> None:
-        for field in ("k", "budget"):
-            value = check_positive_int(getattr(self, field), f"ConditionalTreeDrafter.{field}",
+        for name in ("k", "budget"):
+            value = check_positive_int(getattr(self, name), f"ConditionalTreeDrafter.{name}",
                                        DraftError)
-            object.__setattr__(self, field, value)
+            object.__setattr__(self, name, value)
         if self.cost is not None and not callable(getattr(self.cost, "steps", None)):
             raise DraftError(f"ConditionalTreeDrafter.cost must be a CostCurve, got "
                              f"{type(self.cost).__name__}")
@@ -139,14 +146,32 @@ class ConditionalTreeDrafter:
     def propose_conditional(self, expand: Expand, lattice: SausageLattice,
                             context: Sequence[int] | np.ndarray) -> DraftTree:
         """The step's tree: ``expand`` is its tree lattice (depth ``lattice.h``)."""
-        tree = conditional_tree(expand, lattice.h, self.budget)
-        if self.cost is None or len(tree.tokens) <= 1:
-            return tree
-        from blockdraft.drafts.budget import select_nodes
+        if self.cost is None:
+            return conditional_tree(expand, lattice.h, self.budget)
+        timing = self._timing
+        node_ms = 1e3 * timing[1] / timing[0] if timing[0] else 0.0
+        sizes = np.arange(1, self.budget + 1)
+        ms = np.asarray(self.cost.steps(sizes)) + (sizes - 1) * node_ms  # (budget,)
+        gained = [1.0]  # 1 + the sum of a(u) over the nodes taken after the root
 
-        expected = np.exp(tree.scores[1:] - tree.scores[0])  # a(u), the root certain
-        n = select_nodes(expected, self.cost, self.budget)
-        if n == len(tree.tokens):
+        def timed(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+            start = time.perf_counter()
+            out = expand(prefix)
+            timing[0] += 1
+            timing[1] += time.perf_counter() - start
+            return out
+
+        def stop(taken: int, below_root: float) -> bool:
+            a = math.exp(below_root)
+            now, nxt = gained[-1] / ms[taken - 1], (gained[-1] + a) / ms[taken]
+            if nxt < now:
+                return True
+            gained.append(gained[-1] + a)
+            return False
+
+        tree = conditional_tree(timed, lattice.h, self.budget, stop=stop)
+        n = int(np.argmax(np.asarray(gained) / ms[: len(gained)])) + 1
+        if n >= len(tree.tokens):
             return tree
         return DraftTree(tokens=tree.tokens[:n], parents=tree.parents[:n],
                          scores=tree.scores[:n], source=tree.source)

@@ -16,7 +16,8 @@ Public surface:
     Expand                                     ``(prefix tuple) -> (ids int64 [k'], scores [k'])``
     conditional_pbest(expand, depth, p, *, scorer=None, context=(), alpha=1.0,
                       max_expansions=None) -> DraftBatch     best first
-    conditional_tree(expand, depth, budget) -> DraftTree   the ``budget`` most probable nodes
+    conditional_tree(expand, depth, budget, stop=None) -> DraftTree   the ``budget`` most
+                                               probable nodes (or fewer: ``stop``)
 
 ``conditional_tree`` is EAGLE-2's draft tree over the same lattice: the nodes of highest
 cumulative log-probability, any depth up to ``h`` (a node's ancestors score at least as high,
@@ -147,7 +148,8 @@ def _complete(expand: Expand, prefix: tuple[int, ...], depth: int, arcs: float, 
     return prefix, arcs + alpha * lm_sum, arcs, lm_sum
 
 
-def conditional_tree(expand: Expand, depth: int, budget: int) -> DraftTree:
+def conditional_tree(expand: Expand, depth: int, budget: int,
+                     stop: Callable[[int, float], bool] | None = None) -> DraftTree:
     """The ``budget`` nodes of highest cumulative arc log-probability of a conditional lattice
     (EAGLE-2's tree; see the module docstring), the root (the certain token) included.
 
@@ -155,6 +157,9 @@ def conditional_tree(expand: Expand, depth: int, budget: int) -> DraftTree:
         expand: a node's children; called once for each node taken above the last depth.
         depth: the lattice's depth ``h >= 1`` (the root is depth 1, a leaf at most ``h``).
         budget: ``N >= 1`` nodes wanted (fewer when the lattice has fewer).
+        stop: ``(nodes taken, the next node's log-probability below the root) -> bool``:
+            True ends the tree before that node (a tree that stops where the next node no
+            longer pays its cost); the root is always taken.
 
     Returns:
         A :class:`~blockdraft.core.tree.DraftTree` (``source="conditional tree"``), nodes in
@@ -180,6 +185,8 @@ def conditional_tree(expand: Expand, depth: int, budget: int) -> DraftTree:
         neg, path, parent = heapq.heappop(heap)
         if parent < 0 and tokens:  # a second root candidate: the tree has one root
             continue
+        if stop is not None and tokens and stop(len(tokens), -neg - totals[0]):
+            break
         node = len(tokens)
         tokens.append(path[-1])
         parents.append(parent)
