@@ -111,7 +111,8 @@ bench-kim: setup
 # One sweep on SmolLM2 (34 configurations: k 4,8,16 x p 1,4,16 x alpha 0.5,1,2 x {none, the
 # packaged answers 4-gram}) timed serially, on 2 processes and on a local Ray of 2 CPUs, with
 # offline = online on 4 prompts: benchmarks/results/sweep/. Run it on a quiet machine; the trace
-# is bench-kim's chat trace (SWEEP_ARGS="--trace DIR" for another).
+# is bench-kim's chat trace (SWEEP_ARGS="--trace DIR" for another: the committed example used
+# package-drafting's held-out trace, build/drafting/trace-heldout, recorded with the packaged heads).
 bench-sweep: setup
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_sweep.py --k 4,8,16 --p 1,4,16 --alpha 0.5,1,2 \
 		--lm none src/blockdraft/models/hf/heads/smollm2/ngram/answers4.bin --online 4 \
