@@ -103,9 +103,9 @@ class ConditionalTreeDrafter:
     in the verification forward (the runtime's measured curve) and its expansion, one head
     evaluation on the host, timed as the drafter runs (a mean over its expansions so far). The
     tree grows best first while the next node raises the expected tokens per millisecond,
-    ``(1 + sum a) / (cost(N) + (N - 1) x expansion)``, and keeps the best prefix of what it
-    grew: on a runtime whose forward grows with its tokens (a CPU) the tree stays as small as
-    pays, on one whose does not (a GPU's graph) it grows toward ``budget``.
+    ``(1 + sum a) / (cost(N) + (N - 1) x expansion)``: on a runtime whose forward grows with
+    its tokens (a CPU) the tree stays as small as pays, on one whose does not (a GPU's graph)
+    it grows toward ``budget``.
 
     Attributes:
         k: arcs per node.
@@ -164,14 +164,10 @@ class ConditionalTreeDrafter:
         def stop(taken: int, below_root: float) -> bool:
             a = math.exp(below_root)
             now, nxt = gained[-1] / ms[taken - 1], (gained[-1] + a) / ms[taken]
-            if nxt < now:
+            if nxt <= now:
                 return True
             gained.append(gained[-1] + a)
             return False
 
-        tree = conditional_tree(timed, lattice.h, self.budget, stop=stop)
-        n = int(np.argmax(np.asarray(gained) / ms[: len(gained)])) + 1
-        if n >= len(tree.tokens):
-            return tree
-        return DraftTree(tokens=tree.tokens[:n], parents=tree.parents[:n],
-                         scores=tree.scores[:n], source=tree.source)
+        # every node taken raised the ratio, so the tree grown is the best of its prefixes
+        return conditional_tree(timed, lattice.h, self.budget, stop=stop)
