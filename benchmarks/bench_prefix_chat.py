@@ -19,13 +19,15 @@ B (tokens per serial call, the prefill counted) per kind of request and overall.
 ``--time``: every call timed, interleaved per request (greedy, then each strategy, after one
 warm-up of each on the first request), tokens/s and the speedup over greedy as medians over the
 requests; prompt lookup and each heads' default drafter (``decode`` told nothing: the Medusa
-heads' packaged recipe, the prefix heads' cost-aware tree lattice) join the strategies.
+heads' packaged recipe, the prefix heads' cost-aware tree lattice with lookup copies, and the
+same without the copies) join the strategies.
 Writes ``prefix.{json,md}`` with the command and a signature.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -49,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         HeadDrafter,
         LookupDrafter,
     )
+    from blockdraft.drafts.default import default_drafter
     from blockdraft.models import greedy_generate, load_model
     from blockdraft.verify.decode import decode
 
@@ -98,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.time:
         strategies[1:1] = [("Medusa default (packaged recipe)", "medusa", None),
                            ("prompt lookup", "medusa", LookupDrafter())]
-        strategies.append(("prefix default (cost-aware tree lattice)", "prefix", None))
+        strategies.append(("prefix default (cost-aware tree lattice + lookup)", "prefix", None))
+        default = default_drafter(models["prefix"])
+        if getattr(default, "lookup", False):  # the same tree without the copies, beside
+            strategies.append(("prefix cost-aware tree lattice, no lookup", "prefix",
+                               dataclasses.replace(default, lookup=False, name="")))
 
     def run(which: str, drafter: Any, prompt: list[int]) -> tuple[list[int], int, float]:
         t0 = time.perf_counter()

@@ -77,6 +77,7 @@ REPO = BENCH.parent
 from real_report import (  # noqa: E402  (beside this script)
     make_report,
     markdown,
+    own_runtime,
     write_report,
 )
 
@@ -359,7 +360,7 @@ def _run(models: dict[str, Any], cases: Sequence[PromptCase], strategies: Sequen
         if s.make is None:
             greedy_of.setdefault(s.runtime, s.name)
     for s in strategies[1:]:
-        own = greedy_of.get(s.runtime)
+        own = greedy_of.get(s.runtime, greedy_of.get(own_runtime(s.runtime)))
         if own is not None and own != s.name and own != strategies[0].name:
             family[s.name] = own
     ref_name = strategies[0].name
@@ -538,12 +539,25 @@ def neural_dir(choice: str, cache: Path, threads: int) -> tuple[Path | None, str
     return Path(choice), ""
 
 
+def heads_folder(heads: str) -> Path:
+    """The folder of ``heads``: a known model name's packaged heads (``smollm2``,
+    ``smollm2-prefix``), else the path itself."""
+    from blockdraft.models.hf.loading import KNOWN_MODELS
+    from blockdraft.models.load import packaged_heads
+
+    if heads in KNOWN_MODELS:
+        return packaged_heads(heads)
+    folder = Path(heads)
+    if not folder.is_dir():
+        raise SystemExit(f"heads {heads!r}: neither a known model name ({', '.join(KNOWN_MODELS)})"
+                         " nor a heads folder")
+    return folder
+
+
 def heads_label(heads: str) -> str:
     """``name@sha`` of the heads the run used (the files' SHA-256, so that preliminary and
     retrained heads tell apart)."""
-    from blockdraft.models.load import packaged_heads
-
-    folder = packaged_heads(MODEL) if heads == MODEL else Path(heads)
+    folder = heads_folder(heads)
     h = hashlib.sha256()
     for f in sorted(folder.rglob("*")):
         if f.is_file() and f.suffix in (".safetensors", ".pt", ".bin", ".json") \
@@ -626,6 +640,7 @@ class Args:
     seed: int
     out: Path
     runtimes: list[str] = field(default_factory=lambda: ["torch:float32"])
+    also_heads: list[str] = field(default_factory=list)
     runtime_strategies: dict[str, list[str]] = field(default_factory=dict)
     tree_budget: int = 8
     context_weight: float = 0.0
@@ -654,6 +669,12 @@ def parse_args(argv: list[str] | None = None) -> Args:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     ap.add_argument("--threads", type=int, default=2, help="torch (and llama.cpp) threads")
     ap.add_argument("--heads", default=MODEL, help="smollm2 (the packaged heads) or a folder")
+    ap.add_argument("--also-heads", default="",
+                    help="comma-separated other heads on the same base (a known name such as "
+                         "smollm2-prefix, or a heads folder), run beside --heads on every "
+                         "runtime and interleaved per prompt; their strategies are tagged "
+                         "TAG/NAME (e.g. 'default [ort32/smollm2-prefix]') and compared with "
+                         "the runtime's one greedy loop")
     ap.add_argument("--k", type=int, default=16, help="lattice width of the p-best/rescored")
     ap.add_argument("--p", type=int, default=16, help="drafts per call of the p-best ones")
     ap.add_argument("--alpha", type=float, default=1.0, help="LM weight of the rescorers")
@@ -683,7 +704,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     ap.add_argument("--runtime-strategies", default="",
                     help="per runtime tag, the strategies to run there instead of "
                          "--strategies, e.g. 'pt32=vanilla,lookup;ort8=vanilla,lookup' (tags: "
-                         f"{', '.join(RUNTIME_TAGS.values())})")
+                         f"{', '.join(RUNTIME_TAGS.values())}; TAG/NAME for --also-heads NAME)")
     ap.add_argument("--tree-budget", type=int, default=8,
                     help="nodes of the rescored tree (rescored-tree strategy)")
     ap.add_argument("--seed", type=int, default=0, help="which prompts of each task")
@@ -708,9 +729,10 @@ def parse_args(argv: list[str] | None = None) -> Args:
     for part in filter(None, a.runtime_strategies.split(";")):
         tag, _, keys = part.partition("=")
         chosen = [k for k in keys.split(",") if k]
-        if tag not in RUNTIME_TAGS.values() or set(chosen) - set(STRATEGY_KEYS):
+        if own_runtime(tag) not in RUNTIME_TAGS.values() or set(chosen) - set(STRATEGY_KEYS):
             ap.error(f"--runtime-strategies {part!r}: a tag of {', '.join(RUNTIME_TAGS.values())}"
-                     f" = strategies of {', '.join(STRATEGY_KEYS)}")
+                     f" (or TAG/NAME for --also-heads NAME) = strategies of "
+                     f"{', '.join(STRATEGY_KEYS)}")
         per_runtime[tag] = chosen
     args = Args(
         preset=preset, tasks=tasks,
@@ -721,6 +743,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
         k=a.k, p=a.p, alpha=a.alpha, lm=a.lm, lm_corpus=a.lm_corpus or corpus,
         neural=a.neural, strategies=strategies, peers=peers, iad_min_match=a.iad_min_match,
         p_verify=a.p_verify, runtimes=runtimes, runtime_strategies=per_runtime,
+        also_heads=[h for h in a.also_heads.split(",") if h],
         tree_budget=a.tree_budget, context_weight=a.context_weight,
         seed=a.seed, out=a.out or out,
         argv=list(sys.argv[1:] if argv is None else argv))
@@ -757,6 +780,12 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(MODEL, dtype=args.dtype, heads=None if args.heads == MODEL else args.heads)
     tok = model.tokenizer
     models = runtime_models(model, args)
+    for heads in args.also_heads:  # other heads on the same base: TAG/NAME
+        folder = heads_folder(heads)
+        log(f"loading {MODEL} with the heads {folder.name} ({args.dtype})")
+        other = load_model(MODEL, dtype=args.dtype, heads=folder)
+        models.update({f"{tag}/{folder.name}": m
+                       for tag, m in runtime_models(other, args).items()})
     cases = build_cases(tok, args.tasks, args.prompts_per_task, args.prompt_tokens, args.seed,
                         per_task=args.task_prompts)
     skipped: dict[str, str] = {}
@@ -790,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
             only=args.runtime_strategies.get(tag, args.strategies),
             trie=args.p_verify == "trie", skipped=skipped, runtime=tag, tagged=tagged,
             tree_budget=args.tree_budget, context_weight=args.context_weight)
+        if own_runtime(tag) != tag:  # other heads, same base: the runtime's greedy loop serves
+            mine = mine[1:]
         strategies += mine
     n_ctx = max(512, args.prompt_tokens + args.max_new_tokens + 64)
     peers = build_peers(model, args.peers, args.threads, n_ctx, skipped)
@@ -797,7 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     result = run_benchmark(models, cases, strategies, peers,
                            max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, progress=True)
     fields = {
-        "model": f"{MODEL}(SmolLM2-135M-Instruct)", "heads": heads_label(args.heads),
+        "model": f"{MODEL}(SmolLM2-135M-Instruct)", "heads": "+".join(
+            heads_label(h) for h in (args.heads, *args.also_heads)),
         "dtype": args.dtype, "runtimes": "+".join(models), "threads": args.threads,
         "h": model.h, "k": args.k, "tree_budget": args.tree_budget,
         "p": f"1,{args.p}", "p_verify": args.p_verify, "alpha": args.alpha, "lm": lm_label,

@@ -60,6 +60,7 @@ from bench_real import (  # noqa: E402  (beside this script)
     _key,
     build_cases,
     ensure_ngram,
+    heads_folder,
     heads_label,
     log,
 )
@@ -74,8 +75,14 @@ PRESETS = {  # prompts per task, max new tokens, calibration prompts, results, L
 BUDGETS = (4, 8, 16, 32, 64)
 ALPHAS = (0.25, 0.5, 1.0)
 BUILDERS = ("chain", "trie-0gram", "trie-4gram", "trie-neural", "mc_sim_7b_63", "calibrated",
-            "eagle2", "rescored-4gram", "rescored-neural")
+            "eagle2", "rescored-4gram", "rescored-neural", "tree-lattice")
 RESCORED = ("rescored-4gram", "rescored-neural")
+DECODED = ("tree-lattice",)
+"""Builders whose B is decoded, not simulated: the tree lattice of prefix-conditioned heads
+expands a node by a head evaluation the trace does not hold (it holds the chain's top-k), so its
+B comes from ``decode`` over the trace's own prompts, lengths and EOS (exact criterion: tokens
+and calls are what the simulator would count, and the output is checked against the trace's
+greedy continuation)."""
 
 
 # ---- the builders --------------------------------------------------------------------------------
@@ -101,13 +108,16 @@ class TimedTree:
 
 def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
                  accuracies: np.ndarray, neural: Any = None, neural_dir: Path | None = None,
-                 alphas: dict[str, float] | None = None) -> Any | None:
+                 alphas: dict[str, float] | None = None, conditional: bool = False
+                 ) -> Any | None:
     """The builder ``key`` at budget ``budget`` (None where it has no tree of that size, or
     lacks its LM). ``neural``: a ``NeuralPathScorer``; ``neural_dir``: its RescorerLM folder
     (the neural p-best trie's rescorer); ``alphas``: the alpha fitted for each rescored tree,
-    which the p-best trie over the same LM uses too (else ``alpha``)."""
+    which the p-best trie over the same LM uses too (else ``alpha``); ``conditional``: the
+    model's heads are prefix-conditioned (the tree lattice exists)."""
     from blockdraft.drafts import (
         MC_SIM_7B_63,
+        ConditionalTreeDrafter,
         ConfidenceTreeDrafter,
         HeadDrafter,
         MedusaTreeDrafter,
@@ -149,6 +159,9 @@ def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
     if key == "rescored-neural":
         return None if neural is None else RescoredTreeDrafter(
             neural, k=k, budget=budget, alpha=alpha, name="lattice-rescored neural")
+    if key == "tree-lattice":
+        return ConditionalTreeDrafter(k=k, budget=budget, name="tree-lattice confidence") \
+            if conditional else None
     raise ValueError(f"unknown builder {key!r}; choose from {', '.join(BUILDERS)}")
 
 
@@ -205,9 +218,10 @@ def _progress(what: str) -> Any:
 
 
 def simulate_builders(trace: Any, cases: Sequence[Any], budgets: Sequence[int],
-                      keys: Sequence[str], **make: Any) -> list[dict[str, Any]]:
+                      keys: Sequence[str], model: Any = None, eos: int | None = None,
+                      **make: Any) -> list[dict[str, Any]]:
     """B per task (pooled tokens / calls over the task's examples) and the building cost per
-    step, for every builder and budget."""
+    step, for every builder and budget (the ``DECODED`` ones decoded by ``model``)."""
     from blockdraft.oracle import simulate
 
     rows = []
@@ -216,19 +230,60 @@ def simulate_builders(trace: Any, cases: Sequence[Any], budgets: Sequence[int],
             inner = make_builder(key, budget, **make)
             if inner is None:
                 continue
-            timed = TimedTree(inner)
             start = time.perf_counter()
-            per_task = {}
-            for task, idx in _task_examples(cases).items():
-                per_task[task] = float(simulate(trace, timed, examples=idx).block_efficiency)
+            if key in DECODED:
+                per_task, nodes, build_ms = decode_builder(model, trace, cases, inner, eos)
+            else:
+                timed = TimedTree(inner)
+                per_task = {}
+                for task, idx in _task_examples(cases).items():
+                    per_task[task] = float(simulate(trace, timed, examples=idx)
+                                           .block_efficiency)
+                nodes = timed.nodes / max(1, timed.calls)
+                build_ms = 1e3 * timed.seconds / max(1, timed.calls)
             rows.append({"builder": key, "name": inner.name, "N": budget,
                          "B": per_task, "B_mean": float(np.mean(list(per_task.values()))),
-                         "nodes": timed.nodes / max(1, timed.calls),
-                         "build_ms": 1e3 * timed.seconds / max(1, timed.calls)})
+                         "nodes": nodes, "build_ms": build_ms,
+                         "decoded": key in DECODED})
             log(f"N = {budget:>2} {inner.name:<28} B {rows[-1]['B_mean']:.3f}  nodes "
                 f"{rows[-1]['nodes']:.1f}  build {rows[-1]['build_ms']:.2f} ms  "
                 f"({time.perf_counter() - start:.0f} s)")
     return rows
+
+
+def decode_builder(model: Any, trace: Any, cases: Sequence[Any], builder: Any,
+                   eos: int | None) -> tuple[dict[str, float], float, float]:
+    """``(B per task, nodes per step, drafting ms per step)`` of ``builder`` decoded online
+    over the trace's examples (prompt, length and EOS of each), B pooled per task as the
+    simulator pools it.
+
+    Raises:
+        SystemExit: a decode's output differs from the trace's greedy continuation (the trace
+            and the model disagree, so neither B would be the other's).
+    """
+    from blockdraft.core.efficiency import block_efficiency
+    from blockdraft.verify import decode
+
+    per_task: dict[str, float] = {}
+    nodes = steps = 0
+    draft_s = 0.0
+    for task, idx in _task_examples(cases).items():
+        tokens = calls = 0
+        for i in idx:
+            example = trace[i]
+            want = [int(t) for t in example.greedy_ids]
+            res = decode(model, [int(t) for t in example.prompt_ids], tree=builder,
+                         criterion="exact", max_new_tokens=len(want), eos_id=eos)
+            if list(res.tokens) != want:
+                raise SystemExit(f"{builder.name}: example {i} ({task}) decoded other tokens "
+                                 "than the trace's greedy continuation; re-record the trace "
+                                 "with this model")
+            tokens, calls = tokens + len(want), calls + res.calls
+            nodes += sum(s.tree.num_nodes for s in res.steps if s.tree is not None)
+            steps += len(res.steps)
+            draft_s += sum(s.draft_s for s in res.steps)
+        per_task[task] = float(block_efficiency(tokens, calls))
+    return per_task, nodes / max(1, steps), 1e3 * draft_s / max(1, steps)
 
 
 def _task_examples(cases: Sequence[Any]) -> dict[str, list[int]]:
@@ -373,6 +428,7 @@ def lm_file(choice: str, corpus: str) -> tuple[Path, dict[str, Any]]:
 class Args:
     preset: str
     model: str
+    heads: str
     blockwise_prompts: int
     threads: int
     dtype: str
@@ -400,6 +456,10 @@ def parse_args(argv: list[str] | None = None) -> Args:
     ap.add_argument("--model", choices=("smollm2", "blockwise"), default="smollm2",
                     help="smollm2 (the packaged heads; chat tasks) or blockwise (the small "
                          "self-trained model of `blockdraft demo --blockwise`, pydoc paragraphs)")
+    ap.add_argument("--heads", default=MODEL,
+                    help="--model smollm2: its heads, a known name (smollm2: the packaged "
+                         "Medusa heads; smollm2-prefix: the packaged prefix heads, whose tree "
+                         "lattice the tree-lattice builder searches) or a heads folder")
     ap.add_argument("--blockwise-prompts", type=int, default=24,
                     help="held-out paragraphs of the blockwise benchmark (the rest calibrate)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: see NOTES)")
@@ -432,7 +492,9 @@ def parse_args(argv: list[str] | None = None) -> Args:
         ap.error("mc_sim_7b_63 reads ranks 0-9: use --k 10 or more, or leave it out")
     out = a.out or (PRESETS[preset][3] / "blockwise" if a.model == "blockwise"
                     else PRESETS[preset][3])
-    return Args(preset=preset, model=a.model, blockwise_prompts=a.blockwise_prompts,
+    if a.model == "blockwise" and a.heads != MODEL:
+        ap.error("--heads is for --model smollm2 (the blockwise model has its own heads)")
+    return Args(preset=preset, model=a.model, heads=a.heads, blockwise_prompts=a.blockwise_prompts,
                 threads=a.threads, dtype=a.dtype, k=a.k, budgets=tuple(a.budgets), lm=a.lm,
                 neural=a.neural, alphas=tuple(a.alphas), builders=tuple(a.builders),
                 online_budgets=tuple(a.online_budgets),
@@ -467,12 +529,13 @@ def smollm2_setup(args: Args) -> Setup:
     from blockdraft.models import load_model
 
     per_task, max_new, n_cal, _, corpus = PRESETS[args.preset]
-    log(f"loading {MODEL} ({args.dtype}, {args.threads} threads)")
-    model = load_model(MODEL, dtype=args.dtype)
+    log(f"loading {MODEL} ({args.dtype}, heads {args.heads}, {args.threads} threads)")
+    model = load_model(MODEL, dtype=args.dtype,
+                       heads=None if args.heads == MODEL else heads_folder(args.heads))
     tok = model.tokenizer
     cases = build_cases(tok, REAL_TASKS, per_task, 400, args.seed)
     lm_path, lm_info = lm_file(args.lm, corpus)
-    fields = {"model": f"{MODEL}(SmolLM2-135M-Instruct)", "heads": heads_label(MODEL),
+    fields = {"model": f"{MODEL}(SmolLM2-135M-Instruct)", "heads": heads_label(args.heads),
               "dtype": args.dtype, "tasks": "+".join(REAL_TASKS), "prompts_per_task": per_task,
               "calibration": f"{n_cal} held-out distillation prompts"}
     online = [next((i, c) for i, c in enumerate(cases) if c.task == t) for t in REAL_TASKS]
@@ -554,14 +617,16 @@ def main(argv: list[str] | None = None) -> int:
     lm.check_vocab(model.config.vocab_size, tokenizer=getattr(model, "tokenizer", None))
     accuracies = rank_accuracies(cal, args.k)
     make: dict[str, Any] = {"k": args.k, "lm": lm, "accuracies": accuracies, "alpha": 1.0,
-                            "neural": setup.neural, "neural_dir": setup.neural_dir}
+                            "neural": setup.neural, "neural_dir": setup.neural_dir,
+                            "conditional": bool(getattr(model, "conditional_heads", False))}
     budget = 32 if 32 in args.budgets else max(args.budgets)
     alphas, alpha_b = {}, {}
     for key in RESCORED:
         alphas[key], alpha_b[key] = choose_alpha(cal, key, budget, args.alphas, **make)
     make["alphas"] = alphas
     tasks = list(dict.fromkeys(c.task for c in cases))
-    rows = simulate_builders(trace, cases, args.budgets, args.builders, **make)
+    rows = simulate_builders(trace, cases, args.budgets, args.builders, model=model,
+                             eos=setup.eos, **make)
     sizes = sorted({*args.budgets, model.h})  # the chain verifies at most h nodes
     costs = measure_costs(model, cases[0].ids, sizes, args.k, args.repeats)
     online = run_online(model, setup.online, rows, args.online_budgets, args.online_builders,

@@ -11,7 +11,7 @@ epochs / batch), the softmax over the 4,096-token shortlist the packaged heads d
 
 - ``self-N``: the self-distilled set (bfloat16 greedy answers, their bfloat16 states), for each
   point ``N`` the set reaches (the learning curve);
-- ``kl-N``: the same data with the KL loss to the base's distribution (the middle point);
+- ``kl-N``: the same data with the KL loss to the base's distribution (the first point);
 - ``prefix-N``: prefix-conditioned (Hydra-style) heads of 1 ResBlock, whose input projection
   costs what the Medusa heads' second ResBlock costs (equal step cost), at every point;
 - ``labelled-N``: the same texts labelled by float32 one-forward labels (``heads label``), at
@@ -71,9 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     points = [int(p) for p in args.points.split(",") if int(p) <= have]
     runs: list[tuple[str, Path, int, list[str]]] = [
         (f"self-{p // 1000}k", args.data, p, []) for p in points]
-    if len(points) >= 2:
-        mid = points[len(points) // 2 - 1]
-        runs.append((f"kl-{mid // 1000}k", args.data, mid, ["--loss", "kl"]))
+    if points:  # the recipe at equal data: the first point, where a run costs least
+        runs.append((f"kl-{points[0] // 1000}k", args.data, points[0], ["--loss", "kl"]))
     for p in points:  # Hydra-style heads at the cost of the Medusa heads: one ResBlock fewer
         runs.append((f"prefix-{p // 1000}k", args.data, p,
                      ["--arch", "prefix", "--layers", "1"]))
@@ -117,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                      else "generated bfloat16", "train_s": round(train_s, 1), **scores})
         print(json.dumps(rows[-1])[:400], file=sys.stderr, flush=True)
     env = environment("cpu")
-    signature = format_signature({"heads": 5, "layers": 2, "vocab": "shortlist:4096",
+    signature = format_signature({"heads": 5, "vocab": "shortlist:4096",  # layers: per row
                                   "batch": args.batch, "epochs": args.epochs,
                                   "threads": args.threads,
                                   **env})

@@ -22,6 +22,12 @@ from blockdraft.core.efficiency import block_efficiency
 # ---- summarising ---------------------------------------------------------------------------------
 
 
+def own_runtime(tag: str) -> str:
+    """The runtime tag of a model tag: ``ort32/smollm2-prefix`` (other heads on the same base
+    and runtime) -> ``ort32``, whose greedy loop it is compared with."""
+    return tag.split("/", 1)[0]
+
+
 def _median(xs: Sequence[float]) -> float | None:
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     return float(np.median(xs)) if xs else None
@@ -356,7 +362,8 @@ def make_report(result: dict[str, Any], cases: Sequence[Any],
         if st.make is None:
             own_greedy.setdefault(getattr(st, "runtime", ""), st.name)
     for st in strategies:
-        greedy = own_greedy.get(getattr(st, "runtime", ""))
+        tag = getattr(st, "runtime", "")
+        greedy = own_greedy.get(tag, own_greedy.get(own_runtime(tag)))
         cell = summary["overall"][st.name]
         if st.make is not None and greedy and "accounting" in cell:
             ref = summary["overall"][greedy].get("accounting", {})

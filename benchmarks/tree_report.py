@@ -22,7 +22,10 @@ DEFINITIONS = [
     "B: mean accepted tokens per verification call, the bonus token included (greedy = 1.00): "
     "per task generated tokens / calls pooled over the task's prompts, from the trace "
     "(blockdraft.oracle.simulate, equal to the online decode step by step); 'mean' is the mean "
-    "over tasks.",
+    "over tasks. Builders marked (decoded): the tree lattice of prefix-conditioned heads, "
+    "whose node expansions the trace does not hold, so B comes from decode over the same "
+    "prompts, lengths and EOS (outputs checked equal to the trace's greedy continuation), and "
+    "build ms includes every expansion (a head evaluation per node).",
     "verify ms: median wall time of one Verifier.verify_tree call over a tree of that many "
     "nodes on the first prompt's cache (forward with the tree mask, acceptance, cache gather, "
     "next head logits). greedy ms: the reference loop's per-token cost (greedy_generate).",
@@ -128,7 +131,8 @@ def _grid(rows: Sequence[dict[str, Any]], value: str, fmt: str) -> list[str]:
     lines = ["| builder | " + " | ".join(f"N = {n}" for n in budgets) + " |",
              "|---|" + "---|" * len(budgets)]
     for key in names:
-        label = next(r["name"] for r in rows if r["builder"] == key)
+        first = next(r for r in rows if r["builder"] == key)
+        label = first["name"] + (" (decoded)" if first.get("decoded") else "")
         cells = []
         for n in budgets:
             r = _row(rows, key, n)

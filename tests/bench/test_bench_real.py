@@ -261,3 +261,55 @@ def test_the_whole_call_is_accounted_for(report: Any) -> None:
         assert pred["steps"] > 0 and 0 < pred["prefill_share"] < 1
         assert cell["identical"] == cell["prompts"], name
     assert "## Where each call's time goes" in (out / "real.md").read_text()
+
+
+def test_other_heads_share_their_runtimes_greedy_loop() -> None:
+    """``--also-heads``: strategies tagged ``TAG/NAME`` run on their own model and are compared
+    with runtime ``TAG``'s one greedy loop (speed and identity), in the rows and the report."""
+    bench = _module("bench_real")
+    first = _tiny(0)
+    models = {"pt32": first, "pt-bf16": first, "pt-bf16/other": _with_other_heads(first, 5)}
+    strategies = bench.build_strategies(k=4, p=3, alpha=1.0, only=(), runtime="pt32",
+                                        tagged=True)
+    strategies += bench.build_strategies(k=4, p=3, alpha=1.0, only=("vanilla",),
+                                         runtime="pt-bf16", tagged=True)
+    strategies += bench.build_strategies(k=4, p=3, alpha=1.0, only=("vanilla",),
+                                         runtime="pt-bf16/other", tagged=True)[1:]
+    assert [s.name for s in strategies] == ["greedy [pt32]", "greedy [pt-bf16]",
+                                            "vanilla [pt-bf16]", "vanilla [pt-bf16/other]"]
+    cases = _cases(bench)[:2]
+    result = bench.run_benchmark(models, cases, strategies, max_new_tokens=12, eos_id=EOS,
+                                 warmup_tokens=0, progress=False)
+    rows = {(r["case"], r["strategy"]): r for r in result["rows"]}
+    calls = []
+    for case in range(2):
+        row = rows[(case, "vanilla [pt-bf16/other]")]
+        assert row["identical"] and row["identical_own"]
+        greedy = rows[(case, "greedy [pt-bf16]")]
+        assert row["speedup_own"] == pytest.approx(row["tok_s"] / greedy["tok_s"])
+        calls.append((row["calls"], rows[(case, "vanilla [pt-bf16]")]["calls"]))
+    assert any(a != b for a, b in calls), "the other heads drafted exactly alike: not used"
+    rep = bench.make_report(result, cases, strategies, [], fields={"model": "tiny"},
+                            command="cmd", skipped={}, wall_s=0.0)
+    cell = rep["summary"]["overall"]["vanilla [pt-bf16/other]"]
+    assert cell["own_greedy"] == "greedy [pt-bf16]"
+    args = bench.parse_args(["--runtimes", "onnxruntime:float32", "--also-heads",
+                             "smollm2-prefix", "--runtime-strategies",
+                             "ort32/smollm2-prefix=default,vanilla"])
+    assert args.also_heads == ["smollm2-prefix"]
+    assert args.runtime_strategies == {"ort32/smollm2-prefix": ["default", "vanilla"]}
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--runtime-strategies", "gpu9/x=vanilla"])
+    assert bench.own_runtime("ort32/smollm2-prefix") == "ort32" == bench.own_runtime("ort32")
+
+
+def _with_other_heads(model: Any, seed: int) -> Any:
+    """``model``'s base with other random Medusa heads (``seed``)."""
+    from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads
+
+    heads = MedusaHeads(64, None, 3, 1)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    return HFBlockwiseModel(model.base, heads)

@@ -36,6 +36,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     trace = record_trace(model, [c.ids for c in cases], tmp / "trace", max_new_tokens=MAX_NEW,
                          eos_id=EOS, K=10)
     keys = [b for b in bench.BUILDERS if b != "trie-neural"  # needs a RescorerLM folder
+            and b not in bench.DECODED  # needs prefix heads: test_the_tree_lattice_...
             and (lm is not None or "gram" not in b or b == "trie-0gram")]
     torch.manual_seed(0)
     rescorer = RescorerLM(BlockwiseConfig.tiny(vocab_size=256, h=1, max_seq_len=64)).eval()
@@ -118,3 +119,63 @@ def test_report(run: dict[str, Any]) -> None:
     text = paths[1].read_text()
     assert "python benchmarks/bench_trees.py --test" in text and "N = 8" in text
     assert np.isfinite(rep["costs"]["greedy_ms"])
+
+
+def test_decoded_b_is_pooled_as_the_simulator_pools_it(run: dict[str, Any]) -> None:
+    """``decode_builder`` (the B of builders the trace cannot replay) gives, for a builder the
+    simulator can replay, the simulator's B per task and its nodes per step."""
+    bench = run["bench"]
+    builder = bench.make_builder("chain", 8, **run["make"])
+    per_task, nodes, build_ms = bench.decode_builder(run["model"], run["trace"], run["cases"],
+                                                     builder, EOS)
+    row = next(r for r in run["rows"] if r["builder"] == "chain" and r["N"] == 8)
+    assert per_task == pytest.approx(row["B"]) and nodes == pytest.approx(row["nodes"])
+    assert build_ms >= 0 and not row["decoded"]
+    assert bench.make_builder("tree-lattice", 8, **run["make"]) is None  # Medusa heads
+
+
+def test_the_tree_lattice_row_with_prefix_heads(tmp_path: Path) -> None:
+    """With prefix heads the tree-lattice builder gets a (decoded) row at every budget; with one
+    arc a node its tree is the chain, so its decoded B equals the chain's simulated B; a trace
+    of other heads' model is refused rather than scored."""
+    import torch
+
+    from blockdraft.models.hf import HFBlockwiseModel
+    from blockdraft.models.hf.prefix_heads import PrefixHeads
+    from blockdraft.oracle import rank_accuracies
+    from blockdraft.oracle.record import record_trace
+    from hf_testlib import V, randomize, tiny_hf_base
+
+    bench, real = _module("bench_trees"), _module("bench_real")
+
+    def tiny_prefix(seed: int) -> Any:
+        heads = randomize(PrefixHeads(64, 3, 1), seed + 1, scale=0.3)
+        return HFBlockwiseModel(tiny_hf_base("llama", seed, init=0.3), heads)
+
+    model = tiny_prefix(0)
+    rng = np.random.default_rng(1)
+    cases = [real.PromptCase("task-a" if i < 2 else "task-b", f"r{i}",
+                             tuple(int(t) for t in rng.integers(2, V, size=8 + 2 * i)))
+             for i in range(4)]
+    with torch.no_grad():
+        trace = record_trace(model, [c.ids for c in cases], tmp_path / "trace",
+                             max_new_tokens=MAX_NEW, eos_id=EOS, K=4)
+        make = {"k": 4, "lm": None, "alpha": 0.5, "accuracies": rank_accuracies(trace, 4),
+                "conditional": True}
+        rows = bench.simulate_builders(trace, cases, BUDGETS, ["chain", "tree-lattice"],
+                                       model=model, eos=EOS, **make)
+        lattice = [r for r in rows if r["builder"] == "tree-lattice"]
+        assert [r["N"] for r in lattice] == list(BUDGETS)
+        for r in lattice:
+            assert r["decoded"] and set(r["B"]) == {"task-a", "task-b"}
+            assert 1.0 <= r["B_mean"] <= model.h and 1 <= r["nodes"] <= r["N"]
+        one = bench.decode_builder(model, trace, cases,
+                                   bench.make_builder("tree-lattice", 8, **{**make, "k": 1}),
+                                   EOS)
+        chain = next(r for r in rows if r["builder"] == "chain" and r["N"] == 8)
+        assert one[0] == pytest.approx(chain["B"]) and one[1] == pytest.approx(chain["nodes"])
+        other = record_trace(tiny_prefix(7), [c.ids for c in cases], tmp_path / "other",
+                             max_new_tokens=MAX_NEW, eos_id=EOS, K=4)
+        with pytest.raises(SystemExit, match="re-record the trace"):
+            bench.decode_builder(model, other, cases,
+                                 bench.make_builder("tree-lattice", 8, **make), EOS)

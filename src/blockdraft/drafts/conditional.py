@@ -9,7 +9,10 @@ the LM.
 
 A :class:`ConditionalTreeDrafter` proposes EAGLE-2's tree over the same lattice instead: the
 ``budget`` nodes of highest cumulative head log-probability, at any depth (verified as one token
-tree).
+tree). With ``lookup`` it merges prompt-lookup copies into that tree (the copies cost no head
+evaluation), each node rated as the cost-aware tree rates them: the head's arc probability and
+the copy's measured acceptance rate combined as independent evidence; the merged tree is cut to
+the size that pays on the cost curve.
 
 The decode loop hands both the step's ``expand`` (the verifier builds it at the accepted node
 when the model's heads are prefix-conditioned); the offline simulator has no heads to expand
@@ -30,6 +33,9 @@ import numpy as np
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
 from blockdraft.core.tree import DraftTree
+from blockdraft.drafts.budget import select_nodes
+from blockdraft.drafts.calibration import AcceptanceTables
+from blockdraft.drafts.lookup import lookups
 from blockdraft.lattice.conditional import Expand, conditional_pbest, conditional_tree
 from blockdraft.lattice.sausage import SausageLattice
 
@@ -107,17 +113,36 @@ class ConditionalTreeDrafter:
     its tokens (a CPU) the tree stays as small as pays, on one whose does not (a GPU's graph)
     it grows toward ``budget``.
 
+    With ``lookup``, the ``copies`` prompt-lookup copies of the context
+    (:func:`~blockdraft.drafts.lookup.lookups`, ``copy_length`` tokens each) join the grown
+    tree as a trie. A node's ``q`` (its acceptance given its parent's) is its arc probability
+    where the head that expands its parent was evaluated (else 0), combined with each copy
+    through it as independent evidence, ``1 - (1 - q_head) prod (1 - q_copy)``, ``q_copy`` from
+    ``tables.copy_q`` (measured on held-out answers of the same base; uniform stand-ins
+    without tables). The merged nodes are ranked by ``a(u)``, the product of ``q`` along the
+    path, and cut to the size that pays on ``cost`` (the expansions are spent by then), at
+    most ``budget`` nodes.
+
     Attributes:
         k: arcs per node.
         budget: nodes per tree at most, the certain token included (one verification call).
         cost: the runtime's cost curve (:func:`~blockdraft.models.cost.measure_cost_curve`),
-            or None: always ``budget`` nodes.
+            or None: always ``budget`` nodes (the grown tree's, then the best merged ones).
+        lookup: merge prompt-lookup copies into the tree.
+        tables: :class:`~blockdraft.drafts.calibration.AcceptanceTables` whose ``copy_q``
+            rates a copy's tokens, or None (:meth:`AcceptanceTables.uniform`'s).
+        copies: copies per step (ranked; the tables rate each rank).
+        copy_length: tokens a copy proposes (the cut keeps what pays).
         name: a label for tables; derived from the settings when empty.
     """
 
     k: int = 4
     budget: int = 16
     cost: Any = None
+    lookup: bool = False
+    tables: Any = None
+    copies: int = 3
+    copy_length: int = 16
     name: str = ""
     # expansions timed so far and their seconds (the host cost of a node), across steps
     _timing: list[float] = field(default_factory=lambda: [0.0, 0.0], init=False, repr=False,
@@ -126,16 +151,20 @@ class ConditionalTreeDrafter:
     conditional = True  # the decode loop hands it the step's tree lattice
 
     def __post_init__(self) -> None:
-        for name in ("k", "budget"):
+        for name in ("k", "budget", "copies", "copy_length"):
             value = check_positive_int(getattr(self, name), f"ConditionalTreeDrafter.{name}",
                                        DraftError)
             object.__setattr__(self, name, value)
         if self.cost is not None and not callable(getattr(self.cost, "steps", None)):
             raise DraftError(f"ConditionalTreeDrafter.cost must be a CostCurve, got "
                              f"{type(self.cost).__name__}")
+        if self.tables is not None and not callable(getattr(self.tables, "copy_q", None)):
+            raise DraftError(f"ConditionalTreeDrafter.tables must be AcceptanceTables, got "
+                             f"{type(self.tables).__name__}")
         if not self.name:
             sized = "cost-aware " if self.cost is not None else ""
-            object.__setattr__(self, "name", f"tree-lattice {sized}confidence tree "
+            copies = " + lookup" if self.lookup else ""
+            object.__setattr__(self, "name", f"tree-lattice {sized}confidence tree{copies} "
                                              f"(k={self.k}, N={self.budget})")
 
     def propose_tree(self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
@@ -146,6 +175,23 @@ class ConditionalTreeDrafter:
     def propose_conditional(self, expand: Expand, lattice: SausageLattice,
                             context: Sequence[int] | np.ndarray) -> DraftTree:
         """The step's tree: ``expand`` is its tree lattice (depth ``lattice.h``)."""
+        if not self.lookup:
+            return self._grow(expand, lattice)
+        seen: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+        def kept(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+            seen[prefix] = out = expand(prefix)
+            return out
+
+        tree = self._grow(kept, lattice)
+        text = np.append(np.asarray(context, dtype=np.int64), tree.tokens[0])
+        copies = [(text[start: start + self.copy_length], m, rank) for rank, (start, m)
+                  in enumerate(lookups(text, 1, 4, self.copies), start=1)]
+        tables = self.tables if self.tables is not None else AcceptanceTables.uniform(lattice.h)
+        return merge_copies(tree, copies, seen, tables, self.cost, self.budget)
+
+    def _grow(self, expand: Expand, lattice: SausageLattice) -> DraftTree:
+        """The confidence tree over the tree lattice, cost-aware when there is a cost."""
         if self.cost is None:
             return conditional_tree(expand, lattice.h, self.budget)
         timing = self._timing
@@ -171,3 +217,74 @@ class ConditionalTreeDrafter:
 
         # every node taken raised the ratio, so the tree grown is the best of its prefixes
         return conditional_tree(timed, lattice.h, self.budget, stop=stop)
+
+
+def merge_copies(tree: DraftTree, copies: Sequence[tuple[np.ndarray, int, int]],
+                 expanded: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]],
+                 tables: AcceptanceTables, cost: Any, max_nodes: int) -> DraftTree:
+    """A confidence tree over the tree lattice with prompt-lookup copies merged in, cut to
+    what pays (:class:`ConditionalTreeDrafter`, ``lookup``).
+
+    Args:
+        tree: the grown tree (node 0 the certain token; scores: path log-probabilities).
+        copies: ``(tokens [L], match length, rank)`` of each copy, the tokens after the
+            certain token.
+        expanded: the step's expansions, ``prefix (from the certain token) -> (ids,
+            log-probs)``: a copied token's head evidence where its parent was expanded.
+        tables: rate a copy's tokens (``copy_q``).
+        cost: the cost curve the cut maximises expected tokens per unit of time on, or None
+            (the ``max_nodes`` best nodes).
+        max_nodes: nodes at most, the root included.
+
+    Returns:
+        The merged tree (``source`` ``"conditional tree + lookup"``), each node scored by
+        ``ln a(u)``, nodes ranked by ``a`` (parents first).
+    """
+    tokens = tree.tokens.tolist()
+    parents = tree.parents.tolist()
+    scores = tree.scores.tolist()
+    q_head = [1.0] + [math.exp(scores[u] - scores[parents[u]]) for u in range(1, len(tokens))]
+    paths: list[tuple[int, ...]] = [(tokens[0],)]
+    for u in range(1, len(tokens)):
+        paths.append((*paths[parents[u]], tokens[u]))
+    child = {(parents[u], tokens[u]): u for u in range(1, len(tokens))}
+    miss = [1.0] * len(tokens)  # prod (1 - q_copy) over the copies through each node
+    for row, match, rank in copies:
+        node = 0
+        qc = tables.copy_q(match, np.arange(1, len(row) + 1), rank)
+        for j, token in enumerate(row.tolist()):
+            nxt = child.get((node, token))
+            if nxt is None:
+                arcs = expanded.get(paths[node])
+                q = 0.0
+                if arcs is not None:
+                    hit = np.flatnonzero(np.asarray(arcs[0]) == token)
+                    q = math.exp(float(arcs[1][hit[0]])) if hit.size else 0.0
+                nxt = len(tokens)
+                tokens.append(int(token))
+                parents.append(node)
+                q_head.append(q)
+                miss.append(1.0)
+                paths.append((*paths[node], int(token)))
+                child[(node, int(token))] = nxt
+            miss[nxt] *= 1.0 - float(qc[j])
+            node = nxt
+    n_all = len(tokens)
+    reach = np.ones(n_all)
+    for u in range(1, n_all):  # parents come first
+        reach[u] = reach[parents[u]] * (1.0 - (1.0 - q_head[u]) * miss[u])
+    depths = np.array([len(p) for p in paths])
+    order = np.lexsort((np.arange(1, n_all), depths[1:], -reach[1:])) + 1
+    if cost is None:
+        n = min(max_nodes, n_all)
+    else:
+        n = select_nodes(reach[order], cost, max_nodes)
+    keep = np.zeros(n_all, dtype=bool)
+    keep[0] = True
+    keep[order[: n - 1]] = True
+    with np.errstate(divide="ignore"):
+        logs = np.maximum(np.log(reach), -1e30)
+    merged = DraftTree(tokens=np.asarray(tokens, dtype=np.int64),
+                       parents=np.asarray(parents, dtype=np.int64), scores=logs,
+                       source="conditional tree + lookup")
+    return merged.subset(keep)

@@ -13,9 +13,10 @@
 - one path a step (``chain=True``) on a runtime that verifies chains losslessly but not trees
   (``model.exact_trees`` False: ONNX Runtime int8);
 - prefix-conditioned heads (``model.conditional_heads``), whose lattice is a tree: EAGLE-2's
-  tree over it cut to the size that pays on the cost curve
-  (:class:`~blockdraft.drafts.ConditionalTreeDrafter` with ``cost``; their chain alone where
-  trees are not exact).
+  tree over it with prompt-lookup copies merged in, cut to the size that pays on the cost
+  curve (:class:`~blockdraft.drafts.ConditionalTreeDrafter` with ``cost`` and ``lookup``; the
+  copies rated by the recipe's acceptance tables when the heads folder has one, its ``k`` and
+  ``max_nodes`` taken too; their chain alone where trees are not exact).
 
 Public surface:
     default_drafter(model) -> CostAwareTreeDrafter, or ConditionalTreeDrafter (prefix heads)
@@ -59,8 +60,15 @@ def default_drafter(model: Any) -> CostAwareTreeDrafter | ConditionalTreeDrafter
     h = int(getattr(model, "h", 2))
     chain = not bool(getattr(model, "exact_trees", True))
     if getattr(model, "conditional_heads", False):
-        drafter = ConditionalTreeDrafter(k=1 if chain else 4, budget=h if chain else 32,
-                                         cost=cost)
+        if chain:
+            drafter = ConditionalTreeDrafter(k=1, budget=h, cost=cost)
+        else:
+            tables = (AcceptanceTables.load(recipe.acceptance)
+                      if recipe is not None and recipe.acceptance is not None else None)
+            drafter = ConditionalTreeDrafter(
+                k=4 if recipe is None else recipe.k,
+                budget=32 if recipe is None else recipe.max_nodes, cost=cost, lookup=True,
+                tables=tables, copy_length=16 if recipe is None else recipe.copy_length)
     elif recipe is None:
         drafter = CostAwareTreeDrafter(cost=cost, tables=AcceptanceTables.uniform(h), k=4, p=0,
                                        lookup=True, chain=chain)

@@ -117,6 +117,36 @@ def test_a_prefix_heads_folder_that_names_its_base(tmp_path: Path, llama_folder:
         load_model(nameless)
 
 
+def test_a_prefix_heads_folders_recipe_drives_its_default_drafter(tmp_path: Path,
+                                                                   llama_folder: Path) -> None:
+    """The drafting recipe of a prefix heads folder (``config.json``) is read with the heads:
+    the default drafter merges lookup copies rated by its acceptance tables, with its ``k``,
+    ``max_nodes`` and ``copy_length``; without a recipe, the stand-ins."""
+    import json
+
+    import numpy as np
+
+    from blockdraft.drafts.calibration import AcceptanceTables
+    from blockdraft.drafts.default import default_drafter
+    from blockdraft.models.hf.prefix_heads import PrefixHeads, write_prefix_heads
+
+    plain = write_prefix_heads(PrefixHeads(64, 2, 1), tmp_path / "plain",
+                               base_model=str(llama_folder))
+    folder = write_prefix_heads(PrefixHeads(64, 2, 1), tmp_path / "recipe",
+                                base_model=str(llama_folder))
+    tables = AcceptanceTables.uniform(3, copy_q=0.9)
+    tables.save(folder / "acceptance.json")
+    config = json.loads((folder / "config.json").read_text())
+    config["blockdraft_drafting"] = {"k": 3, "max_nodes": 9, "copy_length": 5,
+                                     "acceptance": "acceptance.json"}
+    (folder / "config.json").write_text(json.dumps(config))
+    drafter = default_drafter(load_model(folder))
+    assert (drafter.k, drafter.budget, drafter.copy_length, drafter.lookup) == (3, 9, 5, True)
+    np.testing.assert_array_equal(drafter.tables.copy, tables.copy)
+    bare = default_drafter(load_model(plain))
+    assert bare.lookup and bare.tables is None and (bare.k, bare.budget) == (4, 32)
+
+
 def test_a_medusa_2_full_checkpoint_alone(tmp_path: Path, hf_base: Any) -> None:
     base = hf_base("gpt2", seed=2)
     heads = MedusaHeads(32, 200, 2, 1, own_projection=True)

@@ -104,10 +104,12 @@ def test_decoding_on_onnx_runtime_is_lossless_and_accepts_what_torch_accepts() -
     ort = on_runtime(model, "onnxruntime", "float32")
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(2, V, (n,), generator=g).tolist() for n in (5, 9, 14)]
+    prompts[2] = prompts[2] * 3  # repeats: prompt lookup finds copies
     want = [greedy_generate(model, p, 24, eos_id=None) for p in prompts]
     for drafter in (HeadDrafter(k=1, p=1), ConditionalDrafter(k=1, p=1),
                     ConditionalDrafter(k=3, p=6, max_expansions=None),
-                    ConditionalTreeDrafter(k=3, budget=12)):
+                    ConditionalTreeDrafter(k=3, budget=12),
+                    ConditionalTreeDrafter(k=3, budget=12, lookup=True, copy_length=6)):
         calls = {}
         for name, m in (("torch", model), ("ort", ort)):
             how = ({"tree": drafter} if isinstance(drafter, ConditionalTreeDrafter)

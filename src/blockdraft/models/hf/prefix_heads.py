@@ -238,6 +238,7 @@ def read_prefix_heads(folder: str | os.PathLike[str]) -> PrefixHeads:
     """
     from safetensors import safe_open
 
+    from blockdraft.models.hf.drafting import read_drafting
     from blockdraft.models.hf.formats import DIGEST_KEY, tensors_digest
     from blockdraft.models.hf.shortlist import read_shortlist
 
@@ -260,4 +261,5 @@ def read_prefix_heads(folder: str | os.PathLike[str]) -> PrefixHeads:
     found = read_shortlist(root)
     if found is not None:
         heads.set_shortlist(found[0], info=found[1])
+    heads.drafting = read_drafting(root)  # the folder's drafting recipe, if it packages one
     return heads
