@@ -554,6 +554,14 @@ def heads_folder(heads: str) -> Path:
     return folder
 
 
+def _shown_path(path: Path) -> Path:
+    """``path`` relative to the repository when it lies inside it."""
+    try:
+        return path.resolve().relative_to(REPO)
+    except ValueError:
+        return path
+
+
 def heads_label(heads: str) -> str:
     """``name@sha`` of the heads the run used (the files' SHA-256, so that preliminary and
     retrained heads tell apart)."""
@@ -842,8 +850,10 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, **environment("cpu"),
     }
     notes = [
-        f"The heads are {fields['heads']}; their README (src/blockdraft/models/hf/heads/"
-        f"{MODEL}/README.md) says how they were trained.",
+        f"The heads are {fields['heads']}; the README of each heads folder ("
+        + ", ".join(str(_shown_path(heads_folder(h)) / "README.md")
+                    for h in (args.heads, *args.also_heads))
+        + ") says how they were trained; strategies tagged TAG/NAME run the heads NAME.",
         "The 'explain' prompts were written for this benchmark on the topics of the pretraining "
         "corpus, on a subset of which the n-gram LM is trained: that task may favour the "
         "n-gram rescorers.",

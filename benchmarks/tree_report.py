@@ -175,7 +175,8 @@ def markdown(report: dict[str, Any]) -> str:
             "| builder | " + " | ".join(tasks) + " | mean |",
             "|---|" + "---|" * (len(tasks) + 1)]
     for r in n32:
-        out.append(f"| {r['name']} | " + " | ".join(f"{r['B'][t]:.3f}" for t in tasks)
+        label = r["name"] + (" (decoded)" if r.get("decoded") else "")
+        out.append(f"| {label} | " + " | ".join(f"{r['B'][t]:.3f}" for t in tasks)
                    + f" | {r['B_mean']:.3f} |")
     n_online = len({r.get("case", r["task"]) for r in report["online_runs"]})
     out += ["", f"## Measured end to end ({n_online} prompts, "

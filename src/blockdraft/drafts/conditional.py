@@ -140,7 +140,7 @@ class ConditionalTreeDrafter:
     budget: int = 16
     cost: Any = None
     lookup: bool = False
-    tables: Any = None
+    tables: Any = field(default=None, repr=False)
     copies: int = 3
     copy_length: int = 16
     name: str = ""
