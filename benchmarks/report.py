@@ -8,6 +8,7 @@ carrying the command and the signature that made it.
     write_report(report, out, stem, markdown, plot=None) -> [paths]
     save_figure(fig, path, report, width=200, top=1.0)   a PNG captioned with the command and
                                                           signature
+    cpu_busy(seconds=2.0) -> float | None  the share of the machine's CPU time in use now
 """
 
 from __future__ import annotations
@@ -17,11 +18,38 @@ import math
 import shlex
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+def cpu_busy(seconds: float = 2.0, stat: Path = Path("/proc/stat")) -> float | None:
+    """The share (0..1) of all cores' time spent busy over the next ``seconds`` (the caller
+    idle meanwhile: what other processes use), from ``/proc/stat``; None where it does not
+    exist. Unlike the load average, which decays over a minute, it says whether the machine is
+    busy now (a job that ended seconds ago does not count)."""
+
+    def sample() -> tuple[int, int] | None:
+        try:
+            fields = stat.read_text().splitlines()[0].split()[1:]
+        except (OSError, IndexError):
+            return None
+        ticks = [int(v) for v in fields]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+        return sum(ticks), idle
+
+    first = sample()
+    if first is None:
+        return None
+    time.sleep(seconds)
+    second = sample()
+    if second is None or second[0] <= first[0]:
+        return None
+    total, idle = second[0] - first[0], second[1] - first[1]
+    return max(0.0, min(1.0, 1.0 - idle / total))
 
 
 def command_line(script: str, argv: Sequence[str] | None) -> str:

@@ -30,6 +30,7 @@ build_meta.build_sdist(sys.argv[1])' "$OUT/dist" >/dev/null
 sdist=$(ls "$OUT"/dist/blockdraft-*.tar.gz)
 tar -tzf "$sdist" > "$OUT/sdist.txt"
 grep -q "native/kenlm/COPYING.LESSER.3" "$OUT/sdist.txt" || fail "the sdist lacks KenLM's licence"
+grep -q "/LICENSE$" "$OUT/sdist.txt" || fail "the sdist lacks blockdraft's licence"
 grep -q "\.so$" "$OUT/sdist.txt" && fail "the sdist holds a built library"
 "$BUILD_PY" -m pip wheel -q --no-deps --build-constraint requirements.lock -w "$OUT/dist" "$sdist"
 wheel=$(ls "$OUT"/dist/blockdraft-*.whl)
@@ -39,6 +40,7 @@ names = zipfile.ZipFile(sys.argv[1]).namelist()
 libs = [n for n in names if n.endswith(".so")]
 assert libs == ["blockdraft/_native/libbdkenlm.so"], libs
 assert any(n.endswith("licenses/native/kenlm/COPYING.LESSER.3") for n in names), "KenLM licence"
+assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "blockdraft's licence"
 assert "-py3-none-" in sys.argv[1], sys.argv[1]  # one wheel for every Python 3
 EOF
 step "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
