@@ -58,3 +58,28 @@ def randomize(module: torch.nn.Module, seed: int, scale: float = 0.2) -> Any:
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * scale)
     return module
+
+
+def check_accepted_rows_move(runtime: Any, reference: Any, prompt: list[int],
+                             tol: dict[str, float]) -> None:
+    """A tree verification on ``runtime`` keeps its accepted path (not a chain prefix of the
+    tree: root, a wrong child, then the right one and its child): the next forward continues
+    from the moved rows as ``reference``'s fresh prefill of the accepted text does."""
+    import numpy as np
+
+    from blockdraft.core.tree import DraftTree
+    from blockdraft.models import greedy_generate
+    from blockdraft.verify import Verifier
+
+    truth = greedy_generate(reference, prompt, 8)
+    assert greedy_generate(runtime, prompt, 8) == truth
+    verifier = Verifier(runtime)
+    _, past = verifier.prefill(prompt)
+    wrong = (truth[1] + 1) % V
+    tree = DraftTree(tokens=np.array([truth[0], wrong, truth[1], truth[2]]),
+                     parents=np.array([-1, 0, 0, 2]), scores=np.zeros(4))
+    out = verifier.verify_tree(past, tree)
+    assert out.path == (0, 2, 3) and out.n == 2 and out.past.length == len(prompt) + 3
+    nxt, _ = runtime.hidden(torch.tensor([[truth[3]]]), out.past)  # from the moved rows
+    ref = reference.hidden(torch.tensor([prompt + truth[:4]]))[0][0, -1]  # a fresh prefill
+    torch.testing.assert_close(nxt[0, -1], ref, **tol)

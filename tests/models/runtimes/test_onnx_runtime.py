@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hf_testlib import tiny_hf_base
+from hf_testlib import check_accepted_rows_move, tiny_hf_base
 
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
@@ -22,7 +22,7 @@ from blockdraft.models import ModelError, greedy_generate  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.runtimes import on_runtime  # noqa: E402
 from blockdraft.models.runtimes.kv_buffer import BufferCache  # noqa: E402
-from blockdraft.verify import Verifier, decode  # noqa: E402
+from blockdraft.verify import decode  # noqa: E402
 
 
 def _heads(d: int, n: int = 3, seed: int = 1, own: int | None = None) -> MedusaHeads:
@@ -165,18 +165,7 @@ def test_the_cache_grows_and_refuses_what_was_overwritten() -> None:
 
 def test_a_verification_moves_only_the_accepted_rows() -> None:
     ort = on_runtime(tiny("llama", seed=4), "onnxruntime", "float32")
-    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
-    truth = greedy_generate(ort, prompt, 8)
-    verifier = Verifier(ort)
-    _, past = verifier.prefill(prompt)
-    wrong = (truth[1] + 1) % 96
-    tree = DraftTree(tokens=np.array([truth[0], wrong, truth[1], truth[2]]),
-                     parents=np.array([-1, 0, 0, 2]), scores=np.zeros(4))
-    out = verifier.verify_tree(past, tree)
-    assert out.path == (0, 2, 3) and out.n == 2 and out.past.length == len(prompt) + 3
-    nxt, _ = ort.hidden(torch.tensor([[truth[3]]]), out.past)  # continues from the moved rows
-    ref = ort.hidden(torch.tensor([prompt + truth[:4]]))[0][0, -1]  # a fresh prefill
-    torch.testing.assert_close(nxt[0, -1], ref, atol=1e-4, rtol=1e-4)
+    check_accepted_rows_move(ort, ort, [3, 1, 4, 1, 5, 9, 2, 6], {"atol": 1e-4, "rtol": 1e-4})
 
 
 def test_the_export_is_made_once_and_rebuilt_when_damaged(tmp_path: Path,

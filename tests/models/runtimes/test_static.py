@@ -13,18 +13,17 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hf_testlib import randomize, tiny_hf_base
+from hf_testlib import check_accepted_rows_move, randomize, tiny_hf_base
 
 pytest.importorskip("transformers")
 
-from blockdraft.core.tree import DraftTree  # noqa: E402
 from blockdraft.models import ModelError, greedy_generate  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.runtimes import on_runtime  # noqa: E402
 from blockdraft.models.runtimes.cuda_graphs import BUCKETS  # noqa: E402
 from blockdraft.models.runtimes.kv_buffer import BufferCache  # noqa: E402
 from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
-from blockdraft.verify import Verifier, decode  # noqa: E402
+from blockdraft.verify import decode  # noqa: E402
 
 KINDS = ["llama", "mistral", "qwen2", "gpt2"]
 TOL = {"atol": 1e-4, "rtol": 1e-4}
@@ -87,19 +86,7 @@ def test_accepted_rows_move_within_the_buffer(kind: str) -> None:
     """A verification keeps its accepted path (not a chain prefix of the tree): the next
     forward continues from the moved rows as from a fresh prefill of the accepted text."""
     model, static = pair(kind, seed=4)
-    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]  # longer than Mistral's window
-    truth = greedy_generate(model, prompt, 8)
-    assert greedy_generate(static, prompt, 8) == truth
-    verifier = Verifier(static)
-    _, past = verifier.prefill(prompt)
-    wrong = (truth[1] + 1) % 96
-    tree = DraftTree(tokens=np.array([truth[0], wrong, truth[1], truth[2]]),
-                     parents=np.array([-1, 0, 0, 2]), scores=np.zeros(4))
-    out = verifier.verify_tree(past, tree)
-    assert out.path == (0, 2, 3) and out.n == 2 and out.past.length == len(prompt) + 3
-    nxt, _ = static.hidden(torch.tensor([[truth[3]]]), out.past)
-    ref = model.hidden(torch.tensor([prompt + truth[:4]]))[0][0, -1]
-    torch.testing.assert_close(nxt[0, -1], ref, **TOL)
+    check_accepted_rows_move(static, model, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], TOL)  # > window
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
