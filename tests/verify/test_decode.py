@@ -299,3 +299,23 @@ def test_neural_rescorer_of_another_vocabulary(random_model) -> None:  # type: i
     with pytest.raises(VerifyError, match=r"another tokenizer"):
         decode(model, [1, 2], drafter=HeadDrafter(k=2, rescorer=rescorer(80)), max_new_tokens=3)
     assert decode(model, [1, 2], rescorer=rescorer(64), k=2, max_new_tokens=3).calls >= 1
+
+
+def test_device_defaults_to_the_models_own() -> None:
+    """Told no device, decode takes the model's (a model on a GPU needs no device="cuda");
+    a device named is checked against it."""
+    import torch
+
+    from blockdraft.verify.errors import VerifyError
+    from blockdraft.verify.inputs import _check_device
+
+    class OnGPU:
+        device = torch.device("cuda", 0)
+
+    _check_device(OnGPU(), None)
+    _check_device(OnGPU(), "cuda")
+    _check_device(OnGPU(), "cuda:0")
+    with pytest.raises(VerifyError, match=r"the model is on cuda:0 but device = 'cpu'"):
+        _check_device(OnGPU(), "cpu")
+    with pytest.raises(VerifyError, match=r"the model is on cuda:0 but device = 'cuda:1'"):
+        _check_device(OnGPU(), "cuda:1")

@@ -4,7 +4,7 @@ See docs/definitions.md sec. 2.
 
 Public surface:
     decode(model, prompt_ids, rescorer=None, k=None, p=None, criterion="exact",
-           max_new_tokens=64, eos_id=None, drafter=None, device="cpu", iad=False, tree=None)
+           max_new_tokens=64, eos_id=None, drafter=None, device=None, iad=False, tree=None)
         -> DecodeResult (one prompt) | list[DecodeResult] (a list of prompts)
     predict(drafter, head_logits, k, context) -> DraftBatch     step 1, no model call
     accept(outcome, remaining, eos_id) -> tuple[int, ...]        step 3, the tokens a call yields
@@ -310,7 +310,7 @@ def decode(
     model: HeadsModel, prompt_ids: Sequence[int], rescorer: Any = ...,
     k: int | None = ..., p: int | None = ..., criterion: Criterion | str = ...,
     max_new_tokens: int = ..., eos_id: int | None = ..., drafter: Drafter | None = ...,
-    device: str | torch.device = ..., iad: bool = ..., tree: bool | TreeDrafter | None = ...,
+    device: str | torch.device | None = ..., iad: bool = ..., tree: bool | TreeDrafter | None = ...,
 ) -> DecodeResult: ...
 
 
@@ -319,7 +319,7 @@ def decode(
     model: HeadsModel, prompt_ids: Sequence[Sequence[int]], rescorer: Any = ...,
     k: int | None = ..., p: int | None = ..., criterion: Criterion | str = ...,
     max_new_tokens: int = ..., eos_id: int | None = ..., drafter: Drafter | None = ...,
-    device: str | torch.device = ..., iad: bool = ..., tree: bool | TreeDrafter | None = ...,
+    device: str | torch.device | None = ..., iad: bool = ..., tree: bool | TreeDrafter | None = ...,
 ) -> list[DecodeResult]: ...
 
 
@@ -329,7 +329,7 @@ def decode(
     rescorer: Any = ..., k: int | None = ..., p: int | None = ...,
     criterion: Criterion | str = ...,
     max_new_tokens: int = ..., eos_id: int | None = ..., drafter: Drafter | None = ...,
-    device: str | torch.device = ..., iad: bool = ...,
+    device: str | torch.device | None = ..., iad: bool = ...,
     tree: bool | TreeDrafter | None = ...,
 ) -> DecodeResult | list[DecodeResult]: ...
 
@@ -345,7 +345,7 @@ def decode(
     max_new_tokens: int = 64,
     eos_id: int | None = None,
     drafter: Drafter | None = None,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     iad: bool = False,
     tree: bool | TreeDrafter | None = None,
 ) -> DecodeResult | list[DecodeResult]:
@@ -385,7 +385,7 @@ def decode(
             has one, is the lattice width), ``p`` and ``rescorer`` (passing both a drafter and
             a rescorer is an error).
         device: where the model lives (``"cpu"``, ``"cuda"``, ``"cuda:1"``...); checked, never
-            changed: move the model there first.
+            changed: move the model there first. None (default): wherever its parameters are.
         iad: add an input-guided draft (copy of the prompt after a unique match,
             docs/definitions.md sec. 9) as one more path beside the heads' drafts.
         tree: verify token trees, one forward per step with tree attention

@@ -56,7 +56,7 @@ def check_decode_inputs(
     max_new_tokens: Any,
     eos_id: Any,
     drafter: Any,
-    device: str | torch.device,
+    device: str | torch.device | None,
 ) -> DecodeInputs:
     """Validate the arguments of ``decode`` against the verifier's model (see its docstring)."""
     vocab_size = verifier.vocab_size
@@ -105,7 +105,10 @@ def check_decode_inputs(
 
 
 
-def _check_device(model: Any, device: str | torch.device) -> None:
+def _check_device(model: Any, device: str | torch.device | None) -> None:
+    """``device`` (None: the model's own) names where the model is."""
+    if device is None:
+        return
     try:
         want = torch.device(device)
     except (RuntimeError, TypeError) as e:
