@@ -210,3 +210,23 @@ def test_the_real_demo_on_smollm2(tmp_path: Path) -> None:
     assert res.model == "smollm2" and res.dtype == "float32" and res.heads == "packaged"
     assert all(r.equals_greedy for r in res.rows)
     assert res.sample_answer and len(res.lattice.slots) == res.h
+
+
+def test_the_demo_on_the_static_runtime(tmp_path: Path, monkeypatch: Any,
+                                        tiny: dict[str, Path], capsys: Any) -> None:
+    """``demo --runtime static``: every strategy on the static runtime, identical to greedy,
+    the PyTorch loop beside; its precision is --dtype (--precision is refused)."""
+    from blockdraft.cli import main
+
+    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path / "cache"))
+    args = ["demo", "--model", str(tiny["model"]), "--heads", str(tiny["heads"]),
+            "--corpus", str(tiny["corpus"]), "--out", str(tmp_path / "out"),
+            "--max-new-tokens", "12", "--prompt", "What is a set?", "--threads", "1",
+            "--runtime", "static"]
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runtime"] == "static" and len(data["rows"]) == 8
+    assert all(r["equals_greedy"] for r in data["rows"])
+    assert main([*args, "--precision", "int8", "--overwrite"]) == 1
+    assert "--precision int8 is for --runtime onnxruntime; static's precision is --dtype" in \
+        capsys.readouterr().err

@@ -44,9 +44,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if given:
         raise CliError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply "
                        f"{'with' if args.blockwise else 'without'} --blockwise")
-    if args.precision is not None and args.runtime == "torch":
-        raise CliError(f"--precision {args.precision} is for --runtime onnxruntime; PyTorch's "
-                       "precision is --dtype")
+    if args.precision is not None and args.runtime in ("torch", "static"):
+        raise CliError(f"--precision {args.precision} is for --runtime onnxruntime; "
+                       f"{args.runtime}'s precision is --dtype")
     prompts = ([utf8_argument(q, "--prompt") for q in args.prompt] if args.prompt
                else None)
     output = claim_output(args.out, what="the demo's output", error=CliError,
@@ -76,7 +76,8 @@ def _real(args: argparse.Namespace, out: Path, prompts: list[str] | None) -> Any
 
     return run_real_demo(args.model or REAL_MODEL, out, heads=args.heads,
                          dtype=args.dtype or "float32", runtime=args.runtime or REAL_RUNTIME,
-                         precision=args.precision or "float32", corpus=args.corpus,
+                         precision=(args.dtype or "float32") if args.runtime == "static"
+                         else args.precision or "float32", corpus=args.corpus,
                          prompts=prompts or list(REAL_PROMPTS),
                          max_new_tokens=args.max_new_tokens or REAL_MAX_NEW_TOKENS,
                          threads=args.threads, progress=progress_bar, log=_log)
@@ -110,7 +111,9 @@ def print_real(res: Any) -> None:
     lm = (f"{len(res.ngram_counts)}-gram LM ({sum(res.ngram_counts):,} n-grams) over the "
           f"model's token ids of {res.corpus}, "
           f"{'trained in this run' if res.ngram_trained else 'from the cache'}: {res.ngram_path}")
-    where = "PyTorch" if res.runtime == "torch" else f"ONNX Runtime, {res.dtype}"
+    where = {"torch": "PyTorch", "static": f"the static runtime (transformers on a static "
+             f"cache, CUDA graphs on a GPU), {res.dtype}"}.get(res.runtime,
+                                                              f"ONNX Runtime, {res.dtype}")
     _table(
         f"{res.model} on {where} (heads: {res.heads}, h = {res.h}): {len(res.prompts)} "
         f"{'chat ' if res.chat else ''}prompts, {greedy.tokens} tokens, exact criterion",
@@ -268,10 +271,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                    help="the PyTorch model's dtype (default float32: exact, and what another "
                         "runtime is exported from)")
-    p.add_argument("--runtime", choices=("onnxruntime", "torch"), default=None,
+    p.add_argument("--runtime", choices=("onnxruntime", "torch", "static"), default=None,
                    help="where the strategies run (default onnxruntime: the fastest lossless "
-                        "runtime on a CPU; the PyTorch greedy loop then runs as a second "
-                        "reference)")
+                        "runtime on a CPU; static: transformers on a preallocated cache, "
+                        "replayed as CUDA graphs on a GPU; with a runtime other than torch "
+                        "the PyTorch greedy loop runs as a second reference)")
     p.add_argument("--precision", choices=("float32", "int8"), default=None,
                    help="--runtime onnxruntime: float32 (default, PyTorch's answers) or int8 "
                         "(chunk-invariant per-row int8: lossless against its own greedy)")

@@ -135,8 +135,9 @@ def run_real_demo(
         dtype: the PyTorch model's dtype: ``"float32"`` (default: exact, and what is
             exported to another runtime), ``"bfloat16"`` or ``"float16"``.
         runtime: where the strategies run: ``"onnxruntime"`` (default: the fastest lossless
-            runtime on a CPU) or ``"torch"``; with another runtime than torch the PyTorch
-            greedy loop runs too, as a second reference.
+            runtime on a CPU), ``"torch"`` or ``"static"`` (transformers on a static cache,
+            CUDA graphs on a GPU; its precision is ``dtype``); with another runtime than torch
+            the PyTorch greedy loop runs too, as a second reference.
         precision: the runtime's precision (``"float32"``, or ``"int8"`` on onnxruntime).
         corpus: the n-gram LM's text (None: ``pydoc_data.topics``).
         prompts: the user turns to decode (default :data:`REAL_PROMPTS`).
