@@ -257,7 +257,7 @@ def cmd_heads_train(args: argparse.Namespace) -> int:
             dtype=args.dtype, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
             shard_size=args.shard_size, heldout_fraction=args.heldout_fraction,
             heldout_min=args.heldout_min, data=args.data, work=args.work, settings=settings,
-            command=_command(args), progress=not args.json)
+            command=_command(args), progress=not args.json, init=args.init)
         if not result.finished:
             limit = "a limit" if args.minutes is None else f"--minutes {args.minutes:g}"
             writing.stopped(f"the training stopped by {limit} at step {result.step} of "
@@ -300,7 +300,10 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="time box of the training, minutes (a later run with --resume goes on)")
     p.add_argument("--arch", choices=("medusa", "prefix"), default=defaults.arch,
                    help="medusa: independent heads; prefix: each head also reads the token "
-                        "before its target (Hydra-style; scored offline, not decodable yet)")
+                        "before its target (Hydra-style: their lattice is a tree)")
+    p.add_argument("--init", type=Path, default=None, metavar="HEADS_DIR",
+                   help="start from these heads (a warm start: another epoch, new data; the "
+                        "same --arch, --heads and --layers) instead of a random start")
     p.add_argument("--train-tokens", type=positive_int, default=None,
                    help="train on the first training shards holding this many answer tokens "
                         "(a learning curve's point; default: all the set holds)")

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 
 from heads_testlib import SHARED_PROMPTS, TRAIN, tiny_llama  # noqa: E402
 
-from blockdraft.models.hf import read_heads  # noqa: E402
+from blockdraft.models.hf import MedusaHeads, read_heads, write_heads  # noqa: E402
 from blockdraft.training.heads import (  # noqa: E402
     HeadsTrainSettings,
     lm_head_weight,
@@ -84,3 +84,26 @@ def test_an_interrupted_write_leaves_the_old_heads(dataset: Any, tmp_path: Path,
         write_trained_heads(result, folder, "tiny", "# new\n")
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["heads"]
+
+
+def test_the_heads_to_start_from_are_read_and_named_by_digest(tmp_path: Path) -> None:
+    """``--init``: a heads folder (Medusa or prefix) read back with a ``name@digest`` label
+    that changes with the weights; a folder without heads is refused by name."""
+    from blockdraft.models.hf.prefix_heads import PrefixHeads, write_prefix_heads
+    from blockdraft.training import TrainingError
+    from blockdraft.training.heads.recipe import _init_heads
+
+    torch.manual_seed(0)
+    medusa = write_heads(MedusaHeads(32, None, 2), tmp_path / "m")
+    prefix = write_prefix_heads(PrefixHeads(32, 2), tmp_path / "p")
+    heads, label = _init_heads(medusa)
+    assert isinstance(heads, MedusaHeads) and label.startswith("m@") and len(label) == 14
+    other, other_label = _init_heads(prefix)
+    assert isinstance(other, PrefixHeads) and other_label.startswith("p@")
+    torch.manual_seed(1)
+    again = write_heads(MedusaHeads(32, None, 2), tmp_path / "m2")
+    assert _init_heads(again)[1].split("@")[1] != label.split("@")[1]
+    assert _init_heads(None) == (None, "")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TrainingError, match="the heads to start from"):
+        _init_heads(tmp_path / "empty")

@@ -186,3 +186,36 @@ def test_an_interrupt_before_the_first_checkpoint_leaves_no_folder(
     with pytest.raises(TrainingError, match="not a head-training folder"):
         train_heads(dataset, lm_head, mine, TRAIN, log=None, progress=False)
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def test_a_warm_start_continues_from_given_heads(dataset: Any, tmp_path: Path) -> None:
+    """``init``: the run starts from those heads' weights (its first evaluation is theirs,
+    not a random start's), records them in its settings (a checkpoint of a cold run is not
+    continued by a warm one), and refuses heads of another shape or architecture."""
+    from blockdraft.models.hf.prefix_heads import PrefixHeads
+
+    lm_head = lm_head_weight(tiny_llama(init=0.1))
+    held = load_positions(dataset, "heldout")
+    first = train_heads(dataset, lm_head, tmp_path / "a", TRAIN, log=None, progress=False)
+    trained = evaluate_heads(first.heads, lm_head, held, held.usable(), TRAIN)
+    warm = HeadsTrainSettings(**{**TRAIN.__dict__, "init": "first@x", "lr": 1e-9,
+                                 "warmup": 1})
+    again = train_heads(dataset, lm_head, tmp_path / "b", warm, log=None, progress=False,
+                        init=first.heads)
+    scores = evaluate_heads(again.heads, lm_head, held, held.usable(), warm)
+    assert scores["loss"] == pytest.approx(trained["loss"], rel=1e-4)  # lr ~ 0: kept
+    cold = train_heads(dataset, lm_head, tmp_path / "c", TRAIN, stop_after=5, log=None,
+                       progress=False)
+    assert cold.step == 5
+    assert "init:first@x" in again.signature and "init" not in cold.signature
+    with pytest.raises(TrainingError, match="other settings"):
+        train_heads(dataset, lm_head, tmp_path / "c", warm, log=None, progress=False,
+                    init=first.heads)
+    with pytest.raises(TrainingError, match="pass both or neither"):
+        train_heads(dataset, lm_head, tmp_path / "d", warm, log=None, progress=False)
+    with pytest.raises(TrainingError, match="differ in shape"):
+        train_heads(dataset, lm_head, tmp_path / "e", warm, log=None, progress=False,
+                    init=MedusaHeads(32, None, 2))
+    with pytest.raises(TrainingError, match="are prefix heads, the run's arch is medusa"):
+        train_heads(dataset, lm_head, tmp_path / "f", warm, log=None, progress=False,
+                    init=PrefixHeads(32, 3))

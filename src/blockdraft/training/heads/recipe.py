@@ -30,6 +30,7 @@ import torch
 
 from blockdraft.core.files import atomic_directory, atomic_path, cache_dir, write_text_atomic
 from blockdraft.models.hf.medusa import MedusaHeads
+from blockdraft.training.errors import TrainingError
 from blockdraft.training.heads.distill import distill
 from blockdraft.training.heads.mix import describe_mix, read_mix
 from blockdraft.training.heads.progress import log_line
@@ -130,6 +131,22 @@ def _table(curve: Sequence[dict[str, Any]], step: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _init_heads(folder: str | os.PathLike[str] | None) -> tuple[Any, str]:
+    """``(heads, "name@digest")`` of the folder a run starts from (``(None, "")``: none)."""
+    if folder is None:
+        return None, ""
+    from blockdraft.models.errors import ModelError
+    from blockdraft.models.hf.formats import read_heads, tensors_digest
+    from blockdraft.models.hf.prefix_heads import is_prefix_folder, read_prefix_heads
+
+    try:
+        heads = read_prefix_heads(folder) if is_prefix_folder(folder) else read_heads(folder)
+    except ModelError as e:
+        raise TrainingError(f"the heads to start from: {e}") from e
+    digest = tensors_digest({k: v.float() for k, v in heads.state_dict().items()})
+    return heads, f"{Path(folder).name}@{digest[:12]}"
+
+
 def train_medusa_heads(
     base: str = "smollm2",
     prompts: Sequence[str | os.PathLike[str]] = (),
@@ -155,6 +172,7 @@ def train_medusa_heads(
     command: str = "",
     progress: bool = True,
     log: Callable[[str], None] | None = log_line,
+    init: str | os.PathLike[str] | None = None,
 ) -> HeadsTrainResult:
     """Self-distil a base model on prompt files, train Medusa heads, write them (one call).
 
@@ -178,6 +196,9 @@ def train_medusa_heads(
         settings: the other training settings (:class:`HeadsTrainSettings`).
         command: the command line to record in the README.
         progress, log: progress bars and log lines.
+        init: a heads folder to start from (Medusa or prefix, as ``settings.arch``; the same
+            heads and ResBlocks): a warm start, recorded in the run's settings as
+            ``name@digest``.
 
     Returns:
         The training result (also written to ``out``).
@@ -204,7 +225,9 @@ def train_medusa_heads(
     lm_head = lm_head_weight(model)
     embed = model.get_input_embeddings().weight.detach().float().clone()  # prefix heads
     del model
-    fields = dict(asdict(settings or HeadsTrainSettings()), heads=heads, layers=layers, seed=seed)
+    start_from, init_label = _init_heads(init)
+    fields = dict(asdict(settings or HeadsTrainSettings()), heads=heads, layers=layers, seed=seed,
+                  init=init_label)
     run = HeadsTrainSettings(**fields)
     folder = Path(work) if work is not None else cache_dir(
         "medusa-train", hashlib.sha256(json.dumps(
@@ -215,7 +238,7 @@ def train_medusa_heads(
         extra["mix"] = "+".join(describe_mix(m) for _, m in mixes)
     t0 = time.monotonic()
     result = train_heads(dset, lm_head, folder, run, minutes=minutes, progress=progress, log=log,
-                         extra_signature=extra, embed=embed)
+                         extra_signature=extra, embed=embed, init=start_from)
     train_seconds = time.monotonic() - t0
     summary = dset.summary()
     prefix = run.arch == "prefix"

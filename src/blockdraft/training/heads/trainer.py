@@ -106,6 +106,9 @@ class HeadsTrainSettings:
         arch: ``"medusa"`` (independent heads) or ``"prefix"`` (each head also reads the
             token before its target: :class:`~blockdraft.models.hf.prefix_heads.PrefixHeads`,
             Hydra-style).
+        init: the heads the run starts from, as ``name@digest`` of their weights (a warm
+            start: another epoch, new data), or ``""`` for a seeded random start; the
+            weights themselves are :func:`train_heads`' ``init``.
     """
 
     heads: int = 5
@@ -125,6 +128,7 @@ class HeadsTrainSettings:
     vocab: str = "full"
     shortlist: int = 4096
     arch: str = "medusa"
+    init: str = ""
     version: str = field(default="1")
 
     def check(self) -> None:
@@ -155,6 +159,23 @@ class HeadsTrainSettings:
         return self.lr * 0.5 * (1.0 + math.cos(math.pi * min(step - self.warmup, span) / span))
 
 
+def _warm_start(heads: torch.nn.Module, init: torch.nn.Module,
+                settings: HeadsTrainSettings) -> None:
+    """``heads`` take ``init``'s weights (float32), refused unless they are alike."""
+    if isinstance(init, PrefixHeads) != isinstance(heads, PrefixHeads):
+        have = "prefix" if isinstance(init, PrefixHeads) else "medusa"
+        raise TrainingError(f"the heads to start from ({settings.init}) are {have} heads, the "
+                            f"run's arch is {settings.arch}")
+    mine, theirs = heads.state_dict(), init.state_dict()
+    wrong = sorted(k for k in mine.keys() | theirs.keys()
+                   if k not in mine or k not in theirs or mine[k].shape != theirs[k].shape)
+    if wrong:
+        raise TrainingError(f"the heads to start from ({settings.init}) differ in shape from "
+                            f"the run's ({settings.heads} heads, {settings.layers} ResBlocks): "
+                            + ", ".join(wrong[:4]) + " (set --heads and --layers to theirs)")
+    heads.load_state_dict({k: v.float() for k, v in theirs.items()})
+
+
 def _recorded(settings: HeadsTrainSettings) -> dict[str, Any]:
     """The settings a run's identity and signature record: the shortlist's size and the
     architecture only where they are not the defaults of before (so older checkpoints keep
@@ -164,6 +185,8 @@ def _recorded(settings: HeadsTrainSettings) -> dict[str, Any]:
         del fields["shortlist"]
     if settings.arch == "medusa":
         del fields["arch"]
+    if not settings.init:
+        del fields["init"]
     return fields
 
 
@@ -361,6 +384,7 @@ def train_heads(
     log: Callable[[str], None] | None = log_line,
     extra_signature: dict[str, object] | None = None,
     embed: torch.Tensor | None = None,
+    init: torch.nn.Module | None = None,
 ) -> HeadsTrainResult:
     """Train Medusa heads on a distillation set, resuming from ``work/checkpoint.pt``.
 
@@ -378,6 +402,8 @@ def train_heads(
         extra_signature: more fields for the signature (the base, the command...).
         embed: the base's input embeddings ``[V, d]`` (prefix heads; default ``lm_head``,
             right for tied embeddings).
+        init: heads to start from (``settings.init`` names them): the same architecture,
+            heads, ResBlocks and ``d`` as the run's; their weights replace the random start.
 
     Returns:
         See :class:`HeadsTrainResult`.
@@ -408,6 +434,11 @@ def train_heads(
     torch.manual_seed(settings.seed)
     heads = (PrefixHeads(d, settings.heads, settings.layers) if settings.arch == "prefix"
              else MedusaHeads(d, None, settings.heads, settings.layers))
+    if bool(settings.init) != (init is not None):
+        raise TrainingError("settings.init names the heads to start from and init gives "
+                            "them: pass both or neither")
+    if init is not None:
+        _warm_start(heads, init, settings)
     if embed is None and settings.arch == "prefix":
         embed = lm_head  # tied input and output embeddings (SmolLM2, the tiny models)
     if embed is not None:
