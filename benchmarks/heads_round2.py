@@ -15,7 +15,9 @@ epochs / batch), the softmax over the 4,096-token shortlist the packaged heads d
 - ``prefix-N``: prefix-conditioned (Hydra-style) heads of 1 ResBlock, whose input projection
   costs what the Medusa heads' second ResBlock costs (equal step cost), at every point;
 - ``labelled-N``: the same texts labelled by float32 one-forward labels (``heads label``), at
-  the first point the labelled set reaches.
+  the first point the labelled set reaches;
+- ``prefix-N-e2``: a second epoch of ``prefix-N`` at the last point, warm-started from its heads
+  (``heads train --init``) at a third of the learning rate (a restarted cosine).
 
 Each run's heads are scored by ``blockdraft heads curve`` on the held-out split of the self
 set and on the chat set (the 36 requests of ``benchmarks/chat_eval.jsonl``, their float32
@@ -76,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     for p in points:  # Hydra-style heads at the cost of the Medusa heads: one ResBlock fewer
         runs.append((f"prefix-{p // 1000}k", args.data, p,
                      ["--arch", "prefix", "--layers", "1"]))
+    if points:  # a second epoch at the last point, from the first epoch's heads
+        last = f"prefix-{points[-1] // 1000}k"
+        runs.append((f"{last}-e2", args.data, points[-1],
+                     ["--arch", "prefix", "--layers", "1", "--init", str(args.work / last),
+                      "--lr", "3e-4"]))
     if args.labelled is not None and points:
         lab = open_distill_set(args.labelled)
         if lab.summary()["train_tokens"] >= points[0]:
@@ -110,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
                       str(args.threads), "-o", str(curve), "--json"])
             scores[split] = json.loads((curve / "data_curve.json").read_text())["runs"][0]
         rows.append({"name": name, "data": str(data), "train_tokens": tokens, "steps": steps,
-                     "epochs": args.epochs, "loss": "kl" if "kl" in extra else "ce",
-                     "arch": "prefix, 1 ResBlock" if "prefix" in extra else "medusa, 2 ResBlocks",
+                     "epochs": args.epochs * (2 if "--init" in extra else 1),
+                     "loss": "kl" if "kl" in extra else "ce",
+                     "arch": ("prefix, 1 ResBlock" if "prefix" in extra else "medusa, 2 ResBlocks")
+                     + (", 2nd epoch (warm start, lr 3e-4)" if "--init" in extra else ""),
                      "labels": "one-forward float32" if name.startswith("labelled")
                      else "generated bfloat16", "train_s": round(train_s, 1), **scores})
         print(json.dumps(rows[-1])[:400], file=sys.stderr, flush=True)
@@ -164,12 +173,17 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for prefix, label, color in (("self-", "Medusa, 2 ResBlocks", "C0"),
                                  ("prefix-", "prefix-conditioned, 1 ResBlock", "C3")):
-        curve = sorted((r for r in rows if r["name"].startswith(prefix)),
-                       key=lambda r: r["train_tokens"])
+        curve = sorted((r for r in rows if r["name"].startswith(prefix)
+                        and not r["name"].endswith("-e2")), key=lambda r: r["train_tokens"])
         x = [r["train_tokens"] / 1e6 for r in curve]
         for split, style in (("heldout", "o-"), ("chat", "s--")):
             ax.plot(x, [r[split].get("B_vanilla") for r in curve], style, color=color,
                     label=f"{label}: {split} vanilla B")
+    for r in rows:  # a second epoch: a point beside its curve
+        if r["name"].endswith("-e2"):
+            ax.plot([r["train_tokens"] / 1e6] * 2,
+                    [r["heldout"].get("B_vanilla"), r["chat"].get("B_vanilla")], "*",
+                    color="C2", markersize=11, label="prefix, 2nd epoch: held-out, chat")
     ax.set_xscale("log")
     ticks = sorted({r["train_tokens"] / 1e6 for r in rows})
     ax.set_xticks(ticks, [f"{t:.2f}" for t in ticks])
