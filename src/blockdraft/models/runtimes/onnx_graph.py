@@ -35,8 +35,9 @@ so to the smaller id), ``ReduceLogSumExp`` and the column -> token id ``Gather``
 Prefix-conditioned heads (:mod:`blockdraft.models.hf.prefix_heads`) have no ``resblocks``: their
 ``drafts`` is the greedy chain (inputs ``x``, ``e0 [M, d]`` the embedding of the base's greedy
 token, ``k``; head ``j`` reads the embedding of head ``j - 1``'s argmax; it also outputs each
-head's ``states``), and ``expand`` scores one node of their tree lattice a row (inputs ``x``,
-``e`` the embedding of the node's last token, ``head [M]``, ``k`` -> ``ids``/``scores [M, k]``).
+head's ``states``), and ``expand{j}`` scores nodes of their tree lattice by head ``j``, a node a
+row (inputs ``x``, ``e`` the embedding of the node's last token, ``k`` -> ``ids``/``scores
+[M, k]``).
 
 Families: Llama-style decoders (``llama``, ``mistral``, ``qwen2``: RMSNorm, rotary, grouped
 query attention, gated SiLU MLP, optional q/k/v biases) and ``gpt2`` (LayerNorm, learned
@@ -54,7 +55,7 @@ Public surface:
     graph_spec(model) -> GraphSpec         or ModelError naming what is unsupported
     build_graphs(model, precision) -> dict[name, onnx.ModelProto]   "body", "resblocks",
                                         "projection", "drafts" or "own" (prefix heads: "body",
-                                        "projection", "drafts", "expand")
+                                        "projection", "drafts", "expand0".."expand{n-1}")
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ from blockdraft.models.errors import ModelError
 FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gpt2": "gpt2"}
 """``config.model_type`` -> the graph family that builds it."""
 PRECISIONS = ("float32", "int8")
-GRAPH_VERSION = 2
+GRAPH_VERSION = 3
 """The graphs' format; a change re-exports every cached model."""
 OPSET = 21
 """The default-domain opset (ONNX Runtime >= 1.17 runs it); contrib ops are com.microsoft v1."""
@@ -96,7 +97,8 @@ class GraphSpec:
         own_projection: the Medusa heads project with their own matrices.
         prefix_heads: the heads read the token before their target (prefix-conditioned,
             :mod:`blockdraft.models.hf.prefix_heads`): ``drafts`` is their greedy chain and
-            ``expand`` one node of their tree lattice; there is no ``resblocks``.
+            ``expand{j}`` head ``j``'s expansion of a node of their tree lattice; there is no
+            ``resblocks``.
     """
 
     family: str
@@ -510,38 +512,27 @@ def _prefix_drafts(spec: GraphSpec, heads: Any, lm_head: Any, embed: Any,
     return g.model("drafts")
 
 
-def _prefix_expand(spec: GraphSpec, heads: Any, lm_head: Any, precision: str) -> Any:
-    """One node of the prefix heads' tree lattice a row::
+def _prefix_expand(spec: GraphSpec, heads: Any, lm_head: Any, precision: str, j: int) -> Any:
+    """Head ``j``'s expansion of nodes of the prefix heads' tree lattice, a node a row::
 
         inputs   x float [M, d], e float [M, d] (the embedding of the node's last token),
-                 head int64 [M] (which head expands it), k int64 [1]
-        outputs  ids int64 [M, k], scores float [M, k]   the head's top k, log-probabilities
+                 k int64 [1]
+        outputs  ids int64 [M, k], scores float [M, k]   head j's top k, log-probabilities
 
-    Every head runs on every row and each row keeps its own head's state (a per-row
-    ``GatherElements``): ``n`` small products instead of a copy of a head's weights."""
+    One graph per head (``expand{j}``), so a node costs its own head's weights and the
+    shortlist projection, not every head's."""
     g = _Builder(precision)
     f, i64 = g.TensorProto.FLOAT, g.TensorProto.INT64
     g.input("k", i64, [1])
     x = g.input("x", f, ["M", spec.d_model])
     e = g.input("e", f, ["M", spec.d_model])
-    head = g.input("head", i64, ["M"])
-    axis = g.const("axis1", np.array([1], np.int64))
-    states = [g.op("Unsqueeze", [_head_blocks(g, _prefix_input(g, x, e, heads, j, ""),
-                                              heads, j), axis], f"x{j}.state")
-              for j in range(heads.num_heads)]
-    stacked = g.op("Concat", states, "stacked", axis=1)  # (M, n, d)
-    shape = g.op("Concat", [g.op("Shape", [head], "m"), g.const(
-        "one_d", np.array([1, spec.d_model], np.int64))], "index.shape", axis=0)
-    index = g.op("Expand", [g.op("Unsqueeze", [head, g.const(
-        "axes12", np.array([1, 2], np.int64))], "head3"), shape], "index")  # (M, 1, d)
-    state = g.op("Squeeze", [g.op("GatherElements", [stacked, index], "picked", axis=1),
-                             axis], "state")  # (M, d)
+    state = _head_blocks(g, _prefix_input(g, x, e, heads, j, ""), heads, j)  # (M, d)
     _shortlist_topk(g, state, lm_head, heads.shortlist, "x")
     g.op("Identity", ["x.ids"], "ids")
     g.op("Identity", ["x.scores"], "scores")
     g.output("ids", i64, ["M", "k"])
     g.output("scores", f, ["M", "k"])
-    return g.model("expand")
+    return g.model(f"expand{j}")
 
 
 def _projection(spec: GraphSpec, lm_head: Any) -> Any:
@@ -591,7 +582,9 @@ def build_graphs(model: Any, precision: str = "float32") -> dict[str, Any]:
     if spec.prefix_heads:
         embed = model.base.get_input_embeddings().weight
         graphs["drafts"] = _prefix_drafts(spec, model.heads, model.lm_head, embed, precision)
-        graphs["expand"] = _prefix_expand(spec, model.heads, model.lm_head, precision)
+        graphs.update({f"expand{j}": _prefix_expand(spec, model.heads, model.lm_head,
+                                                    precision, j)
+                       for j in range(model.heads.num_heads)})
         return graphs
     graphs["resblocks"] = _resblocks(spec, model.heads, precision)
     if spec.own_projection:

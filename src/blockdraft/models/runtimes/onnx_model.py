@@ -124,7 +124,8 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         prefix = self.spec.prefix_heads
         self._body = _session(folder / "body.onnx", self.threads)
         self._resblocks = None if prefix else _session(folder / "resblocks.onnx", self.threads)
-        self._expand = _session(folder / "expand.onnx", self.threads) if prefix else None
+        self._expand = ([_session(folder / f"expand{j}.onnx", self.threads)
+                         for j in range(self.spec.h - 1)] if prefix else None)
         self._projection = _session(folder / "projection.onnx", self.threads)
         self._own = (_session(folder / "own.onnx", self.threads)
                      if self.spec.own_projection else None)
@@ -376,23 +377,22 @@ class OrtBlockwiseModel(FactoredHeadsLM):
                  chain: tuple[np.ndarray, np.ndarray] | None = None) -> Any:
         """The tree lattice of prefix heads at ``x [d]`` (see
         :meth:`~blockdraft.models.hf.HFBlockwiseModel.expander`): each node expanded by one
-        run of the ``expand`` graph, the greedy ``chain``'s nodes taken from :meth:`head_topk`
-        when given; None for Medusa heads, whose lattice is a sausage. Building it with
-        ``first`` runs nothing."""
+        run of its head's ``expand{j}`` graph, the greedy ``chain``'s nodes taken from
+        :meth:`head_topk` when given; None for Medusa heads, whose lattice is a sausage.
+        Building it with ``first`` runs nothing."""
         if self._expand is None:
             return None
         from blockdraft.models.hf.prefix_heads import tree_expander
 
         assert self._embed is not None
-        embed, session = self._embed, self._expand
+        embed, sessions = self._embed, self._expand
         flat = np.ascontiguousarray(x.detach().reshape(1, -1).numpy(), np.float32)
         width = np.array([self._width(k)], dtype=np.int64)
         certain = int(self._greedy(flat)[0]) if first is None else int(first)
 
         def node(head: int, token: int) -> tuple[np.ndarray, np.ndarray]:
-            ids, scores = session.run(["ids", "scores"], {
-                "x": flat, "e": embed[token][None], "head": np.array([head], np.int64),
-                "k": width})
+            ids, scores = sessions[head].run(["ids", "scores"], {
+                "x": flat, "e": embed[token][None], "k": width})
             return ids[0], scores[0].astype(np.float64)
 
         return tree_expander(certain, self.spec.h - 1, node, chain)
