@@ -22,10 +22,12 @@ What it does, in order (each stage logs its progress on stderr):
    head log-prob) and the lattice-rescored tree (best-first by head + alpha x 4-gram score of the
    path, so children depend on their parents). The time each builder takes per step is measured
    in the same pass.
-3. **Costs**: the median wall time of one tree verification (``Verifier.verify_tree``:
-   forward over N nodes with the tree mask on the prompt's cache, acceptance, cache gather) for
-   every N, of the lattice (top-k of every head over V), and of one step of the reference
-   greedy loop (``greedy_generate``'s per-token cost).
+3. **Costs**: the median wall time of one tree verification as decode runs it
+   (``Verifier.run`` with the lattice width: forward over N nodes with the tree mask on the
+   prompt's cache, acceptance, cache gather, the next step's heads as their top-k) for every N,
+   of the step's lattice from those top-k, and of one step of the reference greedy loop
+   (``greedy_generate``'s per-token cost). (Runs before 2026-11-27 timed ``verify_tree``, whose
+   heads project over the whole vocabulary: a larger cost than decode pays.)
 4. **Estimated speedup** per builder and N: ``B x greedy step / (verification(N) + lattice +
    building)``, the decode loop's own costs, measured on this machine in this run.
 5. **Measured speedup**: the online decode (``decode(tree=builder)``, exact criterion) against
@@ -327,15 +329,17 @@ def measure_costs(model: Any, prompt: Sequence[int], budgets: Sequence[int], k: 
     import torch
 
     from blockdraft.drafts import confidence_tree
-    from blockdraft.lattice import SausageLattice
     from blockdraft.models import greedy_generate
     from blockdraft.verify import Verifier
+    from blockdraft.verify.decode import step_lattice
 
     verifier = Verifier(model)
     with torch.no_grad():
         logits, past = verifier.prefill(list(prompt))
+        first = verifier.run(past, confidence_tree(step_lattice(logits, None, k), 1), None,
+                             None, k)  # the heads' top-k at a node, as decode reads them
     length = past.length
-    lattice = SausageLattice.from_logits(logits, k, certain_first=True)
+    lattice = step_lattice(first.next_logits, first.next_topk, k)
     trees = {n: confidence_tree(lattice, n) for n in budgets}
     steps = 8
 
@@ -344,9 +348,11 @@ def measure_costs(model: Any, prompt: Sequence[int], budgets: Sequence[int], k: 
         fn()
         return time.perf_counter() - start
 
-    jobs: dict[str, Any] = {str(n): (lambda t=t: verifier.verify_tree(past, t))
+    # what decode runs a step: the forward over the tree, acceptance, the cache gather and the
+    # next step's heads as their top-k at the accepted node (not full-vocabulary logits)
+    jobs: dict[str, Any] = {str(n): (lambda t=t: verifier.run(past, t, None, None, k))
                             for n, t in trees.items()}
-    jobs["lattice"] = lambda: SausageLattice.from_logits(logits, k, certain_first=True)
+    jobs["lattice"] = lambda: step_lattice(first.next_logits, first.next_topk, k)
     jobs["greedy-long"] = lambda: greedy_generate(model, list(prompt), steps + 1)
     jobs["greedy-short"] = lambda: greedy_generate(model, list(prompt), 1)
     times: dict[str, list[float]] = {name: [] for name in jobs}

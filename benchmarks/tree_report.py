@@ -26,11 +26,13 @@ DEFINITIONS = [
     "whose node expansions the trace does not hold, so B comes from decode over the same "
     "prompts, lengths and EOS (outputs checked equal to the trace's greedy continuation), and "
     "build ms includes every expansion (a head evaluation per node).",
-    "verify ms: median wall time of one Verifier.verify_tree call over a tree of that many "
-    "nodes on the first prompt's cache (forward with the tree mask, acceptance, cache gather, "
-    "next head logits). greedy ms: the reference loop's per-token cost (greedy_generate).",
+    "verify ms: median wall time of one verification step as decode runs it (Verifier.run "
+    "with the lattice width k) over a tree of that many nodes on the first prompt's cache: "
+    "forward with the tree mask, acceptance, cache gather, the next step's heads as their "
+    "top-k at the accepted node. greedy ms: the reference loop's per-token cost "
+    "(greedy_generate).",
     "build ms: the builder's mean time per step (propose_tree), measured while simulating. "
-    "lattice ms: top-k of every head over the vocabulary.",
+    "lattice ms: the step's lattice from the heads' top-k (decode's step_lattice).",
     "est. speedup: B x greedy ms / (verify ms at the tree's size + lattice ms + build ms): "
     "the decode loop's costs, measured on this machine in this run.",
     "measured speedup: end-to-end tokens/s of decode(tree=builder) over the reference greedy "
