@@ -27,6 +27,8 @@ Public surface:
         .propose_tree(lattice, context) -> DraftTree
         .last -> TreeStats            what the last tree held (sizes, expected tokens)
     select_nodes(expected, cost, max_nodes) -> int     the N that pays best
+    keep_paying(reach, depths, cost, max_nodes) -> bool [M]   the root, the N - 1 best nodes
+    reach_tree(tokens, parents, reach, source) -> DraftTree  nodes scored by ln a(u)
 """
 
 from __future__ import annotations
@@ -64,6 +66,37 @@ class TreeStats:
     nodes: int
     expected: float
     relative_cost: float
+
+
+def keep_paying(reach: np.ndarray, depths: np.ndarray, cost: CostCurve | None,
+                max_nodes: int) -> np.ndarray:
+    """bool ``[M]``: the root and the ``N - 1`` nodes of highest ``reach`` (``a(u)``; ties
+    to the shallower, then the earlier node, so a parent comes before its children), ``N``
+    from :func:`select_nodes` on ``cost`` (None: ``min(max_nodes, M)``).
+
+    Args:
+        reach: float ``[M]``, each node's probability of being on the accepted path (node 0 the
+            root, every parent before its children; a child's never above its parent's).
+        depths: int ``[M]``, each node's depth.
+        cost: the runtime's cost curve, or None.
+        max_nodes: nodes at most, the root included.
+    """
+    m = reach.size
+    order = np.lexsort((np.arange(1, m), depths[1:], -reach[1:])) + 1
+    n = min(max_nodes, m) if cost is None else select_nodes(reach[order], cost, max_nodes)
+    keep = np.zeros(m, dtype=bool)
+    keep[0] = True
+    keep[order[: n - 1]] = True
+    return keep
+
+
+def reach_tree(tokens: np.ndarray, parents: np.ndarray, reach: np.ndarray,
+               source: str) -> DraftTree:
+    """The tree of ``tokens``/``parents`` scored by ``ln reach`` (0 as ``-1e30``)."""
+    with np.errstate(divide="ignore"):
+        scores = np.maximum(np.log(reach), -1e30)
+    return DraftTree(tokens=np.asarray(tokens, dtype=np.int64),
+                     parents=np.asarray(parents, dtype=np.int64), scores=scores, source=source)
 
 
 def select_nodes(expected: np.ndarray, cost: CostCurve, max_nodes: int) -> int:
@@ -192,9 +225,7 @@ class CostAwareTreeDrafter:
         reach = np.ones(trie.num_nodes)
         for u in range(1, trie.num_nodes):  # parents come first
             reach[u] = reach[trie.parents[u]] * q[u]
-        keep = np.zeros(trie.num_nodes, dtype=bool)
-        keep[0] = True
-        if self.chain:
+        if self.chain:  # the one root path that pays best
             best, end = 1.0 / self.cost.step(1), 0
             for u in range(1, trie.num_nodes):
                 path = trie.path(u)
@@ -202,17 +233,12 @@ class CostAwareTreeDrafter:
                     ratio = (1.0 + reach[path[1:]].sum()) / self.cost.step(int(path.size))
                     if ratio > best:
                         best, end = ratio, u
-            keep[trie.path(end)] = True
-            n = int(keep.sum())
+            keep = np.zeros(trie.num_nodes, dtype=bool)
+            keep[trie.path(end)] = True  # the root included
         else:
-            depths = np.asarray(trie.depths)
-            order = np.lexsort((np.arange(1, trie.num_nodes), depths[1:], -reach[1:])) + 1
-            n = select_nodes(reach[order], self.cost, self.max_nodes)
-            keep[order[: n - 1]] = True
-        with np.errstate(divide="ignore"):
-            scores = np.log(reach)
-        tree = DraftTree(tokens=trie.tokens, parents=trie.parents,
-                         scores=np.maximum(scores, -1e30), source=SOURCE).subset(keep)
+            keep = keep_paying(reach, np.asarray(trie.depths), self.cost, self.max_nodes)
+        n = int(keep.sum())
+        tree = reach_tree(trie.tokens, trie.parents, reach, SOURCE).subset(keep)
         self._state["last"] = TreeStats(
             candidates=trie.num_nodes, nodes=n,
             expected=float(1.0 + reach[1:][keep[1:]].sum()),

@@ -33,7 +33,7 @@ import numpy as np
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
 from blockdraft.core.tree import DraftTree
-from blockdraft.drafts.budget import select_nodes
+from blockdraft.drafts.budget import keep_paying, reach_tree
 from blockdraft.drafts.calibration import AcceptanceTables
 from blockdraft.drafts.lookup import lookups
 from blockdraft.lattice.conditional import Expand, conditional_pbest, conditional_tree
@@ -273,18 +273,6 @@ def merge_copies(tree: DraftTree, copies: Sequence[tuple[np.ndarray, int, int]],
     reach = np.ones(n_all)
     for u in range(1, n_all):  # parents come first
         reach[u] = reach[parents[u]] * (1.0 - (1.0 - q_head[u]) * miss[u])
-    depths = np.array([len(p) for p in paths])
-    order = np.lexsort((np.arange(1, n_all), depths[1:], -reach[1:])) + 1
-    if cost is None:
-        n = min(max_nodes, n_all)
-    else:
-        n = select_nodes(reach[order], cost, max_nodes)
-    keep = np.zeros(n_all, dtype=bool)
-    keep[0] = True
-    keep[order[: n - 1]] = True
-    with np.errstate(divide="ignore"):
-        logs = np.maximum(np.log(reach), -1e30)
-    merged = DraftTree(tokens=np.asarray(tokens, dtype=np.int64),
-                       parents=np.asarray(parents, dtype=np.int64), scores=logs,
-                       source="conditional tree + lookup")
-    return merged.subset(keep)
+    keep = keep_paying(reach, np.array([len(p) for p in paths]), cost, max_nodes)
+    return reach_tree(np.asarray(tokens), np.asarray(parents), reach,
+                      "conditional tree + lookup").subset(keep)
