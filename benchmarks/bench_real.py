@@ -785,7 +785,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     cache = cache_dir("bench", "real")
     log(f"loading {MODEL} ({args.dtype}, heads {args.heads}, {args.threads} threads)")
-    model = load_model(MODEL, dtype=args.dtype, heads=None if args.heads == MODEL else args.heads)
+    model = load_model(MODEL, dtype=args.dtype,
+                       heads=None if args.heads == MODEL else heads_folder(args.heads))
     tok = model.tokenizer
     models = runtime_models(model, args)
     for heads in args.also_heads:  # other heads on the same base: TAG/NAME
