@@ -10,9 +10,12 @@ its children). Node 0 is the root: the certain token ``d_1``. Every root path is
 a chain is a tree with one path (:meth:`DraftTree.chain`).
 
 Public surface:
-    DraftTree(tokens, parents, scores, depths=None, source="tree")    validated, immutable
-    DraftTree.from_drafts(batch) / DraftTree.chain(tokens, scores=None)
-    .num_nodes, .max_depth, .children(u), .leaves(), .path(u), .paths(), .path_tokens(u)
+    DraftTree(tokens, parents, scores, depths=None, source="tree", labels=None)   validated,
+                                                                           immutable
+    DraftTree.from_drafts(batch) / DraftTree.trie_of(batch) / DraftTree.chain(tokens, scores)
+    TrieIndex(root)        the (parent, token) -> node map of a trie being built
+    .num_nodes, .max_depth, .children(u), .leaves(), .path(u), .paths(), .path_tokens(u),
+    .label(u), .first_leaf(u)
     .ancestor_mask() -> bool [N, N],  .position_offsets() -> int64 [N] (= depths)
     .truncate(max_depth), .top(budget), .to_drafts(width=None, pad=-1)
 """
@@ -34,6 +37,37 @@ PAD = -1
 acceptance never matches it)."""
 
 
+class TrieIndex:
+    """The ``(parent, token) -> node`` map of a trie being built, and its nodes' tokens and
+    parents in the order they were added (mutable: one builder's). The one such map of the
+    library: :meth:`DraftTree.trie_of` and the drafting pipeline's trie
+    (:class:`~blockdraft.drafts.trie.Trie`) build on it.
+
+    Args:
+        root: the root's token (the certain token ``d_1``).
+    """
+
+    def __init__(self, root: int) -> None:
+        self.tokens: list[int] = [int(root)]
+        self.parents: list[int] = [-1]
+        self._child: dict[tuple[int, int], int] = {}
+
+    def child(self, parent: int, token: int) -> int | None:
+        """The node of ``token`` below ``parent``, or None."""
+        return self._child.get((parent, token))
+
+    def extend(self, parent: int, token: int) -> tuple[int, bool]:
+        """The node of ``token`` below ``parent``, added when it is new: ``(node, added)``."""
+        key = (parent, token)
+        node = self._child.get(key)
+        if node is not None:
+            return node, False
+        node = self._child[key] = len(self.tokens)
+        self.tokens.append(token)
+        self.parents.append(parent)
+        return node, True
+
+
 @dataclass(frozen=True, eq=False)
 class DraftTree:
     """A token tree of ``N`` nodes (the root included), parents before children.
@@ -51,6 +85,8 @@ class DraftTree:
         depths: int64 ``[N]``, ``depths[0] == 0`` and ``depths[u] = depths[parents[u]] + 1``;
             computed when not given, validated when given.
         source: what built the tree (``"trie"``, ``"medusa"``, ``"confidence"``, ...).
+        labels: each node's source (``"lattice"``, ``"lookup"``, ...: the first draft source
+            that proposed it), or None: every node is ``source``'s.
 
     Raises:
         DraftError: on shapes, dtypes, a second root, a parent not before its child,
@@ -62,6 +98,7 @@ class DraftTree:
     scores: np.ndarray
     depths: np.ndarray | None = None
     source: str = "tree"
+    labels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         tokens = np.asarray(self.tokens)
@@ -110,6 +147,12 @@ class DraftTree:
                 f"node {parent} has two children with token {token}; siblings must hold "
                 "distinct tokens (merge them)"
             )
+        if self.labels is not None:
+            labels = tuple(str(x) for x in self.labels)
+            if len(labels) != n:
+                raise DraftError(f"DraftTree.labels must name each of the {n} nodes, got "
+                                 f"{len(labels)}")
+            object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "tokens", readonly(tokens.astype(np.int64)))
         object.__setattr__(self, "parents", readonly(parents))
         object.__setattr__(self, "scores", readonly(scores))
@@ -169,6 +212,19 @@ class DraftTree:
         """The root-to-leaf paths (node indices), one per leaf, in leaf order."""
         return [self.path(int(leaf)) for leaf in self.leaves()]
 
+    def label(self, node: int) -> str:
+        """Node ``node``'s source: its label, else the tree's ``source``."""
+        return self.source if self.labels is None else self.labels[node]
+
+    def first_leaf(self, node: int) -> int:
+        """The leaf reached from ``node`` by following each node's first child (the lowest
+        index): for a trie of drafts (:meth:`from_drafts`), the end of the first (best) draft
+        through ``node``."""
+        u = int(node)
+        while self.children(u):
+            u = self.children(u)[0]
+        return u
+
     def ancestor_mask(self) -> np.ndarray:
         """bool ``[N, N]``: ``mask[u, v]`` is True when node ``u`` attends to node ``v``, i.e.
         ``v`` is ``u`` itself or one of its ancestors (docs/definitions.md sec. 11)."""
@@ -199,27 +255,36 @@ class DraftTree:
         Raises:
             DraftError: when the drafts do not share the certain token ``d_1``.
         """
+        return cls.trie_of(batch)[0]
+
+    @classmethod
+    def trie_of(cls, batch: DraftBatch) -> tuple[DraftTree, np.ndarray]:
+        """:meth:`from_drafts` and each draft token's node: int64 ``[p, w]`` (a padded position
+        repeats its row's last node).
+
+        Raises:
+            DraftError: when the drafts do not share the certain token ``d_1``.
+        """
         if not isinstance(batch, DraftBatch):
             raise DraftError(f"from_drafts needs a DraftBatch, got {type(batch).__name__}")
         first = batch.tokens[:, 0]
         if (first != first[0]).any():
             raise DraftError(f"drafts must share the certain token d_1, got {first.tolist()}")
-        tokens, parents, scores = [int(first[0])], [-1], [float(batch.scores[0])]
-        index: dict[tuple[int, int], int] = {}
-        for row, score in zip(batch.tokens.tolist(), batch.scores.tolist(), strict=True):
+        index = TrieIndex(int(first[0]))
+        scores = [float(batch.scores[0])]
+        nodes = np.zeros(batch.tokens.shape, dtype=np.int64)
+        for r, (row, score) in enumerate(zip(batch.tokens.tolist(), batch.scores.tolist(),
+                                             strict=True)):
             node = 0
-            for tok in row[1:]:
-                if tok == PAD:  # a shorter draft (DraftBatch.lengths)
-                    break
-                key = (node, int(tok))
-                if key not in index:
-                    index[key] = len(tokens)
-                    tokens.append(int(tok))
-                    parents.append(node)
-                    scores.append(float(score))
-                node = index[key]
-        return cls(tokens=np.asarray(tokens), parents=np.asarray(parents),
+            for j, tok in enumerate(row[1:], start=1):
+                if tok != PAD:  # padding: a shorter draft (DraftBatch.lengths) keeps its node
+                    node, new = index.extend(node, int(tok))
+                    if new:
+                        scores.append(float(score))
+                nodes[r, j] = node
+        tree = cls(tokens=np.asarray(index.tokens), parents=np.asarray(index.parents),
                    scores=np.asarray(scores), source=f"trie:{batch.source}")
+        return tree, nodes
 
     @classmethod
     def chain(cls, tokens: Sequence[int] | np.ndarray, scores: Any = None) -> DraftTree:
@@ -247,8 +312,10 @@ class DraftTree:
         new_index = np.cumsum(keep) - 1
         parents = np.where(self.parents[keep] >= 0, new_index[np.maximum(self.parents[keep], 0)],
                            -1)
+        labels = None if self.labels is None else tuple(
+            x for x, k in zip(self.labels, keep.tolist(), strict=True) if k)
         return DraftTree(tokens=self.tokens[keep], parents=parents, scores=self.scores[keep],
-                         source=self.source)
+                         source=self.source, labels=labels)
 
     def truncate(self, max_depth: int) -> DraftTree:
         """The nodes of depth at most ``max_depth`` (``>= 0``), in the same order."""

@@ -346,7 +346,7 @@ def draw_step(model: Any, tok: Any, prompt: list[int], greedy: list[int],
 
     from blockdraft.lattice import SausageLattice
     from blockdraft.lattice.draw import draw_lattice, token_text
-    from blockdraft.models.protocol import takes_last_only
+    from blockdraft.models.capabilities import capabilities_of
 
     h = int(model.h)
     # The middle of the answer, where the heads draft text rather than its opening; early
@@ -354,8 +354,8 @@ def draw_step(model: Any, tok: Any, prompt: list[int], greedy: list[int],
     j = max(0, min(len(greedy) // 2, len(greedy) - h))
     x = torch.tensor([prompt + greedy[:j]], device=model.device)
     with torch.no_grad():  # only the last position's projections when the model can skip
-        logits, _ = (model.heads_logits(x, None, last_only=True) if takes_last_only(model)
-                     else model.heads_logits(x, None))
+        logits, _ = (model.heads_logits(x, None, last_only=True)
+                     if capabilities_of(model).last_only else model.heads_logits(x, None))
     lat = SausageLattice.from_logits(logits[0, -1].float().cpu().numpy(), k=DRAW_K,
                                      certain_first=True)
     ahead = greedy[j:j + h]

@@ -1,67 +1,83 @@
-"""Drafts: the `Drafter` protocol and the draft sources.
+"""Drafts: one drafting pipeline, its parts, the named strategies composed of them, and the one
+factory that builds a strategy from its declarative spec.
 
-Every source yields a :class:`~blockdraft.core.batch.DraftBatch` (re-exported here; it lives
-at the bottom of the house because the lattice and the rescorers return it too):
+A drafter is called once a step with a :class:`StepView` and returns one
+:class:`~blockdraft.core.tree.DraftTree` (``p`` drafts are their trie, one draft a chain); it
+hears each model call's outcome through ``observe`` (:mod:`~blockdraft.drafts.protocol`). Every
+drafter is a :class:`Pipeline` (:mod:`~blockdraft.drafts.pipeline`)::
 
-    HeadDrafter(k, p, rescorer)     the heads' lattice: vanilla, p-best 0-gram, rescored p-best
-    vanilla()                       HeadDrafter(k=1, p=1)
-    InputCopyDrafter(prompt_ids)    input-guided drafting (IAD): copy the prompt after a match
-    LookupDrafter(min_match, max_match, lengths)   prompt lookup: copy what followed the
-                                    latest earlier occurrence of the text's last n-gram
-    CombinedDrafter(heads, iad)     the heads' drafts plus a copy (IAD or lookup) as one row
-    ConditionalDrafter(k, p, scorer, alpha)   the p best paths of prefix-conditioned heads'
-                                    tree lattice (exact, with or without an LM), in a decode
-    ConditionalTreeDrafter(k, budget)   EAGLE-2's tree over that lattice: the budget most
-                                    probable nodes, in a decode
+    sources -> Trie -> Rates -> Cut -> DraftTree
 
-Token trees (docs/definitions.md sec. 11; ``DraftTree`` lives in ``core/tree.py``), each a
-``TreeDrafter`` (``propose_tree(lattice, context) -> DraftTree``):
+    sources   HeadPaths (the heads' p best: vanilla, p-best 0-gram, rescored), TreePaths (a tree
+              lattice's p best), Grown (a tree grown best first over any lattice's expand:
+              EAGLE-2's, rescored, cost-aware), RankPaths (Medusa's static trees), Copies
+              (prompt lookup), InputCopy (IAD), ReferencePath (the oracle, offline)
+    Trie      the one (parent, token) -> node map (drafts/trie.py)
+    Rates     TableRates (acceptance tables over a sausage), ArcRates (a tree lattice's arcs)
+    Cut       KeepAll, FirstNodes(N), CostCut(cost, N), ChainCut(cost, N)
 
-    TrieDrafter(drafter, budget)            any drafter's p drafts merged into a trie
-    MedusaTreeDrafter(choices, budget)      a static Medusa tree (MC_SIM_7B_63 by default);
-        MedusaTreeDrafter.calibrated(acc, budget): Medusa's calibrated tree
-    ConfidenceTreeDrafter(k, budget)        EAGLE-2 style: the N most confident nodes
-    CostAwareTreeDrafter(cost, tables, k, p, rescorer, lookup)   the heads' chain, rescored
-                                            p-best paths and prompt lookup in one trie, cut to
-                                            the size that pays on the runtime's cost curve,
-                                            by acceptance rates measured on training answers
-                                            (AcceptanceTables)
-    RescoredTreeDrafter(lm, k, budget, alpha)   best-first by head + alpha x LM score (an
-        NgramLM, or a path scorer of the rescorers room: NeuralPathScorer(rescorer_lm) of
-        ``blockdraft.rescorers.neural`` for a small neural LM)
+The named strategies are functions composing these parts (each returns a :class:`Pipeline`):
+
+    HeadDrafter(k, p, rescorer), vanilla()        the heads' p best drafts, one trie
+    LookupDrafter(min_match, max_match, lengths)  prompt lookup
+    InputCopyDrafter(prompt_ids, min_match)       input-guided drafting (IAD)
+    CombinedDrafter(heads, copy)                  two drafters' sources in one trie
+    TrieDrafter(drafter, budget)                  a drafter's trie cut to its first N nodes
+    MedusaTreeDrafter(choices, budget), calibrated_tree_drafter(acc, budget)
+    ConfidenceTreeDrafter(k, budget), RescoredTreeDrafter(lm, k, budget, alpha)
+    CostAwareTreeDrafter(cost, tables, k, p, rescorer, lookup, ...)   Medusa heads' default
+    ConditionalDrafter(k, p, scorer, alpha)       a tree lattice's p best paths
+    ConditionalTreeDrafter(k, budget, cost, lookup, tables)   prefix heads' default
+    Oracle(k)                                     the top-k oracle (offline)
+
+    DraftSpec(strategy, ...).build(resources, caps, cost, lossless)   the one factory
+    default_spec(caps), default_drafter(model)     what decode(model, ids) drafts with
 """
 
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.tree import DraftTree
-from blockdraft.drafts.budget import CostAwareTreeDrafter, TreeStats, select_nodes
+from blockdraft.drafts.budget import CostAwareTreeDrafter
 from blockdraft.drafts.calibration import AcceptanceTables
-from blockdraft.drafts.conditional import ConditionalDrafter, ConditionalTreeDrafter
-from blockdraft.drafts.heads import HeadDrafter, vanilla
-from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter, row_source
-from blockdraft.drafts.lookup import LookupDrafter
-from blockdraft.drafts.protocol import Drafter, TreeDrafter
+from blockdraft.drafts.cut import ChainCut, CostCut, FirstNodes, KeepAll, keep_paying, select_nodes
+from blockdraft.drafts.default import default_drafter, default_spec
+from blockdraft.drafts.grow import (
+    ConditionalTreeDrafter,
+    ConfidenceTreeDrafter,
+    Grown,
+    RescoredTreeDrafter,
+    confidence_tree,
+    rescored_tree,
+)
+from blockdraft.drafts.heads import ConditionalDrafter, HeadDrafter, HeadPaths, TreePaths, vanilla
+from blockdraft.drafts.iad import CombinedDrafter, InputCopy, InputCopyDrafter
+from blockdraft.drafts.lookup import Copies, LookupDrafter
+from blockdraft.drafts.oracle import Oracle, ReferencePath
+from blockdraft.drafts.pipeline import Pipeline, Source, TreeStats
+from blockdraft.drafts.protocol import Drafter, Feedback, Needs, StepView
+from blockdraft.drafts.rates import ArcRates, TableRates
+from blockdraft.drafts.spec import DraftSpec, Resources
 from blockdraft.drafts.trees import (
     MC_SIM_7B_63,
-    ConfidenceTreeDrafter,
     MedusaTreeDrafter,
-    RescoredTreeDrafter,
+    RankPaths,
     TrieDrafter,
     calibrated_choices,
-    confidence_tree,
+    calibrated_tree_drafter,
     medusa_tree,
-    rescored_tree,
     sort_choices,
     trie_tree,
 )
+from blockdraft.drafts.trie import Trie
 
 __all__ = [
-    "MC_SIM_7B_63", "AcceptanceTables", "CombinedDrafter", "ConditionalDrafter",
-    "ConditionalTreeDrafter",
-    "ConfidenceTreeDrafter",
-    "CostAwareTreeDrafter", "DraftBatch", "DraftError", "TreeStats", "select_nodes",
-    "DraftTree", "Drafter", "HeadDrafter", "InputCopyDrafter", "LookupDrafter",
-    "MedusaTreeDrafter",
-    "RescoredTreeDrafter", "TreeDrafter", "TrieDrafter", "calibrated_choices",
-    "confidence_tree", "medusa_tree", "rescored_tree", "row_source", "sort_choices",
-    "trie_tree", "vanilla",
+    "MC_SIM_7B_63", "AcceptanceTables", "ArcRates", "ChainCut", "CombinedDrafter",
+    "ConditionalDrafter", "ConditionalTreeDrafter", "ConfidenceTreeDrafter", "Copies",
+    "CostAwareTreeDrafter", "CostCut", "DraftBatch", "DraftError", "DraftSpec", "DraftTree",
+    "Drafter", "Feedback", "FirstNodes", "Grown", "HeadDrafter", "HeadPaths", "InputCopy",
+    "InputCopyDrafter", "KeepAll", "LookupDrafter", "MedusaTreeDrafter", "Needs", "Oracle",
+    "Pipeline", "RankPaths", "ReferencePath", "RescoredTreeDrafter", "Resources", "Source",
+    "StepView", "TableRates", "TreePaths", "TreeStats", "Trie", "TrieDrafter",
+    "calibrated_choices", "calibrated_tree_drafter", "confidence_tree", "default_drafter",
+    "default_spec", "keep_paying", "medusa_tree", "rescored_tree", "select_nodes",
+    "sort_choices", "trie_tree", "vanilla",
 ]

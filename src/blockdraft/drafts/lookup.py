@@ -11,32 +11,36 @@ occurred before; its MOST RECENT earlier occurrence; and a draft whose length gr
 (a one-token match is a weak hint: a short draft; a three-token match copies a long span):
 ``lengths[n - 1]`` tokens (the last entry for longer matches). transformers takes the first
 occurrence of a 2- or 1-gram and always drafts 10 tokens. Without a match the draft is ``d_1``
-alone: the step costs one greedy token, no guess of the heads' is verified.
+alone: the step costs one greedy token, no guess of the heads' is verified. Ranked copies
+(:func:`lookups`) add the next most recent occurrences whose continuations differ, then those of
+shorter matches: a token tree's distinct branches.
+
+The source keeps an index of the text's n-grams (:class:`LookupIndex`), extended by the tokens
+each verification commits (:meth:`Copies.observe`), so a step reads the occurrences of its
+suffix instead of scanning the text; it gives exactly :func:`lookups`' copies (tested).
 
 Public surface:
-    LookupDrafter(min_match=1, max_match=4, lengths=(2, 6, 10))
-        .copy(lattice, context) -> DraftBatch | None    the lookup draft (one row), or None
-        .propose(lattice, context) -> DraftBatch        the lookup draft, else d_1 alone
-        .heads_needed = 1                               it reads the certain token only
     lookup(text, min_match, max_match) -> (start, n) | None     the match, pure
-    lookups(text, min_match, max_match, count) -> [(start, n), ...]   ranked matches with
-                                                       distinct continuations, pure
+    lookups(text, min_match, max_match, count) -> [(start, n), ...]   ranked matches, pure
+    LookupIndex(max_match)         mutable: .sync(context), .lookups(certain, min, max, count)
+    Copies(copies=1, lengths=(2, 6, 10), min_match=1, max_match=4)   a source
+    LookupDrafter(min_match=1, max_match=4, lengths=(2, 6, 10), name="") -> Pipeline
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from blockdraft.core.batch import DraftBatch, DraftError
-from blockdraft.core.checks import check_int, check_token_ids
-from blockdraft.lattice.sausage import SausageLattice
+from blockdraft.core.batch import DraftError
+from blockdraft.core.checks import check_int
+from blockdraft.drafts.pipeline import Pipeline
+from blockdraft.drafts.protocol import Feedback, Needs, StepView
+from blockdraft.drafts.trie import Trie
 
 LOOKUP_SOURCE = "lookup"
-"""``DraftBatch.source`` of a lookup draft (one of ``iad.COPY_SOURCES``)."""
+"""The label of prompt lookup's nodes."""
 DEFAULT_LENGTHS = (2, 6, 10)
 """Draft tokens after a 1-, 2- and 3+-token match: the best of the settings tried on the
 benchmark's chat tasks under ONNX Runtime's float32 cost curve on a 2-core CPU (a forward over
@@ -50,17 +54,8 @@ def lookup(text: np.ndarray, min_match: int, max_match: int) -> tuple[int, int] 
     recent such occurrence (``text[start - n : start] == text[-n:]``, ``start < len(text)``),
     or None when even the shortest suffix occurs nowhere before.
     """
-    size = int(text.size)
-    ends = np.flatnonzero(text[:-1] == text[-1]) + 1  # exclusive ends of 1-gram matches
-    found: tuple[int, int] | None = None
-    n = 1
-    while ends.size and n <= min(max_match, size - 1):
-        if n >= min_match:
-            found = (int(ends[-1]), n)  # the most recent occurrence of this n-gram
-        n += 1
-        ends = ends[ends >= n]
-        ends = ends[text[ends - n] == text[-n]]
-    return found
+    found = lookups(text, min_match, max_match, 1)
+    return found[0] if found else None
 
 
 def lookups(text: np.ndarray, min_match: int, max_match: int, count: int
@@ -81,10 +76,16 @@ def lookups(text: np.ndarray, min_match: int, max_match: int, count: int
         n += 1
         ends = ends[ends >= n]
         ends = ends[text[ends - n] == text[-n]]
+    return _ranked([e[::-1].tolist() for e in by_n], text, min_match, count)
+
+
+def _ranked(recent_first: list[list[int]], text: np.ndarray | list[int], min_match: int,
+            count: int) -> list[tuple[int, int]]:
+    """The ranked copies from each match length's occurrence ends (most recent first)."""
     out: list[tuple[int, int]] = []
     taken: set[int] = set()
-    for n in range(len(by_n), min_match - 1, -1):
-        for end in by_n[n - 1][::-1].tolist():  # the most recent first
+    for n in range(len(recent_first), min_match - 1, -1):
+        for end in recent_first[n - 1]:
             nxt = int(text[end])
             if nxt not in taken:
                 taken.add(nxt)
@@ -94,78 +95,130 @@ def lookups(text: np.ndarray, min_match: int, max_match: int, count: int
     return out
 
 
-@dataclass(frozen=True, eq=False)
-class LookupDrafter:
-    """Draft by looking the text's last tokens up in the text itself (see the module doc).
+class LookupIndex:
+    """The n-grams of a text (up to ``max_match`` tokens) and the ends of their occurrences
+    (mutable: it grows with the text). ``lookups(certain, ...)`` answers :func:`lookups` for
+    the text ``context + [certain]`` without scanning it.
 
-    Attributes:
+    Args:
+        max_match: the longest n-gram indexed.
+    """
+
+    def __init__(self, max_match: int) -> None:
+        self.max_match = max_match
+        self._text: list[int] = []
+        self._mirror = np.zeros(256, dtype=np.int64)  # the text as an array, for sync
+        self._ends: dict[tuple[int, ...], list[int]] = {}
+
+    @property
+    def text(self) -> list[int]:
+        """The indexed text."""
+        return self._text
+
+    def reset(self) -> None:
+        """Forget the text (a new prompt)."""
+        self._text = []
+        self._ends = {}
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` to the text, indexing the n-grams that end in them."""
+        text, ends = self._text, self._ends
+        start = len(text)
+        for token in tokens:
+            text.append(int(token))
+            end = len(text)
+            for n in range(1, min(self.max_match, end) + 1):
+                ends.setdefault(tuple(text[end - n:end]), []).append(end)
+        if len(text) > self._mirror.size:
+            grown = np.zeros(max(len(text), 2 * self._mirror.size), dtype=np.int64)
+            grown[:start] = self._mirror[:start]
+            self._mirror = grown
+        self._mirror[start:len(text)] = text[start:]
+
+    def sync(self, context: np.ndarray) -> None:
+        """Make the indexed text ``context``: extend it when ``context`` continues it, else
+        start over (a comparison of the whole indexed text: whatever the caller did between
+        two steps, the index is the context's)."""
+        size = int(context.size)
+        have = len(self._text)
+        if size < have or not np.array_equal(context[:have], self._mirror[:have]):
+            self.reset()
+            have = 0
+        if size > have:
+            self.extend(context[have:].tolist())
+
+    def lookups(self, certain: int, min_match: int, max_match: int, count: int
+                ) -> list[tuple[int, int]]:
+        """:func:`lookups` of ``text + [certain]``."""
+        text = self._text
+        size = len(text) + 1
+        suffix = [*text[len(text) - min(max_match, size - 1) + 1:], certain] if text else []
+        recent_first: list[list[int]] = []
+        for n in range(1, min(max_match, size - 1) + 1):
+            found = self._ends.get(tuple(suffix[len(suffix) - n:]))
+            if not found:
+                break
+            recent_first.append(found[::-1])
+        full = text + [certain]
+        return _ranked(recent_first, full, min_match, count)
+
+
+class Copies:
+    """Prompt lookup's ranked copies (see the module docstring), each labelled ``"lookup"``
+    and noted on the trie (the rates read their match length, offset and rank). Its index is
+    mutable state (:class:`LookupIndex`), kept up to date by :meth:`observe`.
+
+    Args:
+        copies: copies a step (ranked, distinct continuations).
+        lengths: tokens a copy proposes after a match of 1, 2, ... tokens (the last entry for
+            longer ones); each ``>= 1``.
         min_match: shortest suffix n-gram that may anchor a copy (``>= 1``).
         max_match: longest suffix n-gram tried (``>= min_match``).
-        lengths: draft tokens after ``d_1`` for a match of 1, 2, ... tokens (the last entry
-            for longer ones); each ``>= 1``.
-        name: a label for tables (default ``"lookup(n<=4, L=2/6/10)"``).
 
     Raises:
         DraftError: on a bad setting.
     """
 
-    min_match: int = 1
-    max_match: int = 4
-    lengths: tuple[int, ...] = DEFAULT_LENGTHS
-    name: str = ""
+    label = LOOKUP_SOURCE
 
-    def __post_init__(self) -> None:
-        lo = check_int(self.min_match, "min_match", DraftError, minimum=1)
-        hi = check_int(self.max_match, "max_match", DraftError, minimum=lo)
-        if isinstance(self.lengths, (str, bytes)) or not isinstance(self.lengths, Sequence):
+    def __init__(self, copies: int = 1, lengths: Sequence[int] = DEFAULT_LENGTHS,
+                 min_match: int = 1, max_match: int = 4) -> None:
+        self.copies = check_int(copies, "copies", DraftError, minimum=1)
+        self.min_match = check_int(min_match, "min_match", DraftError, minimum=1)
+        self.max_match = check_int(max_match, "max_match", DraftError, minimum=self.min_match)
+        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
             raise DraftError("lengths must be a sequence of draft lengths, one per match length "
-                             f"(e.g. (2, 6, 10)), got {self.lengths!r}")
-        lengths = tuple(check_int(x, "every entry of lengths", DraftError, minimum=1)
-                        for x in self.lengths)
-        if not lengths:
+                             f"(e.g. (2, 6, 10)), got {lengths!r}")
+        self.lengths = tuple(check_int(x, "every entry of lengths", DraftError, minimum=1)
+                             for x in lengths)
+        if not self.lengths:
             raise DraftError("lengths must name at least one draft length")
-        object.__setattr__(self, "min_match", lo)
-        object.__setattr__(self, "max_match", hi)
-        object.__setattr__(self, "lengths", lengths)
-        if not self.name:
-            object.__setattr__(self, "name", f"lookup(n<={hi}, L={'/'.join(map(str, lengths))})")
+        self.needs = Needs(k=1, heads=1)
+        self.index = LookupIndex(self.max_match)
 
-    @property
-    def k(self) -> int:
-        """Lattice width this drafter reads: 1 (the certain token)."""
-        return 1
+    def add(self, view: StepView, trie: Trie) -> None:
+        index = self.index
+        index.sync(view.context)
+        found = index.lookups(view.certain, self.min_match, self.max_match, self.copies)
+        if not found:
+            return
+        text = np.append(view.context, view.certain)
+        for rank, (start, n) in enumerate(found, start=1):
+            length = self.lengths[min(n, len(self.lengths)) - 1]
+            row = np.concatenate(([view.certain], text[start:start + length]))
+            trie.note_copy(trie.add(row, -np.inf, self.label), n, rank)
 
-    @property
-    def heads_needed(self) -> int:
-        """Heads whose logits it reads at the next step: the base's alone (the certain
-        token), so a verification call projects no Medusa head."""
-        return 1
+    def observe(self, feedback: Feedback) -> None:
+        """A new prompt starts the index over; a verification extends it."""
+        if feedback.start:
+            self.index.reset()
+        self.index.sync(feedback.context)
 
-    def copy(self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
-             ) -> DraftBatch | None:
-        """The lookup draft as a one-row batch (source ``"lookup"``), or None without a match.
 
-        Args:
-            lattice: the step's lattice (slot 1's top arc is the certain token ``d_1``).
-            context: the committed text before ``d_1`` (the prompt and the output so far).
-        """
-        certain = int(lattice.tokens[0, 0])
-        text = np.append(check_token_ids(context, "context", DraftError), certain)
-        found = lookup(text, self.min_match, self.max_match)
-        if found is None:
-            return None
-        start, n = found
-        length = self.lengths[min(n, len(self.lengths)) - 1]
-        draft = np.concatenate(([certain], text[start : start + length])).astype(np.int64)
-        return DraftBatch(tokens=draft[None], scores=np.zeros(1), head_scores=np.zeros(1),
-                          lm_scores=np.zeros(1), requested=1, source=LOOKUP_SOURCE)
-
-    def propose(self, lattice: SausageLattice, context: Any) -> DraftBatch:
-        """The lookup draft, else ``d_1`` alone (a greedy step's cost)."""
-        row = self.copy(lattice, context)
-        if row is not None:
-            return row
-        certain = int(lattice.tokens[0, 0])
-        return DraftBatch(tokens=np.array([[certain]]), scores=np.zeros(1),
-                          head_scores=np.zeros(1), lm_scores=np.zeros(1), requested=1,
-                          source=LOOKUP_SOURCE)
+def LookupDrafter(min_match: int = 1, max_match: int = 4,  # noqa: N802
+                  lengths: Sequence[int] = DEFAULT_LENGTHS, name: str = "") -> Pipeline:
+    """Prompt lookup alone (the module docstring): the copy, else ``d_1`` alone; it reads the
+    base head only (``needs.heads == 1``)."""
+    source = Copies(copies=1, lengths=lengths, min_match=min_match, max_match=max_match)
+    label = f"lookup(n<={source.max_match}, L={'/'.join(map(str, source.lengths))})"
+    return Pipeline([source], name=name or label, source=LOOKUP_SOURCE)

@@ -1,39 +1,31 @@
-"""Token-tree builders: many candidate drafts verified in one forward pass.
+"""Static token trees: a trie of drafts cut to a budget, and Medusa's rank-path trees.
 
 See docs/definitions.md sec. 11. Every builder takes a budget ``N``: the nodes of the tree, the
 root (the certain token, slot 1 of the lattice) included, i.e. the tokens one verification
 forward processes; trees are compared at equal ``N``. Node scores are natural-log path scores.
+The trees grown best first (EAGLE-2's confidence tree, the rescored tree, the tree lattice's)
+live in :mod:`blockdraft.drafts.grow`.
 
-Builders (functions) and the matching :class:`~blockdraft.drafts.protocol.TreeDrafter`
-strategies (``propose_tree(lattice, context) -> DraftTree``):
-
-    trie_tree(batch, budget)                         TrieDrafter(drafter, budget=None)
-        the p drafts of any Drafter merged on their common prefixes
-    medusa_tree(lattice, choices, budget)            MedusaTreeDrafter(choices, budget=None)
+Public surface:
+    trie_tree(batch, budget) -> DraftTree           the p drafts of a batch merged, cut to N
+    TrieDrafter(drafter, budget=None) -> Pipeline   any drafter's trie cut to its first N nodes
+    medusa_tree(lattice, choices, budget) -> DraftTree
         a static Medusa tree: ``choices`` are rank paths (element ``d`` of a path is a rank in
         the top-k of the head guessing depth ``d + 1``), so a node's token depends only on its
         depth and rank; ``MC_SIM_7B_63`` is Medusa's published tree (63 paths + the root)
-    calibrated_choices(accuracies, budget)           MedusaTreeDrafter.calibrated(acc, budget)
+    calibrated_choices(accuracies, budget)
         the static tree Medusa calibrates: best-first by the expected accepted length, from a
         ``[h - 1, k]`` matrix of per-depth, per-rank acceptance probabilities measured on
         held-out data (``blockdraft.oracle.rank_accuracies``)
-    confidence_tree(lattice, budget)                 ConfidenceTreeDrafter(k, budget)
-        EAGLE-2 style: the N nodes of highest cumulative head log-probability
-    rescored_tree(lattice, budget, lm, alpha, context)   RescoredTreeDrafter(lm, k, budget, alpha)
-        best-first by head score + alpha * LM score of the path so far (an n-gram LM scored
-        exactly per path, or a small neural LM: ``rescorers.neural.NeuralPathScorer``), so a
-        node's children depend on its ancestors
-
-Best-first over scores that never increase along a path (log-probabilities, products of
-probabilities) keeps every kept node's parent and gives the N best nodes; ties go to the node
-found first.
+    RankPaths(choices, budget)                      a source: the static tree
+    MedusaTreeDrafter(choices=MC_SIM_7B_63, budget=None, name="") -> Pipeline
+    calibrated_tree_drafter(accuracies, budget) -> Pipeline
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,11 +33,11 @@ import numpy as np
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
 from blockdraft.core.tree import DraftTree
-from blockdraft.drafts.protocol import Drafter
+from blockdraft.drafts.cut import FirstNodes
+from blockdraft.drafts.pipeline import Pipeline
+from blockdraft.drafts.protocol import Feedback, Needs, StepView
+from blockdraft.drafts.trie import Trie
 from blockdraft.lattice.sausage import SausageLattice
-from blockdraft.rescorers.base import PathScorer
-from blockdraft.rescorers.ngram.lm import NgramLM
-from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer
 
 Choices = Sequence[Sequence[int]]
 """Medusa's ``medusa_choices``: rank paths, e.g. ``[[0], [0, 0], [1], ...]``."""
@@ -189,216 +181,58 @@ def calibrated_choices(accuracies: Any, budget: int) -> list[tuple[int, ...]]:
     return chosen
 
 
-# ---- best-first trees over the lattice -----------------------------------------------------------
-
-
-def _best_first(
-    lattice: SausageLattice, budget: int, child_scores: Any, source: str
-) -> DraftTree:
-    """Best-first growth: ``child_scores(path_tokens, parent_score) -> float [k]`` scores the
-    next slot's arcs below a node (``-inf`` drops one); the ``budget`` best nodes are kept."""
-    n = _budget(budget, source)
-    root = int(lattice.tokens[0, 0])
-    tokens, parents, scores = [root], [-1], [0.0]
-    paths: list[list[int]] = [[root]]
-    heap: list[tuple[float, int, int, int]] = []  # (-score, tiebreak, parent, arc)
-    counter = 0
-
-    def expand(node: int) -> None:
-        nonlocal counter
-        depth = len(paths[node]) - 1
-        if depth + 1 >= lattice.h:
-            return
-        arcs = lattice.tokens[depth + 1]
-        values = child_scores(paths[node], scores[node], depth + 1)
-        for r in range(arcs.size):
-            if arcs[r] >= 0 and np.isfinite(values[r]):
-                heapq.heappush(heap, (-float(values[r]), counter, node, r))
-                counter += 1
-
-    scores[0] = float(child_scores([], 0.0, 0)[0])
-    expand(0)
-    while heap and len(tokens) < n:
-        neg, _, parent, r = heapq.heappop(heap)
-        tok = int(lattice.tokens[len(paths[parent]), r])
-        tokens.append(tok)
-        parents.append(parent)
-        scores.append(-neg)
-        paths.append([*paths[parent], tok])
-        expand(len(tokens) - 1)
-    return DraftTree(tokens=np.asarray(tokens), parents=np.asarray(parents),
-                     scores=np.asarray(scores), source=source)
-
-
-def confidence_tree(lattice: SausageLattice, budget: int) -> DraftTree:
-    """The ``budget`` nodes of highest cumulative head log-probability (EAGLE-2's tree,
-    with the lattice's top-``k`` per depth as the candidates), in the order found."""
-
-    def head(path: list[int], parent_score: float, slot: int) -> np.ndarray:
-        return parent_score + lattice.scores[slot]
-
-    return _best_first(lattice, budget, head, "confidence")
-
-
-def rescored_tree(
-    lattice: SausageLattice, budget: int, lm: PathScorer, alpha: float = 1.0,
-    context: Sequence[int] | np.ndarray = (),
-) -> DraftTree:
-    """Best-first by ``head score + alpha * LM score`` of the path so far (docs/definitions.md
-    sec. 4 and 11): a child's score adds its head log-prob and ``alpha`` times
-    ``ln P_LM(token | context, path)``, so the tree below a node depends on its ancestors.
-    The root's score includes the certain token's LM score, as the n-gram rescorer's do.
-
-    Args:
-        lattice: the step's lattice.
-        budget: ``N``, the nodes with the root.
-        lm: an LM with ``score(tokens, context)``, or with ``next_scores`` (a
-            :class:`~blockdraft.rescorers.neural.NeuralPathScorer`). An :class:`NgramLM`
-            is scored through :class:`~blockdraft.rescorers.ngram.NgramPathScorer`: each
-            child exactly on its whole path, the same numbers as KenLM's (its start-of-text
-            convention for an empty context), one lookup from the parent's LM state.
-        alpha: the LM weight, ``>= 0``.
-        context: the committed prefix before the certain token.
-    """
-    if not alpha >= 0:
-        raise DraftError(f"alpha must be >= 0, got {alpha}")
-    ctx = np.asarray(context, dtype=np.int64).reshape(-1)
-    if isinstance(lm, NgramLM):  # the same scores, one KenLM lookup per child
-        lm = NgramPathScorer(lm)
-
-    next_scores = getattr(lm, "next_scores", None)
-
-    def combined(path: list[int], parent_score: float, slot: int) -> np.ndarray:
-        arcs = lattice.tokens[slot]
-        out = parent_score + lattice.scores[slot].copy()
-        if alpha == 0:
-            return out
-        real = arcs >= 0
-        if callable(next_scores):  # all children in one call (a neural LM: one forward)
-            out[real] += alpha * np.asarray(next_scores(path, ctx, arcs[real]), dtype=float)
-            return out
-        for r in np.flatnonzero(real).tolist():
-            seq = np.asarray([*path, int(arcs[r])], dtype=np.int64)
-            out[r] += alpha * float(lm.score(seq, ctx)[-1])
-        return out
-
-    return _best_first(lattice, budget, combined, "rescored")
-
-
 # ---- the strategies ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TrieDrafter:
-    """Any :class:`Drafter`'s ``p`` drafts as one trie, cut to ``budget`` nodes (None: all)."""
+def TrieDrafter(drafter: Pipeline, budget: int | None = None,  # noqa: N802
+                name: str = "") -> Pipeline:
+    """``drafter``'s sources (its drafts, one trie) cut to their first ``budget`` nodes (None:
+    all): the best drafts stay whole.
 
-    drafter: Drafter
-    budget: int | None = None
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.name:
-            cut = "" if self.budget is None else f", N<={self.budget}"
-            object.__setattr__(self, "name", f"trie of {self.drafter.name}{cut}")
-
-    @property
-    def k(self) -> int:
-        """The wrapped drafter's lattice width."""
-        return int(self.drafter.k)
-
-    def propose_tree(
-        self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
-    ) -> DraftTree:
-        """The trie of the drafter's drafts."""
-        return trie_tree(self.drafter.propose(lattice, context), self.budget)
+    Raises:
+        DraftError: not a drafter, or a bad budget.
+    """
+    if not isinstance(drafter, Pipeline):
+        raise DraftError(f"TrieDrafter needs a drafter (HeadDrafter, LookupDrafter, ...), got "
+                         f"{type(drafter).__name__}")
+    cut = "" if budget is None else f", N<={budget}"
+    return Pipeline(drafter.sources, rates=drafter.rates,
+                    cut=drafter.cut if budget is None else FirstNodes(_budget(budget, "trie")),
+                    name=name or f"trie of {drafter.name}{cut}", source=drafter.source)
 
 
-@dataclass(frozen=True)
-class MedusaTreeDrafter:
+class RankPaths:
+    """Medusa's static tree over the step's lattice as a source (:func:`medusa_tree`).
+
+    Args:
+        choices: rank paths (sorted into Medusa's node order).
+        budget: keep the first ``budget - 1`` paths (``N = budget``); None: all.
+    """
+
+    label = "medusa"
+
+    def __init__(self, choices: Any = MC_SIM_7B_63, budget: int | None = None) -> None:
+        self.choices = tuple(sort_choices(choices))
+        self.budget = None if budget is None else _budget(budget, "Medusa tree")
+        self.needs = Needs(k=1 + max((max(c) for c in self.choices), default=0))
+
+    def add(self, view: StepView, trie: Trie) -> None:
+        trie.add_tree(medusa_tree(view.lattice, self.choices, self.budget), self.label)
+
+    def observe(self, feedback: Feedback) -> None:
+        """Nothing to learn."""
+
+
+def MedusaTreeDrafter(choices: Any = MC_SIM_7B_63, budget: int | None = None,  # noqa: N802
+                      name: str = "") -> Pipeline:
     """A static Medusa tree (default :data:`MC_SIM_7B_63`) on every step's lattice."""
-
-    choices: tuple[tuple[int, ...], ...] = MC_SIM_7B_63
-    budget: int | None = None
-    name: str = ""
-    k: int = field(default=0)
-
-    def __post_init__(self) -> None:
-        paths = tuple(sort_choices(self.choices))
-        object.__setattr__(self, "choices", paths)
-        if not self.k:
-            object.__setattr__(self, "k", 1 + max((max(c) for c in paths), default=0))
-        if not self.name:
-            n = 1 + len(paths) if self.budget is None else min(self.budget, 1 + len(paths))
-            object.__setattr__(self, "name", f"medusa tree (N={n})")
-
-    @classmethod
-    def calibrated(cls, accuracies: Any, budget: int) -> MedusaTreeDrafter:
-        """The tree :func:`calibrated_choices` builds from ``accuracies [h - 1, k]``."""
-        return cls(choices=tuple(calibrated_choices(accuracies, budget)),
-                   name=f"calibrated tree (N={budget})")
-
-    def propose_tree(
-        self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
-    ) -> DraftTree:
-        """The static tree on ``lattice``."""
-        return medusa_tree(lattice, self.choices, self.budget)
+    source = RankPaths(choices, budget)
+    n = 1 + len(source.choices) if budget is None else min(budget, 1 + len(source.choices))
+    return Pipeline([source], name=name or f"medusa tree (N={n})", source="medusa")
 
 
-@dataclass(frozen=True)
-class ConfidenceTreeDrafter:
-    """EAGLE-2 style confidence tree of ``budget`` nodes over the top-``k`` lattice."""
-
-    k: int = 4
-    budget: int = 16
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        _budget(self.budget, "confidence tree")
-        check_positive_int(self.k, "ConfidenceTreeDrafter.k", DraftError)
-        if not self.name:
-            object.__setattr__(self, "name", f"confidence tree (k={self.k}, N={self.budget})")
-
-    def propose_tree(
-        self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
-    ) -> DraftTree:
-        """The ``budget`` most confident nodes."""
-        return confidence_tree(_narrow(lattice, self.k), self.budget)
-
-
-@dataclass(frozen=True)
-class RescoredTreeDrafter:
-    """Best-first tree of ``budget`` nodes by head + ``alpha`` x LM score (an n-gram LM)."""
-
-    lm: PathScorer
-    k: int = 4
-    budget: int = 16
-    alpha: float = 1.0
-    name: str = ""
-    # An NgramLM's NgramPathScorer, made once: its word and LM-state caches then live across
-    # the steps instead of being rebuilt by every rescored_tree call.
-    _scorer: PathScorer = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        _budget(self.budget, "rescored tree")
-        check_positive_int(self.k, "RescoredTreeDrafter.k", DraftError)
-        if not self.name:
-            object.__setattr__(self, "name", f"rescored tree (k={self.k}, N={self.budget}, "
-                                             f"alpha={self.alpha:g})")
-        object.__setattr__(self, "_scorer", NgramPathScorer(self.lm)
-                           if isinstance(self.lm, NgramLM) else self.lm)
-
-    def propose_tree(
-        self, lattice: SausageLattice, context: Sequence[int] | np.ndarray
-    ) -> DraftTree:
-        """The ``budget`` best nodes under head + LM scores."""
-        return rescored_tree(_narrow(lattice, self.k), self.budget, self._scorer, self.alpha,
-                             context)
-
-
-def _narrow(lattice: SausageLattice, k: int) -> SausageLattice:
-    """The lattice's first ``k`` arcs per slot (it must be at least that wide)."""
-    if lattice.k < k:
-        raise DraftError(f"the tree needs a lattice of width k >= {k}, got k = {lattice.k}")
-    if lattice.k == k:
-        return lattice
-    return SausageLattice(tokens=lattice.tokens[:, :k], scores=lattice.scores[:, :k])
+def calibrated_tree_drafter(accuracies: Any, budget: int) -> Pipeline:
+    """Medusa's calibrated tree: the static tree :func:`calibrated_choices` builds from
+    ``accuracies [h - 1, k]``."""
+    return MedusaTreeDrafter(choices=tuple(calibrated_choices(accuracies, budget)),
+                             name=f"calibrated tree (N={budget})")

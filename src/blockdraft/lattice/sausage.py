@@ -12,6 +12,11 @@ Public surface:
     SausageLattice.from_logits_batch(logits, k, certain_first=True)  ``[B, h, V]`` -> list
     SausageLattice.from_topk(ids, scores, certain_first=True)   from ``[h, k]`` taken elsewhere
     .num_paths, .path_score(tokens), .best_paths(p)   (p-best 0-gram: head scores alone)
+    .certain, .expand(prefix), .peek(prefix)     the searchable-lattice protocol
+        (:mod:`blockdraft.lattice.search`: one best-first growth, one exact p-best)
+
+Files, FST acceptors and drawings of a lattice live beside it (:mod:`blockdraft.lattice.io`,
+:mod:`~blockdraft.lattice.fst`, :mod:`~blockdraft.lattice.draw`), which import this module.
 
 Ragged slots: a slot may hold fewer than ``k`` arcs (slot 1 with ``certain_first``, or a head
 whose vocabulary is masked with ``-inf``). Missing arcs are padding at the end of the row:
@@ -35,6 +40,7 @@ from blockdraft.core.errors import BlockdraftError
 
 PAD_TOKEN = -1
 """Token id of a padding arc (an absent arc at the end of a ragged slot)."""
+_NO_ARCS = (np.zeros(0, dtype=np.int64), np.zeros(0))
 
 
 class LatticeError(BlockdraftError, ValueError):
@@ -358,40 +364,26 @@ class SausageLattice:
             source="lattice",
         )
 
-    # ------------------------------------------------------------------ conversions
-    def to_fst(self) -> Any:
-        """A pynini acceptor over token ids (see :mod:`blockdraft.lattice.fst`)."""
-        from blockdraft.lattice.fst import lattice_to_fst
+    # ------------------------------------------------------------------ as a searchable lattice
+    @property
+    def certain(self) -> int:
+        """The certain token ``d_1`` (slot 1's top arc)."""
+        return int(self.tokens[0, 0])
 
-        return lattice_to_fst(self)
+    def expand(self, prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The arcs after ``prefix`` (a path's first tokens): slot ``len(prefix) + 1``'s real
+        arcs ``(ids int64 [n], log-probs float64 [n])``, best first, whatever the prefix's
+        tokens (the heads guess independently); none past the last slot. The protocol every
+        search of :mod:`blockdraft.lattice.search` reads, for sausages and tree lattices
+        alike."""
+        depth = len(prefix)
+        if depth >= self.h:
+            return _NO_ARCS
+        return self.slot(depth)
 
-    @classmethod
-    def from_fst(cls, fst: Any, **kwargs: Any) -> SausageLattice:
-        """The lattice of a sausage-shaped acceptor made by :meth:`to_fst` (keyword arguments
-        go to :func:`blockdraft.lattice.fst.lattice_from_fst`)."""
-        from blockdraft.lattice.fst import lattice_from_fst
-
-        return lattice_from_fst(fst, **kwargs)
-
-    def save(self, path: Any, **kwargs: Any) -> None:
-        """Write the lattice file format of :mod:`blockdraft.lattice.io` (``context=``,
-        ``reference=``, ``meta=`` as in :func:`blockdraft.lattice.io.save_lattice`)."""
-        from blockdraft.lattice.io import save_lattice
-
-        save_lattice(self, path, **kwargs)
-
-    @classmethod
-    def load(cls, path: Any) -> SausageLattice:
-        """Read a lattice file written by :meth:`save`."""
-        from blockdraft.lattice.io import load_lattice
-
-        return load_lattice(path).lattice
-
-    def draw(self, path: Any = None, **kwargs: Any) -> str:
-        """Draw like Kim Fig. 4; returns DOT text (see :mod:`blockdraft.lattice.draw`)."""
-        from blockdraft.lattice.draw import draw_lattice
-
-        return draw_lattice(self, path, **kwargs)
+    def peek(self, prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`expand`: a sausage's arcs cost nothing to read."""
+        return self.expand(prefix)
 
     def __repr__(self) -> str:
         return f"SausageLattice(h={self.h}, k={self.k}, num_paths={self.num_paths})"

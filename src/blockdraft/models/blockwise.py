@@ -36,6 +36,7 @@ import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
 from torch import nn
 
 from blockdraft.models.cache import KVCache
+from blockdraft.models.capabilities import Capabilities
 from blockdraft.models.config import BlockwiseConfig
 from blockdraft.models.errors import ModelError
 from blockdraft.models.factored import FactoredHeadsLM
@@ -228,6 +229,17 @@ class BlockwiseLM(FactoredHeadsLM, nn.Module):
     def device(self) -> torch.device:
         """Where the parameters live."""
         return self.transformer.wte.weight.device
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the model can do (:class:`~blockdraft.models.capabilities.Capabilities`): BPD
+        heads on one shared state (a sausage lattice), PyTorch eager in its parameters' dtype."""
+        return Capabilities(
+            heads="medusa" if self.config.h > 1 else "none", h=self.config.h,
+            vocab_size=self.config.vocab_size, max_seq_len=self.config.max_seq_len,
+            runtime="torch", precision=str(self.transformer.wte.weight.dtype).removeprefix(
+                "torch."), factored=True, head_topk=True, last_only=True,
+            device=self.device.type)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Parameter count (tied weights counted once)."""

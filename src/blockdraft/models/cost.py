@@ -18,12 +18,14 @@ Public surface:
     measure_cost_curve(model, nodes=(1, 2, 4, 6, 8, 12, 16, 24, 32), prefix=128,
                        repeats=5) -> CostCurve
     read_cost_curve(path, variant=None) -> CostCurve   a curve file of benchmarks/results/costs
+    cost_curve_of(model) -> CostCurve      declared, or measured once per model (MEASURED)
     monotone(values) -> list        the non-decreasing least-squares fit (a dip is noise)
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from blockdraft.models.capabilities import capabilities_of
 from blockdraft.models.errors import ModelError
 
 DEFAULT_NODES = (1, 2, 4, 6, 8, 12, 16, 24, 32)
@@ -191,17 +194,18 @@ def _measure(m: Any, model: Any, nodes: Sequence[int], prefix: int, repeats: int
     sizes = tuple(int(n) for n in nodes)
     if not sizes or sizes[0] != 1 or bool(np.any(np.diff(sizes) <= 0)):
         raise ModelError(f"nodes must ascend from 1, got {sizes}")
-    limit = getattr(model, "max_seq_len", None) or getattr(getattr(model, "config", None),
-                                                          "max_seq_len", None)
-    if limit is not None:
-        prefix = max(1, min(prefix, int(limit) - sizes[-1] - 1))
-    vocab = int(getattr(model, "vocab_size", None) or model.config.vocab_size)
-    dev = getattr(model, "device", torch.device("cpu"))
+    caps = capabilities_of(model)
+    if caps.max_seq_len is not None:
+        prefix = max(1, min(prefix, caps.max_seq_len - sizes[-1] - 1))
+    if caps.vocab_size is None:
+        raise ModelError(f"{type(model).__name__} declares no vocabulary size: its cost curve "
+                         "cannot draw token ids")
+    vocab = caps.vocab_size
+    dev = torch.device(model.device)
     rng = np.random.default_rng(seed)
     ids = torch.as_tensor(rng.integers(0, vocab, (1, prefix)), device=dev)
     _, past = m.hidden(ids, None)
-    h = int(getattr(model, "h", 1))
-    head_topk = getattr(m, "head_topk", None)
+    h = caps.h
 
     def step(n: int) -> None:
         parents, depths = _bushy_tree(n, rng)
@@ -220,8 +224,8 @@ def _measure(m: Any, model: Any, nodes: Sequence[int], prefix: int, repeats: int
         m.project(m.head_states(x[0], heads=1))
 
     def heads() -> None:
-        if h > 1 and callable(head_topk):
-            head_topk(torch.zeros(1, _width(model), device=dev), 8)
+        if h > 1 and caps.head_topk:
+            m.head_topk(torch.zeros(1, _width(model), device=dev), 8)
 
     def timed(fn: Any) -> float:
         if dev.type == "cuda":
@@ -242,12 +246,48 @@ def _measure(m: Any, model: Any, nodes: Sequence[int], prefix: int, repeats: int
         if rnd:
             times.setdefault("heads", []).append(ms)
     step_ms = tuple(monotone([float(np.median(times[n])) for n in sizes]))
-    label = " ".join(str(x) for x in (getattr(model, "runtime", "torch"),
-                                      getattr(model, "precision", None)
-                                      or getattr(getattr(model, "config", None), "dtype", ""),
+    label = " ".join(str(x) for x in (caps.runtime, caps.precision,
                                       f"threads={getattr(model, 'threads', '')}"))
     return CostCurve(nodes=sizes, step_ms=step_ms, heads_ms=float(np.median(times["heads"])),
                      greedy_ms=step_ms[0], device=label)
+
+
+class MeasuredCurves:
+    """Cost curves measured on model objects, each once (a mutable cache, weakly keyed by the
+    model: a curve goes with its model).
+
+    ``get(model)`` is the model's declared curve (:attr:`Capabilities.cost
+    <blockdraft.models.capabilities.Capabilities.cost>`) when it declares one, else the curve
+    measured at the first call (:func:`measure_cost_curve` over the sizes a drafter sizes its
+    trees by, about a second for SmolLM2 on a CPU), kept for the next.
+    """
+
+    NODES = (1, 2, 4, 8, 16, 32)
+    """The sizes measured for a drafter (a tree of at most 32 nodes pays on every runtime
+    measured; the curve extrapolates past them)."""
+
+    def __init__(self) -> None:
+        self._curves: weakref.WeakKeyDictionary[Any, CostCurve] = weakref.WeakKeyDictionary()
+
+    def get(self, model: Any) -> CostCurve:
+        """The model's declared or measured curve (see the class docstring)."""
+        declared = capabilities_of(model).cost
+        if declared is not None:
+            return declared  # type: ignore[no-any-return]
+        curve = self._curves.get(model)
+        if curve is None:
+            curve = measure_cost_curve(model, nodes=self.NODES, repeats=5)
+            self._curves[model] = curve
+        return curve
+
+
+MEASURED = MeasuredCurves()
+"""The process's curves, one per model object."""
+
+
+def cost_curve_of(model: Any) -> CostCurve:
+    """The model's verification cost curve: declared, or measured once (:class:`MeasuredCurves`)."""
+    return MEASURED.get(model)
 
 
 def monotone(values: Sequence[float]) -> list[float]:

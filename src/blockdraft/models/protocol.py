@@ -2,17 +2,17 @@
 
 Anything that satisfies :class:`HeadsModel` works in their place of :class:`BlockwiseLM`: the
 reference model here, or an adapter around another checkpoint. Its cache only needs the
-operations a BPD verifier uses (:class:`DecoderCache`). :func:`takes_last_only` says whether a
-model's ``heads_logits`` can skip the projections of all but the last position;
-:func:`as_factored` gives every model the factored protocol (the verifier and the greedy
-reference have one code path).
+operations a BPD verifier uses (:class:`DecoderCache`). What a model can do beyond the protocol
+is declared (:mod:`~blockdraft.models.capabilities`); :func:`as_factored` gives every model the
+factored protocol (the verifier and the greedy reference have one code path).
 """
 
 from __future__ import annotations
 
-import inspect
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 
@@ -39,6 +39,11 @@ class DecoderCache(Protocol):
         """The first ``length`` positions."""
         ...
 
+    def gather(self, positions: torch.Tensor) -> DecoderCache:
+        """The positions ``positions`` (int64 ``[L]``, on the cache's device), in order: a
+        verification keeps its accepted path's keys and values this way."""
+        ...
+
     def select_row(self, row: int) -> DecoderCache:
         """Row ``row`` alone (batch 1)."""
         ...
@@ -50,7 +55,10 @@ class DecoderCache(Protocol):
 
 @runtime_checkable
 class HeadsModel(Protocol):
-    """A blockwise parallel LM with ``h`` heads and incremental decoding."""
+    """A blockwise parallel LM with ``h`` heads and incremental decoding. blockdraft's models
+    also declare ``capabilities`` (:class:`~blockdraft.models.capabilities.Capabilities`);
+    :func:`~blockdraft.models.capabilities.capabilities_of` derives one for a model that does
+    not."""
 
     @property
     def h(self) -> int:
@@ -95,11 +103,33 @@ class FactoredHeadsModel(HeadsModel, Protocol):
         ...
 
 
-def factored(model: Any) -> bool:
-    """Whether the model splits into ``hidden``, ``head_states`` and ``project`` (see
-    :class:`FactoredHeadsModel`)."""
-    return all(callable(getattr(model, name, None)) for name in ("hidden", "head_states",
-                                                                  "project"))
+    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Heads 2..``heads``' top-``k`` at the states ``x [M, d]``: ``(ids int64 [M, n-1, k],
+        natural-log probabilities float64)``, taken where the logits are
+        (:attr:`Capabilities.head_topk <blockdraft.models.capabilities.Capabilities
+        .head_topk>`)."""
+        ...
+
+
+@runtime_checkable
+class TreeLatticeModel(FactoredHeadsModel, Protocol):
+    """A factored model whose heads give a tree lattice (prefix-conditioned heads, a draft
+    layer: :attr:`Capabilities.tree_lattice <blockdraft.models.capabilities.Capabilities
+    .tree_lattice>`): its heads read the base's greedy token ``first`` and the step's lattice is
+    expanded lazily."""
+
+    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None,
+                  first: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The heads' greedy chain's top-``k`` at ``x [M, d]`` (``first``: the base's greedy
+        tokens there, int64 ``[M]``)."""
+        ...
+
+    def expander(self, x: torch.Tensor, k: int, first: int | None = None,
+                 chain: tuple[np.ndarray, np.ndarray] | None = None
+                 ) -> Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]:
+        """The step's tree lattice at ``x [d]``: ``expand(prefix) -> (ids, log-probs)``."""
+        ...
 
 
 class _PlainAsFactored:
@@ -131,15 +161,12 @@ class _PlainAsFactored:
 
 
 def as_factored(model: Any) -> FactoredHeadsModel:
-    """``model`` itself when it is factored, else a view of it that is (see
+    """``model`` itself when it declares itself factored, else a view of it that is (see
     :class:`_PlainAsFactored`): the one place where the two kinds of model differ."""
-    return model if factored(model) else _PlainAsFactored(model)  # type: ignore[return-value]
+    from blockdraft.models.capabilities import capabilities_of
+
+    if capabilities_of(model).factored:
+        return model  # type: ignore[no-any-return]
+    return _PlainAsFactored(model)  # type: ignore[return-value]
 
 
-def takes_last_only(model: Any) -> bool:
-    """Whether ``model.heads_logits`` takes ``last_only=True`` (both blockdraft model kinds
-    do): then it projects the heads at the last position only, logits ``[B, 1, h, V]``."""
-    try:
-        return "last_only" in inspect.signature(model.heads_logits).parameters
-    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-        return False

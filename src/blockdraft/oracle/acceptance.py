@@ -10,25 +10,25 @@ Public surface:
         ``n`` of each draft at position ``t`` under exact acceptance.
     oracle_accept_lengths(example, k) -> int64 [m]
         ``n_oracle(t, k)`` at every position of one example (docs/definitions.md sec. 5).
-    Oracle(k)     the oracle strategy of the top-``k`` lattice (``p = 1``)
+    Oracle(k) -> Pipeline    the oracle drafter of the top-``k`` lattice (``p = 1``; offline)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from blockdraft.core.checks import check_positive_int
+from blockdraft.drafts.oracle import Oracle as oracle_drafter
+from blockdraft.drafts.pipeline import Pipeline
 from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.trace import TraceExample
 
 
-@dataclass(frozen=True)
-class Oracle:
+def Oracle(k: int) -> Pipeline:  # noqa: N802
     """The oracle path of the top-``k`` lattice (docs/definitions.md sec. 5): at every step it
     accepts ``n_oracle(t, k)``, an upper bound on the ``n`` of any ``p = 1`` strategy drafting
-    from that lattice *at that position*.
+    from that lattice *at that position* (the drafter :func:`blockdraft.drafts.Oracle`: it reads
+    the reference, so it runs offline only).
 
     ``B_oracle(k)`` is, as in docs/definitions.md sec. 5 and Kim et al., ``B`` when every step
     uses that draft. It is not a strict upper bound on another strategy's ``B`` over a whole
@@ -37,19 +37,10 @@ class Oracle:
     comparisons; see tests/oracle/test_oracle_simulate.py). Nor is ``B_oracle(k)`` monotone in
     ``k`` for the same reason, though ``n_oracle(t, k)`` is at every position.
 
-    Attributes:
-        k: arcs per slot, ``>= 1``.
+    Raises:
+        OracleError: ``k`` not a positive integer.
     """
-
-    k: int
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_positive_int(self.k, "Oracle.k", OracleError))
-
-    @property
-    def name(self) -> str:
-        """A label for tables."""
-        return f"oracle (k={self.k})"
+    return oracle_drafter(check_positive_int(k, "Oracle.k", OracleError))
 
 
 def accept_lengths(drafts: np.ndarray, greedy_ids: np.ndarray, t: int) -> np.ndarray:

@@ -41,6 +41,7 @@ import numpy as np
 
 from blockdraft.core.checks import is_int
 from blockdraft.drafts.protocol import Drafter
+from blockdraft.drafts.spec import DraftSpec
 from blockdraft.oracle.acceptance import Oracle
 from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.results import SimulationResult, StepRecords
@@ -379,7 +380,7 @@ def compare_steps(
 
 
 def wins_ties_losses(
-    trace: Trace, strategy: Oracle | Drafter, *, baseline: SimulationResult | None = None
+    trace: Trace, strategy: Drafter | DraftSpec, *, baseline: SimulationResult | None = None
 ) -> WinTieLoss:
     """``strategy`` against vanilla BPD at the vanilla trajectory's positions
     (docs/definitions.md sec. 7).
@@ -397,7 +398,7 @@ def wins_ties_losses(
 
         baseline = simulate(trace, vanilla())
     other = simulate_at_positions(trace, strategy, baseline.steps.example, baseline.steps.t)
-    name = str(getattr(strategy, "name", "") or type(strategy).__name__)
+    name = strategy.label if isinstance(strategy, DraftSpec) else strategy.name
     return compare_steps(baseline.steps, other, strategy=name, baseline_name=baseline.strategy)
 
 

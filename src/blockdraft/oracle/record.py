@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from blockdraft.models.capabilities import capabilities_of
 from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.trace import Trace, TraceWriter
 
@@ -35,13 +36,13 @@ def teacher_forced_logits(model: Any, prompt: Sequence[int], greedy: Sequence[in
     import torch
 
     ids = list(prompt) + list(greedy[:-1])
-    max_len = getattr(getattr(model, "config", None), "max_seq_len", None)
+    max_len = capabilities_of(model).max_seq_len
     if max_len is not None and len(ids) > max_len:
         raise OracleError(
             f"prompt ({len(prompt)} tokens) + continuation ({len(greedy)}) exceed the model's "
             f"context of {max_len} tokens; use a shorter prompt or max_new_tokens"
         )
-    device = getattr(model, "device", "cpu")
+    device = model.device
     with torch.no_grad():
         logits, _ = model.heads_logits(torch.tensor([ids], dtype=torch.long, device=device))
     return logits[0, len(prompt) - 1:]

@@ -3,7 +3,10 @@
 docs/definitions.md sec. 2 and 6. With exact verification the committed text is the greedy
 reference ``y``, so one trace gives every step's lattice, and walking ``t <- t + 1 + n`` from
 ``t = 0`` gives the accepted lengths ``n`` and the block efficiency ``B`` of any strategy, no
-model needed.
+model needed. The walk is the decode loop's own step engine (:func:`blockdraft.verify.run`)
+with the trace's verdict in place of the model's (:class:`TraceSteps`): the same drafter calls,
+the same truncation to what can count, the same counting, so offline equals online by
+construction.
 
 Public surface:
     simulate(trace, strategy, *, examples=None, progress=False) -> SimulationResult
@@ -11,50 +14,57 @@ Public surface:
     simulate_at_positions(trace, strategy, example, t) -> StepRecords
         the step outcome at given positions (e.g. the vanilla trajectory's,
         docs/definitions.md sec. 7).
+    TraceSteps(example, k)        the engine's steps verified by a trace example
     TraceMismatchWarning          warned when head 1's stored top-1 differs from ``y``
     tree_accept_length(tree, greedy_ids, t) -> (n, node)   a token tree's verdict
-A strategy is an :class:`Oracle`, any :class:`~blockdraft.drafts.protocol.Drafter`
-(``HeadDrafter`` is one), or any :class:`~blockdraft.drafts.protocol.TreeDrafter` (token trees,
-docs/definitions.md sec. 11: ``n`` is the depth of the deepest node whose root path matches
-``y_{t+1..}``; the step's ``winner`` is that node, its ``drafts`` row the node's path followed
-by the lattice's top-1 tokens, ``num_drafts`` the tree's leaves).
+A strategy is a drafter (:class:`~blockdraft.drafts.Drafter`: ``HeadDrafter``, a tree builder,
+:class:`Oracle`, ...) or a :class:`~blockdraft.drafts.DraftSpec`; each step gives it the lattice
+at ``t`` of width ``needs.k`` (slot 1 = the stored top-1 of head 1 alone), the context ``x,
+y_1..y_t`` and the reference ``y_{t+1}, ...`` (which only the oracle reads). A strategy that
+needs a tree lattice (prefix heads) is refused: a trace stores sausages.
 Re-exported from the modules that define them:
     Oracle(k), accept_lengths, oracle_accept_lengths                   (acceptance)
     StepRecords, SimulationResult                                      (results)
 
 Conventions. A step at position ``t`` (committed prefix ``x, y_1..y_t``; ``y_{t+1}`` is
-already certain) asks the strategy for drafts ``d = (d_1 .. d_h)`` from the lattice at ``t``,
-verifies them in one call and accepts ``n = #leading i >= 1 with d_{1+i} == y_{t+1+i}``
-(a match past ``y_m`` is impossible). The draft with the largest ``n`` wins (ties: the first,
-i.e. the best-scored). The call makes ``1 + n`` tokens certain, ``min(1 + n, m - (t + 1))``
-of them inside ``y``; then ``t <- t + 1 + n``. The prefill is one call that makes ``y_1``
-certain; an example is done when ``y_m`` is certain (``t + 1 >= m``).
+already certain) asks the strategy for a tree rooted at ``y_{t+1}``, verifies it in one call and
+accepts ``n``, the depth of the deepest node whose root path matches ``y_{t+1..}`` (a match past
+``y_m`` is impossible); its ``winner`` is that node, its ``drafts`` row the path to the node's
+first leaf (a trie's best draft through it) followed by the lattice's top-1 tokens. The call
+makes ``1 + n`` tokens certain, ``min(1 + n, m - (t + 1))`` of them inside ``y``; then ``t <- t
++ 1 + n``. The prefill is one call that makes ``y_1`` certain; an example is done when ``y_m``
+is certain (``t + 1 >= m``).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
 from blockdraft.core.efficiency import call_tokens
+from blockdraft.core.errors import BlockdraftError
 from blockdraft.core.tree import DraftTree
-from blockdraft.drafts.protocol import Drafter, TreeDrafter
+from blockdraft.drafts.protocol import Drafter, StepView
+from blockdraft.drafts.spec import DraftSpec
 from blockdraft.oracle.acceptance import Oracle, accept_lengths, oracle_accept_lengths
 from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.results import SimulationResult, StepRecords
 from blockdraft.oracle.trace import Trace, TraceExample
+from blockdraft.verify.acceptance import accepted_from, reference_matches, tree_winner
+from blockdraft.verify.engine import Verdict, run
+from blockdraft.verify.errors import VerifyError
+from blockdraft.verify.records import DecodeStep
 
 __all__ = [
     "Oracle",
     "SimulationResult",
     "StepRecords",
     "TraceMismatchWarning",
+    "TraceSteps",
     "accept_lengths",
     "oracle_accept_lengths",
     "simulate",
@@ -62,42 +72,12 @@ __all__ = [
     "tree_accept_length",
 ]
 
-Strategy = Oracle | Drafter | TreeDrafter
-"""What :func:`simulate` walks: the oracle, a drafter or a tree builder."""
+Strategy = Drafter | DraftSpec
+"""What :func:`simulate` walks: a drafter, or a spec (built here, without a model)."""
 
 
 class TraceMismatchWarning(UserWarning):
     """Head 1's stored top-1 differs from the greedy token somewhere in a trace."""
-
-
-# ---------------------------------------------------------------------------- stepping
-@dataclass(frozen=True)
-class _Outcome:
-    n: int
-    winner: int
-    draft: np.ndarray
-    num_drafts: int
-    nodes: int = 0
-
-
-def _strategy_k(trace: Trace, strategy: Strategy) -> int:
-    """Validate a strategy against a trace; return its lattice width."""
-    if not isinstance(strategy, (Oracle, Drafter, TreeDrafter)):
-        raise OracleError(
-            f"strategy must be an Oracle or have .k and .propose(lattice, context) (like "
-            f"HeadDrafter) or .propose_tree(lattice, context), got {type(strategy).__name__}"
-        )
-    k = check_positive_int(strategy.k, f"strategy {_name(strategy)!r}: k", OracleError)
-    if k > trace.K:
-        raise OracleError(
-            f"strategy {_name(strategy)!r} reads k = {k} arcs per slot, but the trace stores "
-            f"only K = {trace.K}; use k <= {trace.K} or re-trace with K >= {k}"
-        )
-    return k
-
-
-def _name(strategy: Any) -> str:
-    return str(getattr(strategy, "name", "") or type(strategy).__name__)
 
 
 def tree_accept_length(tree: DraftTree, greedy_ids: np.ndarray, t: int) -> tuple[int, int]:
@@ -113,80 +93,103 @@ def tree_accept_length(tree: DraftTree, greedy_ids: np.ndarray, t: int) -> tuple
         ``y_m`` never match) and its depth ``n``. Siblings are distinct, so the matching
         nodes form one chain.
     """
-    y = np.asarray(greedy_ids)
-    depths = np.asarray(tree.depths)
-    ok = np.zeros(tree.num_nodes, dtype=bool)
-    ok[0] = True
+    reference = np.asarray(greedy_ids, dtype=np.int64)[t:]
+    node = tree_winner(tree, accepted_from(tree, reference_matches(tree, reference)))
+    return int(np.asarray(tree.depths)[node]), node
+
+
+class TraceSteps:
+    """The step engine's steps verified by a trace example (:class:`~blockdraft.verify.Steps`
+    offline; mutable: the position between calls).
+
+    Args:
+        example: the trace example.
+        k: the lattice width each step builds (``<= K``).
+    """
+
+    def __init__(self, example: TraceExample, k: int) -> None:
+        self.example = example
+        self.k = k
+        self.y = np.asarray(example.greedy_ids, dtype=np.int64)
+        self.t = 0
+
+    def prefill(self, prompt: list[int]) -> int:
+        self.t = 0
+        return int(self.y[0])
+
+    def room(self) -> int | None:
+        return None
+
+    def view(self, context: np.ndarray, prompt_length: int, max_depth: int) -> StepView:
+        return self.view_at(self.t, max_depth)
+
+    def view_at(self, t: int, max_depth: int | None = None) -> StepView:
+        """The step at position ``t``."""
+        ex = self.example
+        return StepView(lattice=ex.lattice(t, self.k), context=ex.context(t),
+                        prompt_length=int(ex.prompt_ids.size), max_depth=max_depth,
+                        reference=self.y[t:])
+
+    def verify(self, tree: DraftTree, eos_id: int | None) -> Verdict:
+        return self.verify_at(self.t, tree, advance=True)
+
+    def verify_at(self, t: int, tree: DraftTree, advance: bool = False) -> Verdict:
+        """The trace's verdict on ``tree`` at position ``t`` (``advance``: walk on)."""
+        matches = reference_matches(tree, self.y[t:])
+        accepted = accepted_from(tree, matches)
+        node = tree_winner(tree, accepted)
+        n = int(np.asarray(tree.depths)[node])
+        nxt = t + 1 + n
+        if advance:
+            self.t = nxt
+        leaves = tree.leaves()
+        best = _deepest_accepted(tree, accepted)
+        return Verdict(n=n, node=node, path=tuple(int(u) for u in tree.path(node)),
+                       next_token=int(self.y[nxt]) if nxt < self.y.size else -1,
+                       accept_lengths=tuple(int(best[leaf]) for leaf in leaves))
+
+
+def _deepest_accepted(tree: DraftTree, accepted: np.ndarray) -> list[int]:
+    """The depth of the deepest accepted node on each node's root path."""
+    depths = np.asarray(tree.depths).tolist()
+    parents = tree.parents.tolist()
+    best = [0] * tree.num_nodes
     for u in range(1, tree.num_nodes):
-        pos = t + int(depths[u])
-        ok[u] = ok[tree.parents[u]] and pos < y.size and tree.tokens[u] == y[pos]
-    cand = np.flatnonzero(ok)
-    node = int(cand[np.argmax(depths[cand])])
-    return int(depths[node]), node
+        best[u] = depths[u] if accepted[u] else best[parents[u]]
+    return best
 
 
-def _stepper(
-    example: TraceExample, strategy: Strategy, k: int
-) -> Callable[[int], _Outcome]:
-    """A function: position ``t`` -> the step's outcome under ``strategy``."""
-    y = np.asarray(example.greedy_ids, dtype=np.int64)
-    if isinstance(strategy, Oracle):
-        n_all = oracle_accept_lengths(example, k)
-        top1 = np.asarray(example.topk_ids[:, :, 0], dtype=np.int64)  # (m, h)
-
-        def oracle_step(t: int) -> _Outcome:
-            n = int(n_all[t])
-            draft = top1[t].copy()  # slots past the accepted prefix: the vanilla token
-            draft[1 : 1 + n] = y[t + 1 : t + 1 + n]
-            return _Outcome(n=n, winner=0, draft=draft, num_drafts=1, nodes=draft.size)
-
-        return oracle_step
-
+def _strategy(trace: Trace, strategy: Any) -> tuple[Drafter, int]:
+    """A strategy checked against a trace: the drafter and its lattice width."""
+    if isinstance(strategy, DraftSpec):
+        try:
+            strategy = strategy.build()
+        except BlockdraftError as e:
+            raise OracleError(f"strategy {strategy.label!r}: {e}") from e
     if not isinstance(strategy, Drafter):
-        vanilla = np.asarray(example.topk_ids[:, :, 0], dtype=np.int64)  # (m, h)
-
-        def tree_step(t: int) -> _Outcome:
-            tree = strategy.propose_tree(example.lattice(t, k), example.context(t))
-            if not isinstance(tree, DraftTree):
-                raise OracleError(f"strategy {_name(strategy)!r} returned "
-                                  f"{type(tree).__name__}, not a DraftTree")
-            n, node = tree_accept_length(tree, y, t)
-            draft = vanilla[t].copy()
-            path = tree.path_tokens(node)[: draft.size]
-            draft[: path.size] = path
-            return _Outcome(n=n, winner=node, draft=draft, num_drafts=int(tree.leaves().size),
-                            nodes=tree.num_nodes)
-
-        return tree_step
-
-    def step(t: int) -> _Outcome:
-        batch = strategy.propose(example.lattice(t, k), example.context(t))
-        if not isinstance(batch, DraftBatch):
-            raise OracleError(
-                f"strategy {_name(strategy)!r} returned {type(batch).__name__}, not a DraftBatch"
-            )
-        if batch.h != example.h:
-            raise OracleError(
-                f"strategy {_name(strategy)!r} proposed drafts of {batch.h} tokens at example "
-                f"{example.index}, t = {t}; the trace has h = {example.h} heads"
-            )
-        n = accept_lengths(batch.tokens, y, t)
-        w = int(np.argmax(n))  # the first maximum: the best-scored among the longest
-        return _Outcome(n=int(n[w]), winner=w, draft=batch.tokens[w], num_drafts=batch.p,
-                        nodes=_batch_nodes(batch))
-
-    return step
+        raise OracleError(f"strategy must be a drafter (draft(view), observe(feedback): "
+                          f"HeadDrafter, a tree builder, Oracle) or a DraftSpec, got "
+                          f"{type(strategy).__name__}")
+    needs = strategy.needs
+    if needs.tree_lattice:
+        raise OracleError(f"strategy {strategy.name!r} drafts from the tree lattice of "
+                          "prefix-conditioned heads, which a trace does not store (it holds each "
+                          "head's top-K, a sausage): decode it online")
+    k = check_positive_int(needs.k, f"strategy {strategy.name!r}: k", OracleError)
+    if k > trace.K:
+        raise OracleError(
+            f"strategy {strategy.name!r} reads k = {k} arcs per slot, but the trace stores "
+            f"only K = {trace.K}; use k <= {trace.K} or re-trace with K >= {k}"
+        )
+    return strategy, k
 
 
-def _batch_nodes(batch: DraftBatch) -> int:
-    """Tokens a verifier's forward holds for a batch: its drafts' trie (their summed lengths
-    when they do not share ``d_1``: a toy drafter's)."""
-    if batch.p == 1:
-        return int(batch.lengths[0])
-    try:
-        return DraftTree.from_drafts(batch).num_nodes
-    except DraftError:
-        return int(batch.lengths.sum())
+def _draft_row(step: DecodeStep, vanilla: np.ndarray) -> np.ndarray:
+    """A step's accepted draft as a row of ``h`` tokens (the lattice's top-1 after it)."""
+    draft = vanilla.copy()
+    path = step.draft[: draft.size]
+    draft[: path.size] = path
+    return draft
 
 
 def _example_indices(trace: Trace, examples: Iterable[int] | slice | None) -> np.ndarray:
@@ -239,11 +242,11 @@ def simulate(
 
     Args:
         trace: the trace.
-        strategy: an :class:`Oracle`, or any :class:`Drafter` such as
-            :class:`~blockdraft.drafts.heads.HeadDrafter` (vanilla, p-best 0-gram, rescored),
-            or a tree builder (:class:`TreeDrafter`, docs/definitions.md sec. 11).
-            Each step gives it the lattice at ``t`` of width ``strategy.k`` (slot 1 = the
-            stored top-1 of head 1 alone) and the context ``x, y_1..y_t`` (int64).
+        strategy: a drafter (:class:`~blockdraft.drafts.HeadDrafter`: vanilla, p-best 0-gram,
+            rescored; a tree builder; :class:`Oracle`) or a
+            :class:`~blockdraft.drafts.DraftSpec`. Each step gives it the lattice at ``t`` of
+            width ``needs.k`` (slot 1 = the stored top-1 of head 1 alone), the context ``x,
+            y_1..y_t`` (int64) and the reference from ``y_{t+1}`` on.
         examples: trace indices (or a slice) to simulate; all by default.
         progress: show a progress bar over examples (rich) on stderr.
 
@@ -251,14 +254,14 @@ def simulate(
         The per-step records, per-example calls and ``B``.
 
     Raises:
-        OracleError: if the strategy is not one, reads ``k > K``, proposes drafts of the wrong
-            length, or ``examples`` is empty or out of range.
+        OracleError: if the strategy is not one, reads ``k > K`` or a tree lattice, proposes a
+            tree not rooted at the certain token, or ``examples`` is empty or out of range.
 
     Warns:
         TraceMismatchWarning: when head 1's stored top-1 differs from ``y_{t+1}`` somewhere in
             the simulated examples (counted and located in the result).
     """
-    k = _strategy_k(trace, strategy)
+    drafter, k = _strategy(trace, strategy)
     idx = _example_indices(trace, examples)
     rows: dict[str, list[Any]] = {key: [] for key in StepRecords.__dataclass_fields__}
     calls = np.empty(idx.size, dtype=np.int64)
@@ -269,30 +272,32 @@ def simulate(
     if progress:
         from rich.progress import track
 
-        order = track(list(order), description=f"simulating {_name(strategy)}")
+        order = track(list(order), description=f"simulating {drafter.name}")
     for j, e in order:
         ex = trace[e]
-        step = _stepper(ex, strategy, k)
         m = ex.m
-        t, n_calls = 0, 1  # the prefill: one call, y_1 certain
-        while t + 1 < m:
-            out = step(t)
+        steps = TraceSteps(ex, k)
+        try:
+            out = run(drafter, steps, ex.prompt_ids.tolist(), m, None)
+        except VerifyError as err:
+            raise OracleError(f"strategy {drafter.name!r} at example {e}: {err}") from err
+        vanilla = np.asarray(ex.topk_ids[:, :, 0], dtype=np.int64)  # (m, h)
+        for step in out.steps:
+            t = step.position
             rows["example"].append(e)
             rows["t"].append(t)
-            rows["n"].append(out.n)
-            rows["tokens"].append(call_tokens(out.n, m - (t + 1)))
-            rows["winner"].append(out.winner)
-            rows["drafts"].append(out.draft)
-            rows["num_drafts"].append(out.num_drafts)
-            rows["nodes"].append(out.nodes)
-            n_calls += 1
-            t += 1 + out.n
-        calls[j] = n_calls
+            rows["n"].append(step.n)
+            rows["tokens"].append(len(step.tokens))
+            rows["winner"].append(step.winner)
+            rows["drafts"].append(_draft_row(step, vanilla[t]))
+            rows["num_drafts"].append(int(step.tree.leaves().size))
+            rows["nodes"].append(step.tree.num_nodes)
+        calls[j] = 1 + len(out.steps)
         generated[j] = m
         mt = ex.head1_mismatches()
         mis_e.append(np.full(mt.size, e, dtype=np.int64))
         mis_t.append(mt)
-    steps = StepRecords(
+    steps_rec = StepRecords(
         example=np.asarray(rows["example"], dtype=np.int64),
         t=np.asarray(rows["t"], dtype=np.int64),
         n=np.asarray(rows["n"], dtype=np.int64),
@@ -310,13 +315,13 @@ def simulate(
     mismatch_t = np.concatenate(mis_t)
     _warn_mismatches(trace, mismatch_example, mismatch_t)
     return SimulationResult(
-        strategy=_name(strategy),
+        strategy=drafter.name,
         k=k,
         h=trace.h,
         examples=idx,
         generated=generated,
         calls=calls,
-        steps=steps,
+        steps=steps_rec,
         mismatch_example=mismatch_example,
         mismatch_t=mismatch_t,
         signature=trace.signature,
@@ -348,7 +353,7 @@ def simulate_at_positions(
         OracleError: on a bad strategy, arrays of different lengths, or a position out of
             range.
     """
-    k = _strategy_k(trace, strategy)
+    drafter, k = _strategy(trace, strategy)
     ex_arr = np.asarray(example)
     t_arr = np.asarray(t)
     if ex_arr.ndim != 1 or t_arr.shape != ex_arr.shape:
@@ -385,15 +390,27 @@ def simulate_at_positions(
     nodes = np.zeros(s, dtype=np.int64)
     drafts = np.zeros((s, trace.h), dtype=np.int64)
     current = -1
-    step: Callable[[int], _Outcome] | None = None
+    steps: TraceSteps | None = None
     for j in np.argsort(ex_arr, kind="stable").tolist():
         e = int(ex_arr[j])
-        if e != current or step is None:
-            step, current = _stepper(trace[e], strategy, k), e
-        out = step(int(t_arr[j]))
-        n[j], winner[j], num_drafts[j], nodes[j] = out.n, out.winner, out.num_drafts, out.nodes
-        drafts[j] = out.draft
-        tokens[j] = call_tokens(out.n, int(lengths[e]) - (int(t_arr[j]) + 1))
+        if e != current or steps is None:
+            steps, current = TraceSteps(trace[e], k), e
+        pos = int(t_arr[j])
+        m = int(lengths[e])
+        view = steps.view_at(pos, m - (pos + 1))
+        tree = drafter.draft(view)
+        if not isinstance(tree, DraftTree) or int(tree.tokens[0]) != view.certain:
+            raise OracleError(f"strategy {drafter.name!r} must return a DraftTree rooted at the "
+                              f"certain token {view.certain} (example {e}, t = {pos})")
+        tree = tree.truncate(m - (pos + 1))
+        out = steps.verify_at(pos, tree)
+        step = DecodeStep(position=pos, tree=tree, winner=out.node, n=out.n,
+                          source=tree.label(out.node), accept_lengths=out.accept_lengths,
+                          tokens=())
+        n[j], winner[j] = out.n, out.node
+        num_drafts[j], nodes[j] = int(tree.leaves().size), tree.num_nodes
+        drafts[j] = _draft_row(step, np.asarray(steps.example.topk_ids[pos, :, 0], np.int64))
+        tokens[j] = call_tokens(out.n, m - (pos + 1))
     return StepRecords(
         example=ex_arr, t=t_arr, n=n, tokens=tokens, winner=winner, drafts=drafts,
         num_drafts=num_drafts, nodes=nodes,

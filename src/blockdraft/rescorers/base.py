@@ -1,5 +1,6 @@
-"""The `Rescorer` protocol: anything that turns a lattice and a context into ranked drafts; and
-the `PathScorer` protocol: an LM scoring the paths of a token tree as it grows.
+"""The `Rescorer` protocol: anything that turns a lattice and a context into ranked drafts; the
+`PathScorer` protocol: an LM scoring the paths of a token tree as it grows; both say whether
+they fit a model's vocabulary (`VocabChecked`).
 
 Also what every rescorer shares: :class:`RescorerError`, the checks of a call's arguments
 (:func:`as_context`, :func:`check_p`) and :func:`agreement` (do two rescorers return the same
@@ -23,32 +24,83 @@ class RescorerError(BlockdraftError, ValueError):
     """A rescorer was misconfigured or given input it cannot score."""
 
 
+class VocabChecked(Protocol):
+    """An LM that can say whether it fits a model's vocabulary."""
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise a :class:`RescorerError` (naming both vocabularies) when the LM was trained on
+        another tokenizer than a model of ``vocab_size`` tokens: scoring with it would be
+        silently wrong."""
+        ...
+
+
 @runtime_checkable
-class Rescorer(Protocol):
+class PathScorer(VocabChecked, Protocol):
+    """An LM scoring the paths of a token tree as it grows (the rescored tree, the cost-aware
+    tree's LM evidence), natural log. :class:`~blockdraft.rescorers.ngram.NgramPathScorer`,
+    the n-gram rescorer's :meth:`~blockdraft.rescorers.ngram.NgramRescorer.path_scorer` and
+    :class:`~blockdraft.rescorers.neural.NeuralPathScorer` are path scorers."""
+
+    def next_scores(self, path: Sequence[int], context: Sequence[int] | np.ndarray,
+                    candidates: np.ndarray) -> np.ndarray:
+        """float64 ``[c]``: ``ln P(c | context, path)`` of every candidate."""
+        ...
+
+    def score_tree(self, tokens: np.ndarray, parents: np.ndarray,
+                   context: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float64 ``[N]``: ``ln P(token_u | context, u's ancestors)`` of every node of a token
+        tree (``parents[u] < u``, the root's ``-1``)."""
+        ...
+
+
+@runtime_checkable
+class Rescorer(VocabChecked, Protocol):
     """Rescores a sausage lattice given the committed context.
 
     ``rescore(lattice, context, p)`` returns the ``p`` best distinct paths, best first, as a
     :class:`~blockdraft.core.batch.DraftBatch` (all paths, ``exhausted``, when the lattice
     has fewer). ``context`` is the committed prefix's token ids, oldest first (the rescorer
     uses as much of its end as it needs); an empty context means the start of a text.
+    ``path_scorer()`` is its LM as a :class:`PathScorer` (the evidence a cost-aware tree rates
+    its nodes by), or None when it has none.
     """
 
     def rescore(
         self, lattice: SausageLattice, context: Sequence[int] | np.ndarray, p: int = 1
     ) -> DraftBatch: ...
 
+    def path_scorer(self) -> PathScorer | None: ...
 
-class PathScorer(Protocol):
-    """What a rescored token tree (:func:`~blockdraft.drafts.trees.rescored_tree`) needs of an
-    LM: ``score(tokens, context) -> float64 [n]``, ``ln P(token_i | context, tokens_<i)``
-    (:class:`~blockdraft.rescorers.ngram.NgramLM`). A scorer that also has
-    ``next_scores(path, context, candidates) -> float64 [c]`` (all children of a node in one
-    call: :class:`~blockdraft.rescorers.ngram.NgramPathScorer`,
-    :class:`~blockdraft.rescorers.neural.NeuralPathScorer`) is called through it instead."""
 
-    def score(
-        self, tokens: Sequence[int] | np.ndarray, context: Sequence[int] | np.ndarray = ...
-    ) -> np.ndarray: ...
+def scores_by_parent(scorer: PathScorer, tokens: np.ndarray, parents: np.ndarray,
+                     context: Sequence[int] | np.ndarray) -> np.ndarray:
+    """:meth:`PathScorer.score_tree` through ``next_scores``: one call per parent for all its
+    children (the root scored after the context alone)."""
+    toks = np.asarray(tokens, dtype=np.int64)
+    par = np.asarray(parents, dtype=np.int64)
+    out = np.zeros(toks.size)
+    by_parent: dict[int, list[int]] = {}
+    for u in range(toks.size):
+        by_parent.setdefault(int(par[u]), []).append(u)
+    paths: dict[int, list[int]] = {-1: []}
+    for u in range(toks.size):  # parents come first
+        paths[u] = [*paths[int(par[u])], int(toks[u])]
+    for parent, kids in by_parent.items():
+        out[kids] = scorer.next_scores(paths[parent], context, toks[kids])
+    return out
+
+
+def check_same_vocab(lm_vocab: int, vocab_size: int) -> None:
+    """A neural LM's check: its vocabulary of ``lm_vocab`` tokens must be the model's.
+
+    Raises:
+        RescorerError: naming both sizes and what to do.
+    """
+    if int(lm_vocab) != int(vocab_size):
+        raise RescorerError(
+            f"the neural rescorer's LM has a vocabulary of V = {lm_vocab} but the model has "
+            f"V = {vocab_size}: it was trained on another tokenizer; train a rescorer on "
+            "this model's tokenizer (blockdraft train --rescorer --tokenizer MODEL)")
 
 
 def as_context(context: Sequence[int] | np.ndarray | None) -> np.ndarray:

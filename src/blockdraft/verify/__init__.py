@@ -1,17 +1,19 @@
-"""The verify room: acceptance criteria, the verifier and the BPD decode loop.
+"""The verify room: acceptance criteria, the verifier, the step engine and the BPD decode loop.
 
-    decode(model, prompt_ids, ...) -> DecodeResult      predict -> verify -> accept
-    Verifier(model, criterion)                          one forward per step:
-        .verify_tree(past, tree)                        a token tree
-        .verify(past, drafts)                           p drafts, as their trie
-    tree_accepted, tree_winner                          the verdict on a tree (acceptance)
-    Criterion                                           exact (lossless), topk, distance,
-                                                        min_block, gadpp, typical
+    decode(model, prompt_ids, drafter=None, ...) -> DecodeResult   predict -> verify -> accept
+    run(drafter, steps, prompt, ...)                  the step engine (online and offline)
+    Verifier(model, criterion)                        one forward per step:
+        .verify_tree(past, tree)                      a token tree
+        .verify(past, drafts)                         p drafts, as their trie
+    tree_accepted, tree_winner                        the verdict on a tree (acceptance)
+    Criterion                                         exact (lossless), topk, distance,
+                                                      min_block, gadpp, typical
 """
 
 from blockdraft.verify.acceptance import tree_accepted, tree_winner
 from blockdraft.verify.criteria import CRITERIA, Criterion
-from blockdraft.verify.decode import DecodeResult, DecodeStep, Drafter, accept, decode, predict
+from blockdraft.verify.decode import DecodeResult, DecodeStep, decode
+from blockdraft.verify.engine import Steps, Verdict, accept, run
 from blockdraft.verify.errors import VerifyError
 from blockdraft.verify.verifier import HeadsModel, Verifier, VerifyOutcome
 
@@ -20,14 +22,15 @@ __all__ = [
     "Criterion",
     "DecodeResult",
     "DecodeStep",
-    "Drafter",
     "HeadsModel",
+    "Steps",
+    "Verdict",
     "Verifier",
     "VerifyError",
     "VerifyOutcome",
     "accept",
     "decode",
-    "predict",
+    "run",
     "tree_accepted",
     "tree_winner",
 ]

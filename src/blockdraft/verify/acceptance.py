@@ -16,9 +16,10 @@ Public surface:
     tree_accepted(tree, base_logits, criterion, eos_id=None) -> bool [N]
     accepted_nodes(tree, base, parent_rows, crit, eos_id) -> bool [N]   the same from the
                                    logits at some rows and each node's parent row, trusted
+    accepted_from(tree, match, floor=0, eos_id=None) -> bool [N]   the one walk of a verdict
+    reference_matches(tree, reference) -> bool [N - 1]   the exact matches on a trace
     tree_winner(tree, accepted) -> node
     leaf_lengths(tree, accepted) -> n of every root-to-leaf path
-    row_nodes(tree, tokens [p, w]) -> int64 [p, w]     each draft's nodes in its trie
     row_lengths(tree, accepted, nodes) -> n of every draft
 """
 
@@ -59,12 +60,8 @@ def accepted_nodes(tree: DraftTree, base: torch.Tensor, parent_rows: np.ndarray,
     verifier's per-step path (it projects the base head at every node, so its rows are the
     parents themselves).
     """
-    n = tree.num_nodes
-    ok = np.zeros(n, dtype=bool)
-    ok[0] = True
-    if n == 1:
-        return ok
-    parents = tree.parents
+    if tree.num_nodes == 1:
+        return np.ones(1, dtype=bool)
     dev = base.device
     drafted = torch.tensor(tree.tokens[1:], device=dev)  # (N-1,)
     rows = torch.tensor(parent_rows, device=dev)  # (N-1,)
@@ -72,18 +69,42 @@ def accepted_nodes(tree: DraftTree, base: torch.Tensor, parent_rows: np.ndarray,
         match = drafted == base.argmax(-1)[rows]
     else:
         match = crit.matches(drafted[None], base[rows][None])[0]  # (N-1,)
-    match_np = match.cpu().numpy()
     floor = int(crit.kwargs["l"]) - 1 if crit.name == "min_block" else 0
-    depths = np.asarray(tree.depths)
-    tokens = tree.tokens
+    return accepted_from(tree, match.cpu().numpy(), floor, eos_id)
+
+
+def accepted_from(tree: DraftTree, match: np.ndarray, floor: int = 0,
+                  eos_id: int | None = None) -> np.ndarray:
+    """bool ``[N]``: the accepted nodes, from whether each non-root node's token passes the
+    criterion at its parent (``match`` bool ``[N - 1]``, node order): a node is accepted when
+    its parent is and it matches (or, ``min_block``, its depth is at most ``floor``), nothing
+    below a non-root EOS. The one walk of every verdict, online (the verifier's logits) and
+    offline (a trace's reference: :func:`reference_matches`)."""
+    n = tree.num_nodes
+    ok = np.zeros(n, dtype=bool)
+    ok[0] = True
+    parents = tree.parents.tolist()
+    depths = np.asarray(tree.depths).tolist() if floor else None
+    tokens = tree.tokens.tolist()
     run = ok.copy()  # the criterion's leading run alone (min_block's floor aside)
     for u in range(1, n):
-        par = int(parents[u])
+        par = parents[u]
         if not ok[par] or (eos_id is not None and par != 0 and tokens[par] == eos_id):
             continue
-        run[u] = bool(run[par] and match_np[u - 1])
-        ok[u] = run[u] or depths[u] <= floor
+        run[u] = bool(run[par] and match[u - 1])
+        ok[u] = run[u] or (depths is not None and depths[u] <= floor)
     return ok
+
+
+def reference_matches(tree: DraftTree, reference: np.ndarray) -> np.ndarray:
+    """bool ``[N - 1]``: whether each non-root node's token is the reference's at its depth
+    (``reference [r]``: the greedy continuation from the certain token on, ``reference[0]`` the
+    root's; a node deeper than it never matches): the exact criterion's matches on a trace."""
+    depths = np.asarray(tree.depths)[1:]
+    inside = depths < reference.size
+    out = np.zeros(depths.size, dtype=bool)
+    out[inside] = tree.tokens[1:][inside] == reference[depths[inside]]
+    return out
 
 
 def tree_winner(tree: DraftTree, accepted: np.ndarray) -> int:
@@ -111,25 +132,8 @@ def leaf_lengths(tree: DraftTree, accepted: np.ndarray) -> tuple[int, ...]:
     return tuple(int(best[leaf]) for leaf in tree.leaves())
 
 
-def row_nodes(tree: DraftTree, tokens: np.ndarray) -> np.ndarray:
-    """int64 ``[p, w]``: the node of each draft token in the trie ``tree`` of those drafts
-    (``DraftTree.from_drafts`` of the same rows); a padded position repeats its row's last
-    node."""
-    child: dict[tuple[int, int], int] = {
-        (int(par), int(tok)): u
-        for u, (par, tok) in enumerate(zip(tree.parents.tolist(), tree.tokens.tolist(),
-                                           strict=True)) if u}
-    out = np.zeros(tokens.shape, dtype=np.int64)
-    for r, row in enumerate(tokens.tolist()):
-        node = 0
-        for j, tok in enumerate(row[1:], start=1):
-            if tok >= 0:  # padding (a shorter draft) keeps its last node
-                node = child[(node, int(tok))]
-            out[r, j] = node
-    return out
-
-
 def row_lengths(tree: DraftTree, accepted: np.ndarray, nodes: np.ndarray) -> tuple[int, ...]:
-    """``n`` of every draft: the deepest accepted depth on its path (``nodes``: row_nodes)."""
+    """``n`` of every draft: the deepest accepted depth on its path (``nodes``: each draft
+    token's node, :meth:`DraftTree.trie_of`)."""
     best = _deepest_on_path(tree, accepted)
     return tuple(int(best[row[-1]]) for row in nodes)

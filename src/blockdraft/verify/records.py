@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from blockdraft.core.batch import DraftBatch
 from blockdraft.core.efficiency import block_efficiency
 from blockdraft.core.tree import DraftTree
@@ -12,45 +14,53 @@ from blockdraft.core.tree import DraftTree
 
 @dataclass(frozen=True, eq=False)
 class DecodeStep:
-    """One verification call of the decode loop.
+    """One verification call of the decode loop (or of the offline simulator, which runs the
+    same loop on a trace).
 
     Attributes:
         position: index in :attr:`DecodeResult.tokens` of this step's certain token ``d_1``.
-        drafts: the drafts proposed (``[p, h]``, before the last step's cut to the columns
-            that can count).
-        n: accepted draft tokens of the winner (none after its EOS; see the module doc).
-        winner: row of the winning draft.
-        source: where the winning draft came from (``"iad"`` for an input copy, else the
-            batch's source such as ``"lattice"`` or ``"ngram-exact"``).
-        accept_lengths: ``n`` of every draft verified.
+        tree: the token tree verified (docs/definitions.md sec. 11; a batch of drafts is its
+            trie, one draft a chain), cut to the depth that could count.
+        winner: the accepted node of ``tree`` (the deepest accepted one).
+        n: accepted draft tokens (none after an EOS).
+        source: which source proposed the accepted node first (``"lattice"``, ``"lookup"``,
+            ``"iad"``, ...: ``tree.label(winner)``).
+        accept_lengths: ``n`` of every root-to-leaf path of ``tree`` (leaves in node order).
         tokens: the tokens this call yielded: ``d_2 .. d_{1+n}`` then the next certain token,
             cut after EOS and at ``max_new_tokens`` (``min(1 + n, remaining)`` of them).
         forward_s: wall seconds in the model's forward pass (the base head at every node
             included).
-        draft_s: wall seconds drafting from the lattice (the drafter's search and rescoring).
+        draft_s: wall seconds drafting (the drafter's search and rescoring).
         other_s: wall seconds elsewhere in the step (criterion, cache selection, book-keeping).
-        tree: the token tree verified, when the decode verified trees (docs/definitions.md
-            sec. 11); then ``drafts`` are its root-to-leaf paths (``tree.to_drafts()``, padded
-            with -1), ``winner`` is the accepted node's index in the tree and
-            ``accept_lengths`` the ``n`` of every root-to-leaf path. None for a batch.
         lattice_s: wall seconds building this step's lattice from the heads (their top-k).
         heads_s: wall seconds in the model for the next step's heads (Medusa ResBlocks,
             projection and top-k at the accepted node; 0 when the drafter reads head 1 only).
     """
 
     position: int
-    drafts: DraftBatch
-    n: int
+    tree: DraftTree
     winner: int
+    n: int
     source: str
     accept_lengths: tuple[int, ...]
     tokens: tuple[int, ...]
-    forward_s: float
-    draft_s: float
-    other_s: float
-    tree: DraftTree | None = None
+    forward_s: float = 0.0
+    draft_s: float = 0.0
+    other_s: float = 0.0
     lattice_s: float = 0.0
     heads_s: float = 0.0
+
+    @property
+    def drafts(self) -> DraftBatch:
+        """The tree's root-to-leaf paths as drafts (``tree.to_drafts()``: a trie gives back
+        the batch it was made of, padded with -1)."""
+        return self.tree.to_drafts()
+
+    @property
+    def draft(self) -> np.ndarray:
+        """int64: the accepted draft: the root path of :attr:`winner`'s first leaf (a trie's
+        first (best) draft through the accepted node)."""
+        return self.tree.path_tokens(self.tree.first_leaf(self.winner))
 
 
 @dataclass(frozen=True, eq=False)

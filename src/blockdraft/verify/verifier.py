@@ -21,7 +21,7 @@ Public surface:
                                                                   trie; winner = a row)
     VerifyOutcome   frozen: n, winner, tokens, next_logits, past, accept_lengths, path,
                     accepted, forward_s, accept_s
-    model_limit(model, name), model_device(model), synchronize(device)
+    model_device(model), synchronize(device)
 """
 
 from __future__ import annotations
@@ -30,43 +30,35 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.tree import DraftTree
-from blockdraft.models.protocol import HeadsModel, as_factored, factored, takes_last_only
+from blockdraft.models.capabilities import Capabilities, capabilities_of
+from blockdraft.models.errors import ModelError
+from blockdraft.models.protocol import (
+    DecoderCache,
+    FactoredHeadsModel,
+    HeadsModel,
+    TreeLatticeModel,
+    as_factored,
+)
 from blockdraft.verify.acceptance import (
     accepted_nodes,
     leaf_lengths,
     row_lengths,
-    row_nodes,
     tree_winner,
 )
 from blockdraft.verify.criteria import Criterion
 from blockdraft.verify.errors import VerifyError
 
 
-def model_limit(model: Any, name: str) -> int | None:
-    """``model.<name>`` (``vocab_size``, ``max_seq_len``, ``h``), else ``model.config.<name>``,
-    else None (unknown: not checked)."""
-    value = getattr(model, name, None)
-    if value is None:
-        value = getattr(getattr(model, "config", None), name, None)
-    return None if value is None else int(value)
-
-
 def model_device(model: Any) -> torch.device:
-    """The device a model's parameters live on (``model.device`` when it has one)."""
-    dev = getattr(model, "device", None)
-    if isinstance(dev, torch.device):
-        return dev
-    if isinstance(model, torch.nn.Module):
-        for param in model.parameters():
-            return param.device
-    return torch.device("cpu")
+    """The device a model's inputs live on (``model.device``, the protocol's)."""
+    return torch.device(model.device)
 
 
 def synchronize(device: torch.device) -> None:
@@ -150,19 +142,20 @@ class Verifier:
     """
 
     def __init__(self, model: HeadsModel, criterion: Criterion | str = "exact") -> None:
-        if not callable(getattr(model, "heads_logits", None)):
-            raise VerifyError(
-                f"the model must have heads_logits(input_ids, past), got {type(model).__name__}"
-            )
+        try:
+            self.caps: Capabilities = capabilities_of(model)
+        except ModelError as e:
+            raise VerifyError(str(e)) from e
         self.model = model
         self.criterion = Criterion.parse(criterion)
-        self.vocab_size: int | None = model_limit(model, "vocab_size")
-        self.max_seq_len: int | None = model_limit(model, "max_seq_len")
-        self.h: int | None = model_limit(model, "h")
+        self.vocab_size: int | None = self.caps.vocab_size
+        self.max_seq_len: int | None = self.caps.max_seq_len
+        self.h: int | None = self.caps.h
         self.criterion.check_model(self.vocab_size, self.h)
-        self._heads = as_factored(model)
+        self._heads: FactoredHeadsModel = (cast(FactoredHeadsModel, model) if self.caps.factored
+                                           else as_factored(model))
         # a runtime whose tree forwards are not lossless (ONNX Runtime int8) verifies chains only
-        self._trees_ok = bool(getattr(model, "exact_trees", True)) or not self.criterion.lossless
+        self._trees_ok = self.caps.exact_trees or not self.criterion.lossless
 
     @property
     def device(self) -> torch.device:
@@ -195,11 +188,11 @@ class Verifier:
         ids = torch.as_tensor(np.asarray(prompt_ids, dtype=np.int64),
                               device=self.device).reshape(1, -1)  # (1, T)
         model = self._heads
-        if factored(self.model):
+        if self.caps.factored:
             x, past = model.hidden(ids, None)  # (1, T, d)
             logits, topk = self._next_heads(x[0, -1], None, heads, k)
             return logits.clone(), topk, past, self._expander(x[0, -1], k, logits[0], topk)
-        kwargs = {"last_only": True} if takes_last_only(self.model) else {}
+        kwargs = {"last_only": True} if self.caps.last_only else {}
         logits, past = self.model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
         return logits[0, -1].clone(), None, past, None  # (h, V)
 
@@ -207,12 +200,12 @@ class Verifier:
                   chain: tuple[np.ndarray, np.ndarray] | None) -> Any:
         """The next step's tree lattice at ``state [d]`` (``base [V]``: the base head's logits
         there, whose argmax is its root; ``chain``: the heads' top-k there, which prefix heads
-        take along their greedy chain) when the model's heads are prefix-conditioned
-        (``model.expander``), else None."""
-        expander = getattr(self._heads, "expander", None)
-        if k is None or not callable(expander):
+        take along their greedy chain) when the model's heads give a tree lattice
+        (``caps.tree_lattice``: ``model.expander``), else None."""
+        if k is None or not self.caps.tree_lattice:
             return None
-        return expander(state, k, int(base.argmax()), chain=chain)
+        model: TreeLatticeModel = self._heads  # type: ignore[assignment]
+        return model.expander(state, k, int(base.argmax()), chain=chain)
 
     # ---- one verification call ---------------------------------------------------------------
 
@@ -285,10 +278,13 @@ class Verifier:
             shorten=lambda room: f"verify at most {room} columns (drafts.tokens[:, :w])",
         )
         try:
-            tree = DraftTree.from_drafts(drafts)
+            tree, nodes = DraftTree.trie_of(drafts)
         except DraftError as e:  # pragma: no cover - the checks above cover from_drafts'
             raise VerifyError(str(e)) from e
-        return self.run_rows(past, tree, drafts.tokens, eos_id)
+        out = self.run(past, tree, eos_id)
+        per_row = row_lengths(tree, np.asarray(out.accepted), nodes)
+        return dataclasses.replace(out, winner=per_row.index(max(per_row)),
+                                   accept_lengths=per_row)
 
     # ---- the trusted path (the decode loop checked its values where they entered) ------------
 
@@ -313,7 +309,7 @@ class Verifier:
             x, cache = model.hidden(tokens, past)
         elif not self._trees_ok:
             raise VerifyError(
-                f"{type(self.model).__name__} ({getattr(self.model, 'precision', '?')}) verifies "
+                f"{type(self.model).__name__} ({self.caps.precision}) verifies "
                 "one draft a step losslessly but not a token tree: its integer rounding turns "
                 "the last bits of a tree's attention sums into other tokens. Draft one path a "
                 "step (vanilla heads, an n-gram rescored draft, prompt lookup), use precision "
@@ -373,28 +369,21 @@ class Verifier:
         already projected): ``(next_logits, next_topk)`` as :class:`VerifyOutcome` holds
         them."""
         model = self._heads
-        head_topk = getattr(model, "head_topk", None)
+        topk = self.caps.head_topk
         only_base = heads == 1 or self.h == 1
-        if not only_base and (k is None or not callable(head_topk)):
+        if not only_base and (k is None or not topk):
             return model.project(model.head_states(state, heads=heads)), None  # (n, V)
         if base is None:
             base = model.project(model.head_states(state[None], heads=1))[0, 0]  # (V,)
-        if only_base or head_topk is None:
+        if only_base:
             return base[None], None  # (1, V)
-        if getattr(model, "conditional_heads", False):  # they read the base's greedy token
-            ids, scores = head_topk(state[None], k, heads, first=base.argmax(-1)[None])
+        assert k is not None
+        if self.caps.tree_lattice:  # their chain reads the base's greedy token
+            tree_model: TreeLatticeModel = model  # type: ignore[assignment]
+            ids, scores = tree_model.head_topk(state[None], k, heads, first=base.argmax(-1)[None])
         else:
-            ids, scores = head_topk(state[None], k, heads)  # (1, n - 1, k)
+            ids, scores = model.head_topk(state[None], k, heads)  # (1, n - 1, k)
         return base[None], (ids[0], scores[0])
-
-    def run_rows(self, past: Any, tree: DraftTree, rows: np.ndarray, eos_id: int | None,
-                 heads: int | None = None, k: int | None = None) -> VerifyOutcome:
-        """:meth:`run` on the trie ``tree`` of the drafts ``rows [p, w]``; the verdict
-        reported per row (winner: the first row with the largest ``n``)."""
-        out = self.run(past, tree, eos_id, heads, k)
-        lengths = row_lengths(tree, np.asarray(out.accepted), row_nodes(tree, rows))
-        return dataclasses.replace(out, winner=lengths.index(max(lengths)),
-                                   accept_lengths=lengths)
 
     # ---- checks ------------------------------------------------------------------------------
 
@@ -423,7 +412,7 @@ class Verifier:
         Raises:
             VerifyError: naming the first check that fails.
         """
-        if past is None or not hasattr(past, "gather") or not hasattr(past, "length"):
+        if not isinstance(past, DecoderCache):
             raise VerifyError(
                 f"{call} needs the prefix cache as past (a KVCache, from prefill or the previous "
                 f"call), got {type(past).__name__}"

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from blockdraft.models.capabilities import Capabilities
 from blockdraft.models.errors import ModelError
 from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.hf.body import cache_argument, call_with_cache
@@ -255,7 +256,18 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
     def drafting(self) -> Any:
         """The drafting recipe packaged with the heads
         (:class:`~blockdraft.models.hf.drafting.DraftingRecipe`), or None."""
-        return getattr(self.heads, "drafting", None)
+        return self.heads.drafting
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the model can do (:class:`~blockdraft.models.capabilities.Capabilities`):
+        Medusa or prefix-conditioned heads (a tree lattice), PyTorch eager in its dtype."""
+        return Capabilities(
+            heads="none" if self.h == 1 else (
+                "prefix" if isinstance(self.heads, PrefixHeads) else "medusa"), h=self.h,
+            vocab_size=self.config.vocab_size, max_seq_len=self.config.max_seq_len,
+            runtime="torch", precision=self.config.dtype, factored=True, head_topk=True,
+            last_only=True, drafting=self.heads.drafting, device=self.device.type)
 
     @property
     def lm_head(self) -> nn.Linear:

@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from blockdraft.models.capabilities import Capabilities
 from blockdraft.models.errors import ModelError
 from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer, attention_bias, check_step
@@ -105,6 +106,9 @@ class OrtBlockwiseModel(FactoredHeadsLM):
             self.export_folder, self.spec = ensure_export(model, precision, log, rebuild=True)
             self._open_sessions()
         self.config = dataclasses.replace(model.config, dtype=precision)
+        self._capabilities = model.capabilities.with_(
+            runtime=self.runtime, precision=precision, exact_trees=precision == "float32",
+            device="cpu")
         self.tokenizer = model.tokenizer
         self.drafting = getattr(model.heads, "drafting", None)  # the packaged recipe, if any
         self.heads_digest: str = model.heads_digest
@@ -137,6 +141,12 @@ class OrtBlockwiseModel(FactoredHeadsLM):
         """Whether a token's logits are bit-identical in a forward of any length (one-token
         forwards run as two rows)."""
         return self.pad_single
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The wrapped model's record on this runtime: ONNX Runtime on the CPU in
+        :attr:`precision`; token trees exact in float32 only (:attr:`exact_trees`)."""
+        return self._capabilities
 
     @property
     def exact_trees(self) -> bool:

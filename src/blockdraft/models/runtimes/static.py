@@ -60,6 +60,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from blockdraft.models.capabilities import Capabilities
 from blockdraft.models.errors import ModelError
 from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.hf.adapter import HFBlockwiseModel
@@ -226,6 +227,11 @@ class StaticKVModel(FactoredHeadsLM):
     def drafting(self) -> Any:
         """The drafting recipe packaged with the heads, or None."""
         return self.model.drafting
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The wrapped model's record on the static runtime (same heads and precision)."""
+        return self.model.capabilities.with_(runtime=self.runtime)
 
     @property
     def conditional_heads(self) -> bool:

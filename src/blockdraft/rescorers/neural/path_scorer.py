@@ -10,7 +10,9 @@ nodes of a step. Its n-gram counterpart is
 Public surface:
     NeuralPathScorer(model, max_depth=8, bos_id=None)
         .next_scores(path, context, candidates) -> float64 [c]    ln P(c | context, path)
+        .score_tree(tokens, parents, context) -> float64 [N]      every node of a tree
         .score(tokens, context) -> float64 [n]                    ln P(token_i | ..., tokens_<i)
+        .check_vocab(vocab_size)                                  V equal to the model's
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 
 from blockdraft.core.checks import check_positive_int
 from blockdraft.models.blockwise import RescorerLM
-from blockdraft.rescorers.base import RescorerError
+from blockdraft.rescorers.base import RescorerError, check_same_vocab, scores_by_parent
 
 
 class NeuralPathScorer:
@@ -97,6 +99,20 @@ class NeuralPathScorer:
         if lp is None:
             return np.zeros(cand.size)
         return lp[-1, torch.as_tensor(cand)].cpu().numpy()
+
+    def score_tree(self, tokens: np.ndarray, parents: np.ndarray,
+                   context: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float64 ``[N]``: ``ln P(token_u | context, u's ancestors)`` of every node of a token
+        tree: :meth:`next_scores` once per parent (one forward each)."""
+        return scores_by_parent(self, tokens, parents, context)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise unless the LM's vocabulary is the model's (``V`` equal).
+
+        Raises:
+            RescorerError: naming both sizes.
+        """
+        check_same_vocab(self.model.config.vocab_size, vocab_size)
 
     def score(self, tokens: Sequence[int] | np.ndarray,
               context: Sequence[int] | np.ndarray = ()) -> np.ndarray:

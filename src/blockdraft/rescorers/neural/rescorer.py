@@ -51,7 +51,7 @@ from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.models.blockwise import RescorerLM
 from blockdraft.models.checkpoint import load_model
 from blockdraft.models.errors import ModelError
-from blockdraft.rescorers.base import RescorerError, as_context, check_p
+from blockdraft.rescorers.base import RescorerError, as_context, check_p, check_same_vocab
 from blockdraft.rescorers.neural.backends import (
     Backend,
     OnnxBackend,
@@ -64,6 +64,7 @@ from blockdraft.rescorers.neural.onnx_export import (
     export_rescorer_onnx,
 )
 from blockdraft.rescorers.neural.onnx_runtime import OnnxStepRunner
+from blockdraft.rescorers.neural.path_scorer import NeuralPathScorer
 from blockdraft.rescorers.neural.search import Prefix, beam, greedy
 from blockdraft.rescorers.neural.timing import time_step as time_step  # re-exported
 
@@ -213,6 +214,20 @@ class NeuralRescorer:
         return (f"NeuralRescorer(RescorerLM(n_layer={self.model.config.n_layer}, "
                 f"d_model={self.model.config.d_model}), alpha={self.alpha}, "
                 f"backend={self.backend!r})")
+
+    def path_scorer(self) -> NeuralPathScorer:
+        """The rescoring LM as a tree path scorer (the cost-aware tree's LM evidence), on the
+        same model (torch) and BOS, for paths of up to 32 tokens (the window shrinks to fit)."""
+        return NeuralPathScorer(self.model, max_depth=max(1, min(32, self.max_seq_len - 1)),
+                                bos_id=self.bos_id)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise unless the LM's vocabulary is the model's (``V`` equal).
+
+        Raises:
+            RescorerError: naming both sizes.
+        """
+        check_same_vocab(self.vocab_size, vocab_size)
 
     def reset(self) -> None:
         """Forget the cached prefix (the next call feeds its whole window)."""

@@ -11,7 +11,9 @@ counterpart is :class:`~blockdraft.rescorers.neural.NeuralPathScorer`; both sati
 Public surface:
     NgramPathScorer(lm)
         .next_scores(path, context, candidates) -> float64 [c]    ln P(c | context, path)
+        .score_tree(tokens, parents, context) -> float64 [N]      every node of a tree
         .score(tokens, context) -> float64 [n]                    ln P(token_i | ..., tokens_<i)
+        .check_vocab(vocab_size)                                  the LM's tokenizer check
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.rescorers.base import RescorerError, as_context
+from blockdraft.rescorers.base import RescorerError, as_context, scores_by_parent
 from blockdraft.rescorers.ngram.lm import LN10, NgramLM
 
 
@@ -108,6 +110,16 @@ class NgramPathScorer:
         if unk is not None:
             out[~self.lm.known(cands)] = unk
         return out
+
+    def score_tree(self, tokens: np.ndarray, parents: np.ndarray,
+                   context: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float64 ``[N]``: ``ln P(token_u | context, u's ancestors)`` of every node of a token
+        tree: :meth:`next_scores` once per parent."""
+        return scores_by_parent(self, tokens, parents, context)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """The LM's own check (:meth:`NgramLM.check_vocab`)."""
+        self.lm.check_vocab(vocab_size)
 
     def score(self, tokens: Sequence[int] | np.ndarray,
               context: Sequence[int] | np.ndarray = ()) -> np.ndarray:

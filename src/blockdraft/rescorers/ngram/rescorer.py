@@ -229,6 +229,10 @@ class NgramRescorer:
         evidence)."""
         return RescorerPathScorer(self)
 
+    def check_vocab(self, vocab_size: int) -> None:
+        """The LM's tokenizer check (:meth:`NgramLM.check_vocab`)."""
+        self.lm.check_vocab(vocab_size)
+
     # ------------------------------------------------------------------ exact, native
     def _rescore_native(self, lattice: SausageLattice, ctx: np.ndarray, p: int) -> DraftBatch:
         lm = self.lm
@@ -474,6 +478,10 @@ class RescorerPathScorer:
             probs[u], st = held.step(root if par[u] < 0 else cstates[par[u]], t)
             cstates.append(st)
         return interpolate_ln(out, probs, r.context_weight)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """The rescorer's LM's tokenizer check."""
+        self.rescorer.lm.check_vocab(vocab_size)
 
     def score(self, tokens: Sequence[int] | np.ndarray,
               context: Sequence[int] | np.ndarray = ()) -> np.ndarray:

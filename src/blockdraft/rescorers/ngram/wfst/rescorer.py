@@ -394,6 +394,26 @@ class WfstRescorer:
                 )
         return olabels
 
+    def path_scorer(self) -> None:
+        """None: a WFST scores whole paths by composition, not a tree node by node (rate a
+        cost-aware tree's nodes with the n-gram rescorer's exact path scorer instead)."""
+        return None
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise when the FST knows a token id outside ``[0, vocab_size)`` (an LM over another
+        tokenizer; a user FST without context states is not checked).
+
+        Raises:
+            RescorerError: naming the id and the vocabulary.
+        """
+        if self.context_states is None:
+            return
+        known = np.flatnonzero(self.context_states.known_mask)
+        if known.size and int(known[-1]) >= vocab_size:
+            raise RescorerError(
+                f"the WFST's LM knows token id {int(known[-1])}, outside the model's vocabulary "
+                f"of {vocab_size}; was it trained with another tokenizer?")
+
     def rescore(
         self, lattice: SausageLattice, context: Sequence[int] | np.ndarray = (), p: int = 1
     ) -> DraftBatch:

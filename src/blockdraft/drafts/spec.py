@@ -1,0 +1,426 @@
+"""A drafting strategy named declaratively, and the one factory that builds it: :class:`DraftSpec`.
+
+A spec names a strategy by its kind and numbers, and the files it reads (an n-gram LM, a small
+neural LM, acceptance tables) by path, never by objects: it pickles to any worker, compares
+equal to the same strategy written another way and keys a sweep's result cache. Axes that do
+not change a strategy's drafts are folded to one canonical value when a spec is made, so a grid
+never runs the same strategy twice. :meth:`DraftSpec.build` is the one factory: the decode loop,
+the offline simulator, sweeps, the CLI, the demo and the benchmarks build drafters through it,
+with the model's limits (:class:`~blockdraft.models.capabilities.Capabilities`) applied once:
+on a runtime whose token trees are not lossless (ONNX Runtime int8) a lossless decode drafts
+one path a step, and a strategy that cannot be one path is refused by name.
+
+Strategies (:data:`STRATEGIES`):
+
+    default        what a model drafts with when told nothing (:mod:`~blockdraft.drafts.default`:
+                   its packaged recipe, its head kind, its runtime's cost curve)
+    heads          the heads' ``p`` best paths of the top-``k`` lattice, one trie; ranked by a
+                   rescorer when one is named (``p = 1`` without one is vanilla BPD at any ``k``)
+    combined       the same plus prompt lookup's copy
+    iad            the same plus the input copy (Ge et al.'s IAD)
+    lookup         prompt lookup alone
+    tree           a token tree of ``budget`` nodes: ``confidence`` (EAGLE-2's), ``medusa`` (the
+                   static Medusa tree cut to the budget), ``rescored`` (best first by head plus
+                   ``alpha`` x LM)
+    cost-aware     the heads' chain, rescored p-best paths and ``lookup`` copies in one trie, rated
+                   by acceptance tables and cut to the size that pays on the cost curve, at
+                   most ``budget`` nodes
+    tree-lattice   prefix heads' tree lattice: EAGLE-2's tree of at most ``budget`` nodes grown
+                   while it pays (``p = 0``), with ``lookup`` copies merged; or its ``p`` best
+                   paths (``p > 0``, an LM's when a rescorer is named)
+    oracle         the top-``k`` oracle (offline only: it reads the reference)
+
+Public surface:
+    STRATEGIES, TREES, RESCORERS
+    DraftSpec(strategy, k=1, p=1, rescorer="", lm="", alpha=None, tree="", budget=0,
+              lookup=False, tables="", copy_length=16, context_order=0, context_weight=0.0,
+              given=None)
+        .label, .needs_cost, .to_dict(), DraftSpec.from_dict(d),
+        .build(resources=None, caps=None, cost=None, lossless=True) -> Pipeline
+    Resources(threads=1)        mutable: the LMs and tables a process loads once, by path
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from blockdraft.core.batch import DraftError
+from blockdraft.drafts.budget import CostAwareTreeDrafter
+from blockdraft.drafts.calibration import AcceptanceTables
+from blockdraft.drafts.grow import (
+    ConditionalTreeDrafter,
+    ConfidenceTreeDrafter,
+    RescoredTreeDrafter,
+)
+from blockdraft.drafts.heads import ConditionalDrafter, HeadDrafter
+from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter
+from blockdraft.drafts.lookup import LookupDrafter
+from blockdraft.drafts.oracle import Oracle
+from blockdraft.drafts.pipeline import Pipeline
+from blockdraft.drafts.trees import MC_SIM_7B_63, MedusaTreeDrafter, sort_choices
+from blockdraft.models.capabilities import Capabilities
+from blockdraft.models.cost import CostCurve
+
+STRATEGIES = ("default", "heads", "combined", "iad", "lookup", "tree", "cost-aware",
+              "tree-lattice", "oracle")
+"""The strategy kinds a spec names (see the module docstring)."""
+TREES = ("confidence", "medusa", "rescored")
+"""The token trees of the ``tree`` strategy."""
+RESCORERS = ("", "ngram", "neural", "given")
+"""No rescorer, an n-gram LM (a KenLM file), a small neural LM (a RescorerLM folder), or an
+object already built (``given``)."""
+_HEADS = ("heads", "combined", "iad")
+_RATED = ("cost-aware", "tree-lattice")
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """One drafting strategy, in canonical form (see the module docstring).
+
+    Attributes:
+        strategy: one of :data:`STRATEGIES`.
+        k: arcs per slot of the lattice the strategy reads (``>= 1``).
+        p: drafts per step (``heads``, ``combined``, ``iad``; ``cost-aware``: rescored paths
+            beside the chain, 0 for none; ``tree-lattice``: 0 grows a tree, more takes the p
+            best paths).
+        rescorer: ``""``, ``"ngram"`` or ``"neural"``.
+        lm: the rescorer's file (an n-gram LM) or folder (a RescorerLM), as given.
+        alpha: the LM weight (finite, ``>= 0``), or None without a rescorer.
+        tree: the token tree of the ``tree`` strategy (:data:`TREES`), else ``""``.
+        budget: the tree's nodes ``N`` (root included, ``>= 2``): ``tree``'s size, the largest
+            ``cost-aware`` and ``tree-lattice`` tree.
+        lookup: merge prompt-lookup copies (``cost-aware``, ``tree-lattice``).
+        tables: acceptance tables (a JSON file) rating a rated strategy's nodes, ``""``:
+            uniform stand-ins.
+        copy_length: tokens a lookup copy proposes (``cost-aware``, ``tree-lattice``).
+        context_order, context_weight: the context LM interpolated with an n-gram rescorer
+            (0: none).
+        given: with ``rescorer="given"``, an LM object already built (a rescorer, a path
+            scorer or an n-gram LM: decode's ``rescorer=``), in place of a file: a spec holding
+            one compares and hashes without it and does not serialise.
+
+    Raises:
+        DraftError: an unknown kind, a number out of range, or a combination that names no
+            strategy (a rescored tree without a rescorer, a rescorer without its file).
+    """
+
+    strategy: str
+    k: int = 1
+    p: int = 1
+    rescorer: str = ""
+    lm: str = ""
+    alpha: float | None = None
+    tree: str = ""
+    budget: int = 0
+    lookup: bool = False
+    tables: str = ""
+    copy_length: int = 16
+    context_order: int = 0
+    context_weight: float = 0.0
+    given: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        s = self.strategy
+        if s not in STRATEGIES:
+            raise DraftError(f"unknown strategy {s!r}; use one of {', '.join(STRATEGIES)}")
+        if self.rescorer not in RESCORERS:
+            raise DraftError(f"unknown rescorer {self.rescorer!r}; use ngram or neural")
+        for name in ("k", "p", "budget", "copy_length", "context_order"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise DraftError(f"setting {name} must be an integer >= 0, got {value!r}")
+        if (self.rescorer == "given") != (self.given is not None):
+            raise DraftError("an LM object goes with rescorer='given' (given=...), and "
+                             "rescorer='given' with its object")
+        if self.rescorer in ("ngram", "neural") and not self.lm:
+            raise DraftError(f"rescorer {self.rescorer!r} needs its file (lm=...)")
+        if self.lm and self.rescorer not in ("ngram", "neural"):
+            raise DraftError(f"an LM file {self.lm!r} needs its kind: rescorer='ngram' or "
+                             "'neural'")
+        if s == "tree" and self.tree not in TREES:
+            raise DraftError(f"tree {self.tree!r}: use one of {', '.join(TREES)}")
+        if s != "tree":
+            put(self, "tree", "")
+        if s not in ("tree", *_RATED):
+            put(self, "budget", 0)
+        if s in ("tree", "lookup", "oracle", "default"):
+            put(self, "p", 1)
+        if s not in _RATED:
+            put(self, "lookup", False)
+            put(self, "tables", "")
+            put(self, "copy_length", 16)
+        elif not self.lookup:
+            put(self, "copy_length", 16)
+        keeps_rescorer = (s in (*_HEADS, "cost-aware") or self.tree == "rescored"
+                          or (s == "tree-lattice" and self.p > 0))
+        if not keeps_rescorer:
+            for name, default in (("rescorer", ""), ("lm", ""), ("given", None)):
+                put(self, name, default)
+        if self.tree == "rescored" and not self.rescorer:
+            raise DraftError("a rescored tree needs a rescorer (an n-gram LM or a neural LM)")
+        if self.rescorer:
+            alpha = 1.0 if self.alpha is None else float(self.alpha)
+            if not math.isfinite(alpha) or alpha < 0:
+                raise DraftError(f"alpha must be finite and >= 0, got {self.alpha!r}")
+            put(self, "alpha", alpha)
+        else:
+            put(self, "alpha", None)
+        if self.rescorer != "ngram" or not (self.context_order and self.context_weight):
+            put(self, "context_order", 0)
+            put(self, "context_weight", 0.0)
+        elif not (math.isfinite(self.context_weight) and 0 < self.context_weight <= 1):
+            raise DraftError(f"context_weight must lie in (0, 1], got {self.context_weight!r}")
+        if s in ("lookup", "default") or (s in _HEADS and self.p == 1 and not self.rescorer):
+            put(self, "k", 1)
+        if s == "tree" and self.budget < 2:
+            raise DraftError(f"a tree's budget counts its root, so it must be >= 2, got "
+                             f"{self.budget}")
+        if s in _RATED and self.budget < 1:
+            put(self, "budget", 32)
+        if self.tree == "medusa":  # the ranks its first budget - 1 paths read
+            put(self, "k", 1 + max(max(c) for c in self.medusa_choices()))
+        if self.k < 1 or (self.p < 1 and s not in _RATED):
+            raise DraftError(f"k and p must be >= 1, got k = {self.k}, p = {self.p}")
+
+    def medusa_choices(self) -> tuple[tuple[int, ...], ...]:
+        """The rank paths of a ``medusa`` tree: the first ``budget - 1`` of Medusa's
+        ``mc_sim_7b_63`` in node order (:data:`~blockdraft.drafts.MC_SIM_7B_63`)."""
+        return tuple(sort_choices(MC_SIM_7B_63)[: self.budget - 1])
+
+    @property
+    def needs_cost(self) -> bool:
+        """Whether building it takes the runtime's cost curve (a rated strategy that grows or
+        cuts by cost; ``default`` too, which becomes one)."""
+        return self.strategy in (*_RATED, "default") and not (
+            self.strategy == "tree-lattice" and self.p > 0)
+
+    @property
+    def label(self) -> str:
+        """A short human name: ``vanilla``, ``heads k=8 p=4 ngram:lm4 a=1``, ``tree
+        confidence k=4 N=16``, ``lookup``, ``oracle k=8``, ``cost-aware k=8 p=4 N<=32``."""
+        s = self.strategy
+        if s in ("lookup", "default"):
+            return s
+        if s == "oracle":
+            return f"oracle k={self.k}"
+        if s == "tree":
+            parts = ["tree", self.tree, f"k={self.k}", f"N={self.budget}"]
+        elif s in _RATED:
+            parts = [s, f"k={self.k}", f"p={self.p}", f"N<={self.budget}"]
+            if self.lookup:
+                parts.append(f"+ lookup L={self.copy_length}")
+        elif self.p == 1 and not self.rescorer:
+            parts = [{"heads": "vanilla", "combined": "vanilla + lookup",
+                      "iad": "vanilla + iad"}[s]]
+        else:
+            parts = [{"heads": "heads", "combined": "heads + lookup", "iad": "heads + iad"}[s],
+                     f"k={self.k}", f"p={self.p}"]
+        if self.rescorer:
+            parts.append(f"{self.rescorer_label} a={self.alpha:g}")
+            if self.context_order:
+                parts.append(f"ctx{self.context_order}={self.context_weight:g}")
+        return " ".join(parts)
+
+    @property
+    def rescorer_label(self) -> str:
+        """``"none"`` or ``"<kind>:<file stem>"``: the rescorer axis of tables and plots."""
+        if not self.rescorer:
+            return "none"
+        return f"{self.rescorer}:{_stem(self.lm) if self.lm else type(self.given).__name__}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (:meth:`from_dict` reads it back).
+
+        Raises:
+            DraftError: a spec holding an LM object (``given``): only files serialise.
+        """
+        if self.given is not None:
+            raise DraftError("a spec holding an LM object does not serialise: name its file "
+                             "(lm=...) instead")
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "given"}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DraftSpec:
+        """The spec :meth:`to_dict` wrote.
+
+        Raises:
+            DraftError: a missing or unknown field, or values :class:`DraftSpec` refuses.
+        """
+        names = {f.name for f in fields(cls)} - {"given"}
+        if not isinstance(data, Mapping) or set(data) - names or "strategy" not in data:
+            raise DraftError(f"not a drafting spec: {data!r}")
+        return cls(**dict(data))
+
+    # ---- the one factory -----------------------------------------------------------------
+
+    def build(self, resources: Resources | None = None, caps: Capabilities | None = None,
+              cost: CostCurve | None = None, lossless: bool = True) -> Pipeline:
+        """The drafter this spec names (a new one each call; the files it reads come from
+        ``resources``, loaded once).
+
+        Args:
+            resources: where LMs and tables are loaded (default: the process's own).
+            caps: the model's declared capabilities: its limits are applied here (a runtime
+                whose trees are not lossless drafts one path a step under a lossless
+                criterion), and ``default`` reads its recipe and head kind. None: no model
+                (the offline simulator).
+            cost: the runtime's cost curve, for a strategy that needs one (:attr:`needs_cost`).
+            lossless: the criterion is lossless (``exact``).
+
+        Raises:
+            DraftError: a strategy that needs a cost curve or a model it was not given, or
+                one the runtime cannot verify losslessly (named, with what to use instead).
+        """
+        res = resources if resources is not None else SHARED
+        if self.strategy == "default":
+            if caps is None:
+                raise DraftError("the default strategy reads the model's recipe and head kind: "
+                                 "build it with caps=model.capabilities")
+            from blockdraft.drafts.default import default_spec
+
+            return default_spec(caps).build(res, caps, cost, lossless)
+        if self.needs_cost and cost is None:
+            raise DraftError(f"strategy {self.label!r} sizes its trees on the runtime's cost "
+                             "curve: build it with cost=cost_curve_of(model) (or a curve file)")
+        chains = caps is not None and lossless and not caps.exact_trees
+        if caps is not None and chains and not self._chain_capable():
+            raise DraftError(
+                f"{caps.runtime} ({caps.precision}) verifies one draft a step losslessly but "
+                f"not a token tree; strategy {self.label!r} drafts several: use vanilla heads, "
+                "an n-gram rescored draft (p = 1), prompt lookup, the cost-aware or tree-lattice "
+                "strategy (one path a step there), precision float32, or a lossy criterion")
+        return self._build(res, caps, cost, chains)
+
+    def _chain_capable(self) -> bool:
+        """Whether the strategy drafts (or can be cut to) one path a step."""
+        s = self.strategy
+        return (s in ("lookup", "oracle", *_RATED) or (s == "heads" and self.p == 1)
+                or (s == "tree-lattice" and self.p <= 1))
+
+    def _build(self, res: Resources, caps: Capabilities | None, cost: CostCurve | None,
+               chains: bool) -> Pipeline:
+        s = self.strategy
+        if s == "oracle":
+            return Oracle(self.k)
+        if s == "lookup":
+            return LookupDrafter()
+        if s == "tree":
+            if self.tree == "confidence":
+                return ConfidenceTreeDrafter(k=self.k, budget=self.budget)
+            if self.tree == "medusa":
+                return MedusaTreeDrafter(choices=self.medusa_choices(), budget=self.budget)
+            return RescoredTreeDrafter(lm=res.path_scorer(self), k=self.k,
+                                       budget=self.budget, alpha=float(self.alpha or 0.0))
+        if s == "cost-aware":
+            assert cost is not None
+            h = caps.h if caps is not None else 2
+            tables = res.tables(self.tables) if self.tables else AcceptanceTables.uniform(h)
+            rescorer = res.rescorer(self) if self.rescorer else None
+            return CostAwareTreeDrafter(cost=cost, tables=tables, k=self.k, p=self.p,
+                                        rescorer=rescorer, lookup=self.lookup,
+                                        copy_length=self.copy_length, max_nodes=self.budget,
+                                        chain=chains)
+        if s == "tree-lattice":
+            if self.p > 0:
+                scorer = res.path_scorer(self) if self.rescorer else None
+                return ConditionalDrafter(k=self.k, p=self.p, scorer=scorer,
+                                          alpha=float(self.alpha or 0.0))
+            if chains:  # one path a step: the chain of the heads' greedy tokens
+                h = caps.h if caps is not None else 2
+                return ConditionalTreeDrafter(k=1, budget=h, cost=cost)
+            lattice_tables = res.tables(self.tables) if self.tables else None
+            return ConditionalTreeDrafter(k=self.k, budget=self.budget, cost=cost,
+                                          lookup=self.lookup, tables=lattice_tables,
+                                          copy_length=self.copy_length)
+        rescorer = res.rescorer(self) if self.rescorer else None
+        heads = HeadDrafter(k=self.k, p=self.p, rescorer=rescorer)
+        if s == "combined":  # its drafts are of any length: one trie
+            return CombinedDrafter(heads, LookupDrafter())
+        if s == "iad":
+            return CombinedDrafter(heads, InputCopyDrafter())
+        return heads
+
+
+def _stem(path: str) -> str:
+    p = Path(path)
+    return p.stem if p.suffix in (".bin", ".arpa", ".binary", ".klm") else p.name
+
+
+class Resources:
+    """What one process loads once for every spec it builds (mutable: a cache): n-gram LMs,
+    RescorerLMs and acceptance tables, by path (a sweep checks each file's digest where it
+    enters, :func:`~blockdraft.oracle.sweep.cache.file_digest`).
+
+    Args:
+        threads: torch intra-op threads of a neural rescorer (1: every worker one core).
+    """
+
+    def __init__(self, threads: int = 1) -> None:
+        self.threads = threads
+        self._loaded: dict[tuple[str, str], Any] = {}
+
+    def _load(self, kind: str, path: str) -> Any:
+        key = (kind, path)
+        if key not in self._loaded:
+            if kind == "ngram":
+                from blockdraft.rescorers.ngram import NgramLM
+
+                self._loaded[key] = NgramLM(path)
+            elif kind == "tables":
+                self._loaded[key] = AcceptanceTables.load(path)
+            else:
+                import torch
+
+                from blockdraft.models import load_model
+
+                torch.set_num_threads(self.threads)
+                self._loaded[key] = load_model(path).eval()
+        return self._loaded[key]
+
+    def tables(self, path: str) -> AcceptanceTables:
+        """The acceptance tables of ``path``."""
+        return self._load("tables", path)  # type: ignore[no-any-return]
+
+    def rescorer(self, spec: DraftSpec) -> Any:
+        """The rescorer of ``spec`` (a new one: its state starts afresh), or the one it was
+        given."""
+        if spec.given is not None:
+            return spec.given
+        lm = self._load(spec.rescorer, spec.lm)
+        alpha = float(spec.alpha or 0.0)
+        if spec.rescorer == "ngram":
+            from blockdraft.rescorers.ngram import NgramRescorer
+
+            if spec.context_order:
+                return NgramRescorer(lm, alpha=alpha, context_order=spec.context_order,
+                                     context_weight=spec.context_weight)
+            return NgramRescorer(lm, alpha=alpha)
+        from blockdraft.rescorers.neural import NeuralRescorer
+
+        return NeuralRescorer(lm, alpha=alpha, backend="torch")
+
+    def path_scorer(self, spec: DraftSpec) -> Any:
+        """What a rescored tree scores its paths with: the given path scorer, an n-gram LM's
+        :class:`~blockdraft.rescorers.ngram.NgramPathScorer`, or a
+        :class:`~blockdraft.rescorers.neural.NeuralPathScorer` over the RescorerLM."""
+        if spec.given is not None:
+            from blockdraft.rescorers.ngram import NgramLM, NgramPathScorer
+
+            return NgramPathScorer(spec.given) if isinstance(spec.given, NgramLM) else spec.given
+        lm = self._load(spec.rescorer, spec.lm)
+        if spec.rescorer == "ngram":
+            from blockdraft.rescorers.ngram import NgramPathScorer
+
+            return NgramPathScorer(lm)
+        from blockdraft.rescorers.neural import NeuralPathScorer
+
+        return NeuralPathScorer(lm, max_depth=max(1, spec.budget))
+
+
+SHARED = Resources()
+"""The process's resources: files loaded once, for every drafter built without its own."""

@@ -1,0 +1,73 @@
+"""The decode loop's steps verified by the model: :class:`ModelSteps` (the engine's
+:class:`~blockdraft.verify.engine.Steps` online).
+
+It holds what one call leaves for the next: the cache of the committed text and the heads at
+the accepted node (the base head's logits, the other heads' top-k taken in the runtime, and the
+tree lattice's expander when the heads are prefix-conditioned). A step's view builds the sausage
+lattice from them (:func:`~blockdraft.lattice.step.step_lattice`) and wraps the expander in a
+:class:`~blockdraft.lattice.conditional.TreeLattice`; a verification runs one forward over the
+tree (:meth:`Verifier.run <blockdraft.verify.verifier.Verifier.run>`) and keeps its accepted
+path.
+
+Public surface:
+    ModelSteps(verifier, needs)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from blockdraft.core.tree import DraftTree
+from blockdraft.drafts.protocol import Needs, StepView
+from blockdraft.lattice.conditional import TreeLattice
+from blockdraft.lattice.step import step_lattice
+from blockdraft.verify.engine import Verdict
+from blockdraft.verify.verifier import Verifier, synchronize
+
+
+class ModelSteps:
+    """A decode's steps verified by ``verifier``'s model (mutable: the cache and the next heads
+    between calls).
+
+    Args:
+        verifier: the verifier (its model and criterion).
+        needs: the drafter's needs: the lattice width ``k`` and the heads it reads.
+    """
+
+    def __init__(self, verifier: Verifier, needs: Needs) -> None:
+        self.verifier = verifier
+        self.k = needs.k
+        self.heads = needs.heads
+        self._past: Any = None
+        self._logits: torch.Tensor | None = None
+        self._topk: tuple[np.ndarray, np.ndarray] | None = None
+        self._expand: Any = None
+
+    def prefill(self, prompt: list[int]) -> int:
+        v = self.verifier
+        self._logits, self._topk, self._past, self._expand = v.prefill_heads(
+            prompt, self.heads, self.k)
+        synchronize(v.device)
+        return int(torch.argmax(self._logits[0]))
+
+    def room(self) -> int | None:
+        limit = self.verifier.max_seq_len
+        return None if limit is None else limit - int(self._past.length)
+
+    def view(self, context: np.ndarray, prompt_length: int, max_depth: int) -> StepView:
+        assert self._logits is not None
+        lattice = step_lattice(self._logits, self._topk, self.k)
+        tree = None if self._expand is None else TreeLattice(lattice.h, self._expand)
+        return StepView(lattice=lattice, context=context, prompt_length=prompt_length,
+                        tree=tree, max_depth=max_depth)
+
+    def verify(self, tree: DraftTree, eos_id: int | None) -> Verdict:
+        out = self.verifier.run(self._past, tree, eos_id, self.heads, self.k)
+        self._past, self._logits, self._topk = out.past, out.next_logits, out.next_topk
+        self._expand = out.next_expand
+        return Verdict(n=out.n, node=out.winner, path=out.path, next_token=out.next_token,
+                       accept_lengths=out.accept_lengths, forward_s=out.forward_s,
+                       heads_s=out.heads_s)
