@@ -5,7 +5,7 @@ token ids as decimal strings (the convention of :class:`~blockdraft.rescorers.ng
 
 Two estimators give the same model (equal up to float rounding, tested):
 
-- ``"builtin"`` (the default): :mod:`~blockdraft.rescorers.ngram.estimate`, lmplz's estimate
+- ``"builtin"`` (the default): :mod:`~blockdraft.training.ngram.estimate`, lmplz's estimate
   in numpy, in memory; nothing to install, the same LM on every machine.
 - ``"lmplz"``: KenLM's ``lmplz`` (``make setup`` builds it; it needs boost), which sorts on disk:
   for corpora too large for memory. It runs with an explicit memory cap (``-S``, default ``1G``:
@@ -58,13 +58,13 @@ from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram import native
 from blockdraft.rescorers.ngram.arpa import arpa_header
-from blockdraft.rescorers.ngram.estimate import estimate_kneser_ney
 from blockdraft.rescorers.ngram.records import (
     FINGERPRINT_SUFFIX,
     VOCAB_RECORD_SUFFIX,
     write_fingerprint,
     write_vocab_record,
 )
+from blockdraft.training.ngram.estimate import estimate_kneser_ney
 
 ESTIMATORS = ("builtin", "lmplz")
 """What :func:`train_ngram` estimates with (the module docstring says how they differ)."""

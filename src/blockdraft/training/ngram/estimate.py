@@ -6,7 +6,7 @@ Public:
 
 The estimate is lmplz's (Heafield et al. 2013; Chen and Goodman 1998, eq. 26), step for step,
 so that the two ARPA files agree up to float rounding (lmplz computes in float32, this in
-float64; ``tests/rescorers/test_ngram_estimate.py`` compares them):
+float64; ``tests/training/ngram/test_ngram_estimate.py`` compares them):
 
 - Each sequence is one sentence ``<s> w_1 .. w_m </s>``. n-grams of order ``n`` are the windows
   inside it; a window that would start before ``<s>`` is cut to the n-gram starting at ``<s>``.
@@ -153,7 +153,7 @@ def estimate_kneser_ney(
 
     Args:
         sequences: non-empty int64 arrays of token ids ``>= 0``, one sentence each (trusted:
-            :func:`~blockdraft.rescorers.ngram.train.train_ngram` checks them).
+            :func:`~blockdraft.training.ngram.train.train_ngram` checks them).
         order: 2 to 5 (trusted).
         prune: lmplz ``--prune`` thresholds, one per order or fewer (the last repeats; the
             first 0): an n-gram whose raw count is at most its order's threshold is dropped.
