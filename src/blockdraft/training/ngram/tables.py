@@ -37,9 +37,10 @@ CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class Table:
-    """One order of an input model: ``keys`` (sorted, distinct: :func:`encode_keys`) and, row
-    for row, ``ln_prob`` (ln P of the last word given the others, nats) and ``ln_backoff``
-    (ln of the back-off weight of the row as a history; 0 where the file gives none)."""
+    """One order of an input model: ``keys`` (sorted, distinct: :func:`.keys.encode_keys`)
+    and, row for row, ``ln_prob`` (ln P of the last word given the others, nats) and
+    ``ln_backoff`` (ln of the back-off weight of the row as a history; 0 where the file gives
+    none)."""
 
     keys: np.ndarray
     ln_prob: np.ndarray
