@@ -482,7 +482,7 @@ def _key(*parts: Any) -> str:
 def ensure_ngram(corpus: str, order: int, cache: Path) -> tuple[Path, dict[str, Any]]:
     """The n-gram LM over SmolLM2's token ids on corpus ``corpus``, trained once with
     ``blockdraft ngram train`` and cached: ``(binary, info)``."""
-    from blockdraft.rescorers.ngram.train import arpa_counts
+    from blockdraft.training.ngram.train import arpa_counts
 
     files = corpus_files(corpus)
     key = _key(order, MODEL, *[(f.name, f.stat().st_size) for f in files])

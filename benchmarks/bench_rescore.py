@@ -67,7 +67,7 @@ def smollm2_lm() -> tuple[dict, np.ndarray, np.ndarray]:
     on) and the training corpus's unigram distribution over the V = 49,152 ids.
     """
     from blockdraft.models import load_tokenizer
-    from blockdraft.rescorers.ngram import train_ngram
+    from blockdraft.training.ngram import train_ngram
 
     files = pretrain_files()
     prefix = CACHE / f"lm4-{SMOLLM2}-{_key(SMOLLM2, 4, *[f.name for f in files])}"

@@ -88,7 +88,7 @@ def tiny_ngram(folder: Path, vocab: int = 96) -> Path:
     ``--tiny`` run's p-best row is rescored by. Returns its binary's path."""
     import numpy as np
 
-    from blockdraft.rescorers.ngram import train_ngram
+    from blockdraft.training.ngram import train_ngram
 
     rng = np.random.default_rng(0)
     seqs = [rng.integers(2, vocab, 64) for _ in range(200)]

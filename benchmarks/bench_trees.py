@@ -417,7 +417,7 @@ def run_online(model: Any, cases: Sequence[tuple[int, Any]], rows: Sequence[dict
 def lm_file(choice: str, corpus: str) -> tuple[Path, dict[str, Any]]:
     """``(binary, info)`` of ``--lm``: the cached corpus 4-gram, or a given KenLM binary."""
     from blockdraft.core.files import cache_dir
-    from blockdraft.rescorers.ngram.train import arpa_counts
+    from blockdraft.training.ngram.train import arpa_counts
 
     if choice == "auto":
         return ensure_ngram(corpus, 4, cache_dir("bench", "real"))
@@ -570,7 +570,7 @@ def blockwise_setup(args: Args) -> Setup:
     from blockdraft.demo.prepare import prepare
     from blockdraft.models import load_model
     from blockdraft.rescorers.neural import NeuralPathScorer
-    from blockdraft.rescorers.ngram.train import arpa_counts
+    from blockdraft.training.ngram.train import arpa_counts
 
     config = DemoConfig()
     text = load_corpus(None, config, args.seed)

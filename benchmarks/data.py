@@ -99,8 +99,8 @@ def heldout_ids(tok) -> np.ndarray:
 
 def bench_lm(order: int = 4, prune: tuple[int, ...] | None = None):
     """The benchmark n-gram LM over BPE token ids (cached): returns (NgramTrainResult-like dict)."""
-    from blockdraft.rescorers.ngram import train_ngram
-    from blockdraft.rescorers.ngram.train import arpa_counts
+    from blockdraft.training.ngram import train_ngram
+    from blockdraft.training.ngram.train import arpa_counts
 
     tok, tok_path = bpe_tokenizer()
     name = f"lm{order}-{tok_path.stem}" + (f"-prune{''.join(map(str, prune))}" if prune else "")

@@ -53,7 +53,7 @@ def lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def arpa_lms(word_corpus: WordCorpus, lm_dir: Path) -> dict[int, Path]:
     """ARPA files of orders 2 to 5 over the pydoc word ids (binaries beside them as .bin)."""
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
+    from blockdraft.training.ngram.train import find_kenlm_tool, train_ngram
 
     try:
         find_kenlm_tool("lmplz")

@@ -20,7 +20,8 @@ K_LAT, PS, OKS = 4, (2, 4), (1, 2, 4, 8)
 
 def _tiny_lm(trace: Any, tmp: Path) -> Any:
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram import NgramLM, train_ngram
+    from blockdraft.rescorers.ngram import NgramLM
+    from blockdraft.training.ngram import train_ngram
 
     seqs = [np.concatenate([ex.prompt_ids, ex.greedy_ids]) for ex in trace]
     try:

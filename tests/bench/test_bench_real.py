@@ -66,7 +66,8 @@ def _cases(bench: Any) -> list[Any]:
 def _lm(model: Any, cases: list[Any], tmp: Path) -> Any:
     from blockdraft.models import greedy_generate
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram import NgramLM, train_ngram
+    from blockdraft.rescorers.ngram import NgramLM
+    from blockdraft.training.ngram import train_ngram
 
     seqs = [[*c.ids, *greedy_generate(model, list(c.ids), 30)] for c in cases]
     try:

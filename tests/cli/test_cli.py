@@ -248,7 +248,7 @@ def test_decode_command_is_lossless_and_reports_b(tmp_path, capsys):
     import torch
 
     from blockdraft.models import BlockwiseConfig, BlockwiseLM, RescorerLM, Tokenizer, save_model
-    from blockdraft.rescorers.ngram import train_ngram
+    from blockdraft.training.ngram import train_ngram
 
     texts = [f"the value of item {i} is {i * 7 % 13} and the next one follows" for i in range(300)]
     tok = Tokenizer.train(texts, vocab_size=300)

@@ -161,7 +161,8 @@ def test_ngram_lm_over_the_models_token_ids(hf_folders: dict[str, Path], tmp_pat
                                             capsys: Any) -> None:
     pytest.importorskip("kenlm")
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram import NgramLM, train_ngram
+    from blockdraft.rescorers.ngram import NgramLM
+    from blockdraft.training.ngram import train_ngram
 
     m, h = str(hf_folders["model"]), str(hf_folders["heads"])
     out = _run_json(capsys, ["ngram", "train", "--text", str(hf_folders["corpus"]),

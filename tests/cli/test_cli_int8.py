@@ -101,7 +101,7 @@ def test_decode_lookup_beside_more_drafts_on_int8_is_refused_by_name(
 def test_demo_on_int8_runs_the_chains_and_says_why_it_skips_trees(
         folders: dict[str, Path], tmp_path: Path, capsys: Any) -> None:
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram.train import find_kenlm_tool
+    from blockdraft.training.ngram.train import find_kenlm_tool
 
     try:
         find_kenlm_tool("lmplz")

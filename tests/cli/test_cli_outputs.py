@@ -69,7 +69,7 @@ def test_plots(command: str, trace: Path, tmp_path: Path, capsys: Any,
 
 def test_ngram_train(tmp_path: Path, capsys: Any) -> None:
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram.train import find_kenlm_tool
+    from blockdraft.training.ngram.train import find_kenlm_tool
 
     try:
         find_kenlm_tool("lmplz")

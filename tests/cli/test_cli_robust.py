@@ -383,7 +383,7 @@ def test_a_missing_model_path_says_so_even_with_heads(tmp_path, monkeypatch, cap
 
 def _lm_over(tok, path: Path, record: bool) -> Path:
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
+    from blockdraft.training.ngram.train import find_kenlm_tool, train_ngram
 
     try:
         find_kenlm_tool("lmplz")

@@ -282,7 +282,7 @@ def test_the_output_rule(name: str, world: World, tmp_path: Path, capsys: Any,
     probe = PROBES[name]
     if probe.needs:
         from blockdraft.rescorers.base import RescorerError
-        from blockdraft.rescorers.ngram.train import find_kenlm_tool
+        from blockdraft.training.ngram.train import find_kenlm_tool
 
         try:
             find_kenlm_tool(probe.needs)

@@ -51,7 +51,7 @@ SLOW = {  # commands run with --help: why they would be slow or need what is not
     "a tiny one)",
     "heads curve": "needs trained heads and their set",
     "heads package": "needs a distillation set (the probe test packages tiny heads)",
-    "ngram interpolate": "needs two ARPA files (tests/rescorers/test_ngram_interpolate.py)",
+    "ngram interpolate": "needs two ARPA files (tests/training/ngram/test_ngram_interpolate.py)",
 }
 SKIP = {  # optional parts left out of the run (they still parse), and why
     "[--dtype bfloat16]": "bfloat16 is lossless only up to rounding (docs/real-models.md)",

@@ -245,7 +245,8 @@ def test_rescored_tree_is_the_top_n(seed: int, alpha: float) -> None:
 
 def test_rescored_tree_with_ngram_lm(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from blockdraft.rescorers import RescorerError
-    from blockdraft.rescorers.ngram import NgramLM, find_kenlm_tool, train_ngram
+    from blockdraft.rescorers.ngram import NgramLM
+    from blockdraft.training.ngram import find_kenlm_tool, train_ngram
 
     try:
         find_kenlm_tool("lmplz")

@@ -286,7 +286,7 @@ def vllm_heads(tmp: Path) -> Reader:
 
 def kenlm_binary(tmp: Path) -> Reader:
     from blockdraft.rescorers.ngram import NgramLM, native
-    from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
+    from blockdraft.training.ngram.train import find_kenlm_tool, train_ngram
 
     try:
         find_kenlm_tool("lmplz")

@@ -11,7 +11,8 @@ from blockdraft.drafts import HeadDrafter
 from blockdraft.models import BlockwiseConfig, BlockwiseLM, greedy_generate
 from blockdraft.oracle import OracleError, simulate
 from blockdraft.oracle.record import record_trace
-from blockdraft.rescorers.ngram import NgramLM, NgramRescorer, train_ngram
+from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+from blockdraft.training.ngram import train_ngram
 from blockdraft.verify import decode
 
 V = 48

@@ -46,7 +46,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     from blockdraft.models import BlockwiseConfig, RescorerLM, save_model
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram import find_kenlm_tool, train_ngram
+    from blockdraft.training.ngram import find_kenlm_tool, train_ngram
 
     root = tmp_path_factory.mktemp("sweep")
     w = {"trace": _trace(root)}

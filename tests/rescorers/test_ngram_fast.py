@@ -22,7 +22,7 @@ from blockdraft.lattice.synthetic import random_tokens
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 from blockdraft.rescorers.ngram import native as native_mod
-from blockdraft.rescorers.ngram.train import find_kenlm_tool
+from blockdraft.training.ngram.train import find_kenlm_tool
 from ngram_testlib import WordCorpus
 
 needs_native = pytest.mark.skipif(not native_mod.available(),

@@ -15,7 +15,8 @@ import pytest
 from blockdraft.cli import main
 from blockdraft.core.errors import BlockdraftWarning
 from blockdraft.lattice import SausageLattice
-from blockdraft.rescorers.ngram import NgramLM, NgramRescorer, native, train_ngram
+from blockdraft.rescorers.ngram import NgramLM, NgramRescorer, native
+from blockdraft.training.ngram import train_ngram
 
 
 @pytest.fixture()

@@ -14,7 +14,7 @@ from blockdraft.cli import main
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram import NgramLM, native
 from blockdraft.rescorers.ngram.records import check_arpa_pair, fingerprint_path
-from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
+from blockdraft.training.ngram.train import find_kenlm_tool, train_ngram
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="native KenLM search not built")
 

@@ -37,7 +37,8 @@ def test_ngram_path_scorer_equals_whole_path_scores(tmp_path) -> None:  # type: 
     every context kind (empty: start of text; short; long; with unknown ids), policy and
     path, and the cache across contexts (a new step) never leaks a state."""
     from blockdraft.rescorers import RescorerError
-    from blockdraft.rescorers.ngram import NgramLM, NgramPathScorer, find_kenlm_tool, train_ngram
+    from blockdraft.rescorers.ngram import NgramLM, NgramPathScorer
+    from blockdraft.training.ngram import find_kenlm_tool, train_ngram
 
     try:
         find_kenlm_tool("lmplz")

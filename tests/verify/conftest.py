@@ -123,7 +123,7 @@ def tiny_ngram(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3-gram ARPA file over ids 0..49, from a random sparse Markov chain (skips without
     KenLM's lmplz)."""
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram import find_kenlm_tool, train_ngram
+    from blockdraft.training.ngram import find_kenlm_tool, train_ngram
 
     try:
         find_kenlm_tool("lmplz")

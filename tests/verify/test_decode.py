@@ -212,7 +212,8 @@ class BadDrafter:
 
 
 def test_bad_input(random_model, tiny_ngram, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer, train_ngram
+    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+    from blockdraft.training.ngram import train_ngram
 
     model = random_model(seed=0, vocab=64, h=4, max_seq_len=32)
 

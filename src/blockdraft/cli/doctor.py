@@ -56,7 +56,7 @@ def _native() -> Part:
 
 def _kenlm_tools() -> Part:
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram.train import find_kenlm_tool
+    from blockdraft.training.ngram import find_kenlm_tool
 
     try:
         found = [find_kenlm_tool(name) for name in ("lmplz", "build_binary")]

@@ -185,7 +185,7 @@ def _train(args: argparse.Namespace, shown_out: Path | None = None) -> int:
 def _train_medusa(args: argparse.Namespace) -> int:
     """``--mode medusa``: ``blockdraft heads train`` (:func:`blockdraft.cli.heads.cmd_heads_train`)
     with this command's names for its options."""
-    from blockdraft.cli import heads
+    import blockdraft.cli.heads as heads
 
     given: dict[str, Any] = {
         "base": args.base or "smollm2", "prompts": args.prompts, "out": args.out,

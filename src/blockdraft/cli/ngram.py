@@ -26,8 +26,7 @@ from blockdraft.cli.common import (
 def cmd_ngram_train(args: argparse.Namespace) -> int:
     from blockdraft.core.outputs import claim_output
     from blockdraft.core.signature import human_count
-    from blockdraft.rescorers.ngram import train_ngram
-    from blockdraft.rescorers.ngram.train import LM_SUFFIXES
+    from blockdraft.training.ngram import LM_SUFFIXES, train_ngram
 
     if not (args.text or args.ids or args.distilled):
         raise CliError("give the training sequences: --text FILE..., --ids FILE... and/or "
@@ -91,8 +90,7 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
 def cmd_ngram_interpolate(args: argparse.Namespace) -> int:
     from blockdraft.core.outputs import claim_output
     from blockdraft.core.signature import human_count
-    from blockdraft.rescorers.ngram import interpolate_arpa
-    from blockdraft.rescorers.ngram.interpolate import INTERPOLATE_SUFFIXES
+    from blockdraft.training.ngram import INTERPOLATE_SUFFIXES, interpolate_arpa
 
     output = claim_output(args.output, what="a mixed n-gram LM", error=CliError,
                           overwrite=args.overwrite, folder=False, prefix=True,

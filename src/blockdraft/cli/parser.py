@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from blockdraft.cli import analyses, bench, demo, doctor, heads, lattice, models, ngram, sweep
+import blockdraft.cli.analyses as analyses
+import blockdraft.cli.bench as bench
+import blockdraft.cli.demo as demo
+import blockdraft.cli.doctor as doctor
+import blockdraft.cli.heads as heads
+import blockdraft.cli.lattice as lattice
+import blockdraft.cli.models as models
+import blockdraft.cli.ngram as ngram
+import blockdraft.cli.sweep as sweep
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -87,7 +87,7 @@ def prepare_ngram(
     progress: Progress | None = None,
 ) -> DemoNgram:
     """The order-``order`` n-gram LM over ``tok``'s ids of the demo's text: from the cache,
-    else trained (:func:`~blockdraft.rescorers.ngram.train_ngram`) and cached.
+    else trained (:func:`~blockdraft.training.ngram.train_ngram`) and cached.
 
     Args:
         tok: the model's tokenizer (any blockdraft tokenizer: ``encode_batch``, ``info``).
@@ -102,7 +102,8 @@ def prepare_ngram(
         DemoError: a missing or empty text.
         RescorerError: training failed, or the cached LM does not fit the tokenizer.
     """
-    from blockdraft.rescorers.ngram import NgramLM, train_ngram
+    from blockdraft.rescorers.ngram import NgramLM
+    from blockdraft.training.ngram import train_ngram
 
     t0 = time.perf_counter()
     name, paras = corpus_paragraphs(corpus)

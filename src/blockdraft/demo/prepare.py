@@ -59,8 +59,9 @@ def prepare(cache: Path, train_paras: list[str], held_paras: list[str], config: 
         DemoError: when the text gives too few tokens for one training window.
     """
     from blockdraft.models import Tokenizer, load_model
-    from blockdraft.rescorers.ngram import NgramLM, train_ngram
+    from blockdraft.rescorers.ngram import NgramLM
     from blockdraft.training import eos_stream, new_model, train_and_save, train_tokenizer
+    from blockdraft.training.ngram import train_ngram
 
     trained = False
     t_train = 0.0

@@ -8,6 +8,9 @@
                  greedy generation with the base's hidden states, shards of a distillation set,
                  the head trainer, the end-to-end recipe, the data curve
                  (``blockdraft heads distill|train|curve``; ``blockdraft train --mode medusa``)
+    ngram/       the n-gram LMs the rescorers read: modified Kneser-Ney over token ids (built in
+                 or lmplz), the KenLM binary, two LMs interpolated into one
+                 (``blockdraft ngram train|interpolate``; :mod:`blockdraft.training.ngram`)
     errors       TrainingError (a ModelError)
     resume       what a resumed run must share with the run it continues
 
@@ -22,7 +25,8 @@ Public surface (the blockwise trainer and its recipe; the Medusa heads' names li
     TrainingError
 
 In the house's order it comes after the rooms of decoding (core ... oracle) and before the demo
-and the CLI, which train through it; it imports only core and models.
+and the CLI, which train through it; it imports core and models, and the n-gram rescorers'
+reading side (the ARPA reader, an LM's records, the native binary writer) for ``ngram/``.
 """
 
 from blockdraft.training.blockwise import (

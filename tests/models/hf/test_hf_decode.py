@@ -66,7 +66,8 @@ def ngram_lm(tmp_path_factory: pytest.TempPathFactory, models: Any) -> Any:
     on greedy continuations of the copy-headed Llama, so rescored drafts differ from
     vanilla ones and get accepted."""
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram import NgramLM, train_ngram
+    from blockdraft.rescorers.ngram import NgramLM
+    from blockdraft.training.ngram import train_ngram
 
     model = models("llama", "copy")
     seqs = [[*prompt, *greedy_generate(model, prompt, 40)]

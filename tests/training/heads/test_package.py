@@ -49,7 +49,7 @@ def _heads(seed: int = 1) -> MedusaHeads:
 @pytest.fixture
 def parts(tmp_path: Path, monkeypatch: Any) -> dict[str, Any]:
     from blockdraft.rescorers.base import RescorerError
-    from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
+    from blockdraft.training.ngram.train import find_kenlm_tool, train_ngram
 
     monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path / "cache"))
     try:

@@ -1,29 +1,8 @@
-"""Medusa heads in the checkpoint layouts people have: detect, read, write.
+"""Medusa heads in the checkpoint layouts people have: read and write.
 
-Layouts (``h`` = Medusa head ``0 .. num_heads-1``, ``l`` = ResBlock ``0 .. L-1``, ``d`` the
-base's hidden size, ``V`` its vocabulary):
-
-``"medusa-heads"`` (Medusa-1, FasterDecoding/Medusa ``MedusaModel``)
-    a folder with ``config.json`` (``medusa_num_heads``, ``medusa_num_layers``,
-    ``base_model_name_or_path``) and ``medusa_lm_head.pt`` (or ``.safetensors``) holding
-    ``{h}.{l}.linear.weight [d, d]``, ``{h}.{l}.linear.bias [d]`` and ``{h}.{L}.weight [V, d]``:
-    every head has its own projection.
-``"medusa-full"`` (Medusa-2 full checkpoints)
-    a whole Hugging Face model folder (the base's ``config.json`` plus ``medusa_num_heads``,
-    ``medusa_num_layers``; ``model.safetensors``, sharded or ``pytorch_model.bin``) whose
-    weights also hold the Medusa-1 keys under the prefix ``medusa_head.``. The folder is the
-    base model too.
-``"medusa-v2"`` (Medusa "version 2", as served by TGI)
-    ``config.json`` with ``"version": "2"`` and ``medusa_lm_head.safetensors`` with only
-    ``{h}.{l}.linear.{weight,bias}``: the heads reuse the base's ``lm_head`` (projection keys
-    in such a file are ignored, as TGI ignores them). blockdraft's own heads use this layout.
-``"vllm"`` (vLLM's ``Medusa`` draft model)
-    ``config.json`` with ``model_type: "medusa"``, ``num_heads``, ``num_hidden_layers``
-    (optional ``medusa_fc_bias``, ``original_lm_head``) and ``model.safetensors`` (or
-    ``pytorch_model.bin``) holding ``blocks.{h}.layers.{l}.weight [d, d]`` (``.bias`` only with
-    ``medusa_fc_bias``) and ``lm_heads.{h}.weight [V, d]`` (only ``lm_heads.0.weight``, shared by
-    every head, with ``original_lm_head``). A truncated draft vocabulary (``token_map``) is not
-    supported.
+The layouts (``"medusa-heads"``, ``"medusa-full"``, ``"medusa-v2"``, ``"vllm"``), what each
+folder holds and how one is recognised: :mod:`.layouts`. This module reads the heads of any of
+them and writes any of them.
 
 Tied layers. Medusa's own code builds a head as ``[ResBlock(d)] * L``: one module listed ``L``
 times, so its files repeat the same tensors under every ``l`` and its forward applies that one
@@ -45,19 +24,18 @@ edited to fewer heads or layers must not drop some silently). Heads written by o
 have no digest and are read as before: those layouts are interchange formats, and a changed
 value in them cannot be told from the real one. ``config.json`` itself is left unsealed
 (other tools read it and users point its ``base_model_name_or_path`` elsewhere); the sizes it
-gives are checked against the sealed tensors instead.
+gives are checked against the sealed tensors instead (the digest: :mod:`.tensor_digest`).
 
 Public surface:
-    LAYOUTS                                      the four layout names above
-    DIGEST_KEY                                   the heads file's metadata key of its digest
-    tensors_digest(state) -> hex                 that digest, of a dict of tensors
-    detect_layout(path) -> str                   which layout a folder holds
-    read_heads_config(path) -> HeadsConfig       its sizes and the base it names
     read_heads(path, layout=None) -> MedusaHeads
     write_heads(heads, path, layout="medusa-v2", *, base_model=None, lm_head=None, base=None)
 
 Shortlist. Version-2 heads may carry a draft vocabulary (:mod:`.shortlist`): read with them,
 written with them (``shortlist.safetensors`` and a ``config.json`` entry other tools ignore).
+
+Also importable from here, as before (their homes are :mod:`.layouts` and
+:mod:`.tensor_digest`): ``LAYOUTS``, ``CONFIG_FILE``, ``HEADS_FILES``, ``FULL_PREFIX``,
+``HeadsConfig``, ``detect_layout``, ``read_heads_config``, ``DIGEST_KEY``, ``tensors_digest``.
 """
 
 from __future__ import annotations
@@ -65,172 +43,47 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from blockdraft.core.digest import sha256_arrays
 from blockdraft.core.files import atomic_directory, write_text_atomic
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.drafting import read_drafting
+from blockdraft.models.hf.layouts import (
+    CONFIG_FILE,
+    FULL_PREFIX,
+    HEADS_FILES,
+    LAYOUTS,
+    WEIGHT_FILES,
+    HeadsConfig,
+    detect_layout,
+    read_config,
+    read_heads_config,
+    weight_files,
+)
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.shortlist import CONFIG_KEY as SHORTLIST_KEY
 from blockdraft.models.hf.shortlist import read_shortlist, shortlist_files
+from blockdraft.models.hf.tensor_digest import DIGEST_KEY, tensors_digest
 
-LAYOUTS = ("medusa-heads", "medusa-full", "medusa-v2", "vllm")
-CONFIG_FILE = "config.json"
-HEADS_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
-"""The heads file of a Medusa heads folder, in the order they are looked for."""
-FULL_PREFIX = "medusa_head."
-"""The prefix of the Medusa keys inside a Medusa-2 full checkpoint."""
-DIGEST_KEY = "blockdraft.tensors_sha256"
-"""The safetensors metadata key of the SHA-256 of the file's tensors (:func:`tensors_digest`),
-written by :func:`write_heads` and checked by :func:`read_heads` when present."""
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")
-
-
-@dataclass(frozen=True)
-class HeadsConfig:
-    """What a heads folder's ``config.json`` says.
-
-    Attributes:
-        layout: one of :data:`LAYOUTS`.
-        num_heads: Medusa heads (``h - 1``).
-        num_layers: ResBlocks per head (``L``).
-        own_projection: each head has its own ``[V, d]`` projection (False: the base's).
-        bias: the ResBlocks' linear layers have a bias.
-        base_model: ``base_model_name_or_path`` (a hub id, a folder, or a blockdraft name),
-            or None when the config names none (vLLM configs usually don't; a Medusa-2 full
-            checkpoint is its own base: its folder).
-    """
-
-    layout: str
-    num_heads: int
-    num_layers: int
-    own_projection: bool
-    bias: bool
-    base_model: str | None
-
-
-# ---- detection ---------------------------------------------------------------------------------
-
-
-def _read_config(folder: Path) -> dict[str, Any]:
-    file = folder / CONFIG_FILE
-    if not file.is_file():
-        raise ModelError(f"{str(folder)!r} has no {CONFIG_FILE}; it is not a Medusa heads folder")
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot read {file}: {e}") from e
-    if not isinstance(config, dict):
-        raise ModelError(f"{file} must hold a JSON object, got {type(config).__name__}")
-    return config
-
-
-def _weight_files(folder: Path) -> list[Path]:
-    """The weight files of a Hugging Face model folder (shards resolved through the index)."""
-    for name in _WEIGHT_FILES:
-        file = folder / name
-        if not file.is_file():
-            continue
-        if not name.endswith(".index.json"):
-            return [file]
-        try:
-            weight_map = json.loads(file.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ModelError(f"cannot read the shard index {file}: {e}") from e
-        return [folder / shard for shard in sorted(set(weight_map.values()))]
-    return []
-
-
-def detect_layout(path: str | os.PathLike[str]) -> str:
-    """Which of :data:`LAYOUTS` the folder ``path`` holds (see the module docstring).
-
-    Raises:
-        ModelError: when ``path`` is not a folder, has no readable ``config.json``, or holds
-            none of the layouts (the message says what each needs).
-    """
-    folder = Path(path)
-    if not folder.is_dir():
-        raise ModelError(f"Medusa heads must be a folder, got {str(folder)!r}")
-    config = _read_config(folder)
-    if "medusa_num_heads" in config:
-        if str(config.get("version", "")) == "2":
-            return "medusa-v2"
-        if any((folder / name).is_file() for name in HEADS_FILES):
-            return "medusa-heads"
-        if _weight_files(folder):
-            return "medusa-full"
-        raise ModelError(
-            f"{str(folder)!r} has medusa_num_heads in its config.json but neither "
-            f"{' nor '.join(HEADS_FILES)} (Medusa heads) nor model weights (a Medusa-2 full "
-            "checkpoint)"
-        )
-    if config.get("model_type") == "medusa" or "MedusaModel" in (config.get("architectures") or []):
-        return "vllm"
-    raise ModelError(
-        f"{str(folder)!r} is not a Medusa heads folder: its config.json has neither "
-        "medusa_num_heads (Medusa-1, Medusa-2 full checkpoints, Medusa version 2) nor "
-        "model_type 'medusa' (vLLM)"
-    )
-
-
-def _positive(config: dict[str, Any], key: str, default: int | None, file: Path) -> int:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ModelError(f"{file}: {key} must be an integer >= 1, got {value!r}")
-    return value
-
-
-def read_heads_config(path: str | os.PathLike[str]) -> HeadsConfig:
-    """The layout, sizes and named base of a heads folder.
-
-    Raises:
-        ModelError: see :func:`detect_layout`; a missing or invalid size in ``config.json``;
-            a vLLM draft with a truncated vocabulary or a logit scale.
-    """
-    folder = Path(path)
-    layout = detect_layout(folder)
-    config = _read_config(folder)
-    file = folder / CONFIG_FILE
-    named = config.get("base_model_name_or_path")
-    base = str(named) if named else None
-    if layout == "vllm":
-        vocab = config.get("vocab_size")
-        truncated = config.get("truncated_vocab_size")
-        if truncated is not None and vocab is not None and truncated < vocab:
-            raise ModelError(
-                f"{file}: truncated_vocab_size = {truncated} < vocab_size = {vocab}; vLLM "
-                "drafts over a truncated vocabulary (token_map) are not supported"
-            )
-        scale = config.get("logit_scale", 1.0)
-        if scale != 1:
-            raise ModelError(f"{file}: logit_scale = {scale} is not supported (only 1.0)")
-        return HeadsConfig(layout, _positive(config, "num_heads", None, file),
-                           _positive(config, "num_hidden_layers", 1, file), own_projection=True,
-                           bias=bool(config.get("medusa_fc_bias", False)), base_model=base)
-    return HeadsConfig(layout, _positive(config, "medusa_num_heads", None, file),
-                       _positive(config, "medusa_num_layers", 1, file),
-                       own_projection=layout != "medusa-v2", bias=True,
-                       base_model=str(folder) if layout == "medusa-full" else base)
+__all__ = [  # the layouts' and the digest's names stay importable from here
+    "CONFIG_FILE",
+    "DIGEST_KEY",
+    "FULL_PREFIX",
+    "HEADS_FILES",
+    "LAYOUTS",
+    "HeadsConfig",
+    "detect_layout",
+    "read_heads",
+    "read_heads_config",
+    "tensors_digest",
+    "write_heads",
+]
 
 
 # ---- reading -----------------------------------------------------------------------------------
-
-
-def tensors_digest(state: dict[str, torch.Tensor]) -> str:
-    """The SHA-256 of named tensors: every name, dtype, shape and byte (as stored on the CPU,
-    C order); any dtype, ``bfloat16`` included. The order of ``state`` does not matter."""
-    records = []
-    for name, tensor in state.items():
-        t = tensor.detach().cpu().contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy()  # the bytes of any dtype
-        records.append((name, str(t.dtype), tuple(t.shape), raw))
-    return sha256_arrays(records)
 
 
 def _load_tensors(file: Path, wanted: Callable[[str], bool] | None = None
@@ -280,9 +133,9 @@ def _heads_state(folder: Path, layout: str) -> tuple[dict[str, torch.Tensor], bo
             if (folder / name).is_file():
                 return _load_tensors(folder / name)
         raise ModelError(f"{str(folder)!r} has no {' or '.join(HEADS_FILES)}")
-    files = _weight_files(folder)
+    files = weight_files(folder)
     if not files:
-        raise ModelError(f"{str(folder)!r} has no model weights ({', '.join(_WEIGHT_FILES)})")
+        raise ModelError(f"{str(folder)!r} has no model weights ({', '.join(WEIGHT_FILES)})")
     state: dict[str, torch.Tensor] = {}
     if layout == "medusa-full":
         for file in files:
@@ -412,7 +265,7 @@ def read_heads(path: str | os.PathLike[str], layout: str | None = None) -> Medus
     if cfg.layout == "vllm":
         if "token_map" in state:
             raise ModelError(f"{where}: a token_map (truncated draft vocabulary) is not supported")
-        config = _read_config(folder)
+        config = read_config(folder)
         blocks = {(h, layer): (f"blocks.{h}.layers.{layer}.weight",
                            f"blocks.{h}.layers.{layer}.bias" if cfg.bias else None)
                   for h in range(n) for layer in range(L)}

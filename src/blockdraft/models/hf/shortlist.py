@@ -27,6 +27,8 @@ from typing import Any
 import torch
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.hf.layouts import CONFIG_FILE
+from blockdraft.models.hf.tensor_digest import DIGEST_KEY, tensors_digest
 
 CONFIG_KEY = "blockdraft_shortlist"
 """The key of ``config.json`` that names a heads folder's shortlist."""
@@ -46,8 +48,6 @@ def read_shortlist(folder: str | os.PathLike[str]) -> tuple[torch.Tensor, dict[s
         ModelError: a named file that is missing, unreadable, damaged (its digest), or whose
             ids are not a sorted list of distinct non-negative ids of the named size.
     """
-    from blockdraft.models.hf.formats import CONFIG_FILE, DIGEST_KEY, tensors_digest
-
     root = Path(folder)
     try:
         config = json.loads((root / CONFIG_FILE).read_text(encoding="utf-8"))

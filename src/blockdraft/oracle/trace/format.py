@@ -37,6 +37,9 @@ Public surface (the last group is shared by the writer and the reader of this pa
     load_array(root, name, meta) -> memmap;
     check_structure(root, meta, arrays)
         read and validate ``meta.json``, each ``.npy`` header and size, and the offsets
+    load_arrays(root, meta) -> {name: memmap}
+        every array, its header, size and the offsets checked: the structure a reader opens
+        and a writer checks before it swaps a new trace into place
 """
 
 from __future__ import annotations
@@ -383,3 +386,15 @@ def check_structure(root: Path, meta: Mapping[str, Any], arrays: Mapping[str, np
                 f"{file}: last offset is {int(off[-1])}, but {total_name}.npy holds {total} "
                 "entries; regenerate the trace"
             )
+
+
+def load_arrays(root: Path, meta: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Every array of the trace at ``root``, memory-mapped read-only (:func:`load_array`), and
+    their offsets checked (:func:`check_structure`); ``meta`` as :func:`read_meta` returns it.
+
+    Raises:
+        TraceFormatError: see :func:`load_array` and :func:`check_structure`.
+    """
+    arrays = {name: load_array(root, name, meta) for name in ARRAY_DTYPES}
+    check_structure(root, meta, arrays)
+    return arrays

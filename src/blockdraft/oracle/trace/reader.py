@@ -29,12 +29,10 @@ from blockdraft.core.signature import format_signature
 from blockdraft.lattice.sausage import PAD_TOKEN, SausageLattice
 from blockdraft.oracle.errors import OracleError, TraceFormatError
 from blockdraft.oracle.trace.format import (
-    ARRAY_DTYPES,
     CHUNK_ELEMENTS,
     array_digests,
     check_position_values,
-    check_structure,
-    load_array,
+    load_arrays,
     position_locator,
     read_meta,
 )
@@ -193,9 +191,7 @@ class Trace:
             for file, digest in digests.items():
                 if (root / file).is_file():  # a missing one: load_array says so
                     check_file(root / file, digest, TraceFormatError, "regenerate the trace")
-        arrays = {name: load_array(root, name, meta) for name in ARRAY_DTYPES}
-        check_structure(root, meta, arrays)
-        trace = cls(root, meta, arrays)
+        trace = cls(root, meta, load_arrays(root, meta))
         if check_values:
             trace._check_values()
         return trace

@@ -39,6 +39,8 @@ from blockdraft.oracle.trace.format import (
     STREAMED,
     TRACE_FILES,
     check_position_values,
+    load_arrays,
+    read_meta,
 )
 
 # What a trace folder holds (and may hold while being written); anything else in a folder to
@@ -391,10 +393,10 @@ class TraceWriter:
         }, digests)
         with atomic_writer(self._dir / META_FILE) as f:
             f.write(json.dumps(meta, indent=2, allow_nan=False).encode("utf-8") + b"\n")
-        from blockdraft.oracle.trace.reader import Trace
-
         try:
-            Trace.open(self._dir, check_values=False)  # never swap in a trace that does not load
+            # never swap in a trace that does not open: its meta.json and structure are
+            # checked as Trace.open(check_values=False) checks them
+            load_arrays(self._dir, read_meta(self._dir))
             replace_directory(self._dir, self.path)
         except BaseException:
             shutil.rmtree(self._dir, ignore_errors=True)

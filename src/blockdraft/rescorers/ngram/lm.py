@@ -15,12 +15,13 @@ Unknown tokens (ids the LM has never seen, scored by KenLM as ``<unk>``), the ``
     a float      that fixed LM log-prob in nats (e.g. ``-1000.0``, after Kim et al. App. D),
                  with the LM state reset as KenLM does after ``<unk>``.
 
-The tokenizer: ``blockdraft ngram train`` (``train_ngram(..., tokenizer=tok.info(name))``)
-records the tokenizer the ids came from in ``<prefix>.vocab.json`` beside the LM (name, ``V``
-and a fingerprint of its vocabulary); :meth:`NgramLM.check_vocab` then refuses the LM for a
-model of another vocabulary size or another tokenizer. An LM without that record is checked by
-its largest token id alone (with a :class:`~blockdraft.core.errors.BlockdraftWarning` when a
-tokenizer was given to compare it with).
+The tokenizer: ``blockdraft ngram train`` (``train_ngram(..., tokenizer=tok.info(name))``,
+:mod:`blockdraft.training.ngram`) records the tokenizer the ids came from in
+``<prefix>.vocab.json`` beside the LM (name, ``V`` and a fingerprint of its vocabulary);
+:meth:`NgramLM.check_vocab` then refuses the LM for a model of another vocabulary size or
+another tokenizer. An LM without that record is checked by its largest token id alone (with a
+:class:`~blockdraft.core.errors.BlockdraftWarning` when a tokenizer was given to compare it
+with).
 
 Units: every score returned is a natural-log probability (KenLM's log10 times ln 10, converted
 once at this boundary).
@@ -37,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
+import blockdraft.rescorers.ngram.native as native
 from blockdraft.core.checks import is_int
 from blockdraft.core.errors import BlockdraftWarning
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError, as_context
-from blockdraft.rescorers.ngram import native
 from blockdraft.rescorers.ngram.records import (
     check_arpa_pair,
     check_binary,

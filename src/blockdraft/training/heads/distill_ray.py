@@ -1,7 +1,7 @@
 """Distillation shards generated on Ray actors (``blockdraft heads distill --ray [ADDRESS]``).
 
 Each actor loads the base once and generates whole shards, exactly as the serial data step
-does (:func:`~blockdraft.training.heads.distill.generate_shard`: the shard's prompts sorted
+does (:func:`~blockdraft.training.heads.distill_shard.generate_shard`: the shard's prompts sorted
 by length, in batches of ``batch_size``), so a shard is the same whichever process made it;
 the driver writes each shard as it arrives. An actor whose process dies is restarted (the base
 loaded again) and its shard run again (``retries`` times). Ray is the ``blockdraft[ray]``
@@ -22,6 +22,7 @@ from typing import Any
 
 from blockdraft.core.extras import import_optional
 from blockdraft.training.errors import TrainingError
+from blockdraft.training.heads.distill_shard import DistillSettings, generate_shard
 from blockdraft.training.heads.shards import Shard
 
 
@@ -39,8 +40,6 @@ class _ShardWorker:
     def shard(self, prompts: dict[int, list[int]], spec: dict[str, Any],
               settings: dict[str, Any], eos_id: int | None, pad_id: int
               ) -> tuple[Shard, float]:
-        from blockdraft.training.heads.distill import DistillSettings, generate_shard
-
         start = time.monotonic()
         shard = generate_shard(self.model, prompts, spec["prompts"], DistillSettings(**settings),
                                eos_id, pad_id, name=spec["name"])
@@ -68,7 +67,8 @@ def ray_shards(
             .load_causal_lm`).
         prompt_ids: every prompt's token ids (a shard sends only its own).
         specs: the shards to generate, ``{"name", "split", "prompts"}`` each.
-        settings: the set's :class:`~blockdraft.training.heads.distill.DistillSettings`.
+        settings: the set's
+            :class:`~blockdraft.training.heads.distill_shard.DistillSettings`.
         eos_id, pad_id: as the serial data step's.
         address: a Ray cluster to join; None starts a local Ray of ``workers`` CPUs (shut
             down at the end).

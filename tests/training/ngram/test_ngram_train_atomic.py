@@ -18,8 +18,8 @@ import pytest
 from blockdraft.cli import main
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram import native
-from blockdraft.rescorers.ngram import train as train_module
-from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
+from blockdraft.training.ngram import train as train_module
+from blockdraft.training.ngram.train import find_kenlm_tool, train_ngram
 
 SEQS = [np.array([i % 7, (i * 3) % 11, (i * 5) % 13, i % 4]) for i in range(200)]
 

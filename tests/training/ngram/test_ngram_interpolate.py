@@ -25,10 +25,11 @@ import pytest
 from blockdraft.core.digest import sha256_file as file_sha256
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.rescorers.base import RescorerError
-from blockdraft.rescorers.ngram import NgramLM, interpolate_arpa, native, train_ngram
+from blockdraft.rescorers.ngram import NgramLM, native
 from blockdraft.rescorers.ngram.arpa import read_arpa
-from blockdraft.rescorers.ngram.interpolate import INTERPOLATE_SUFFIXES, output_files
 from blockdraft.rescorers.ngram.records import write_vocab_record
+from blockdraft.training.ngram import interpolate_arpa, train_ngram
+from blockdraft.training.ngram.interpolate import INTERPOLATE_SUFFIXES, output_files
 from ngram_testlib import WordCorpus
 
 kenlm = pytest.importorskip("kenlm")
@@ -130,7 +131,7 @@ class Pair:
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory: pytest.TempPathFactory, word_corpus: WordCorpus
           ) -> dict[str, Pair]:
-    from blockdraft.rescorers.ngram.train import find_kenlm_tool
+    from blockdraft.training.ngram.train import find_kenlm_tool
 
     try:
         find_kenlm_tool("lmplz")

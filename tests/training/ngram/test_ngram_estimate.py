@@ -14,8 +14,8 @@ from blockdraft.cli import main
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram import native
 from blockdraft.rescorers.ngram.arpa import read_arpa
-from blockdraft.rescorers.ngram.estimate import estimate_kneser_ney
-from blockdraft.rescorers.ngram.train import find_kenlm_tool, train_ngram
+from blockdraft.training.ngram.estimate import estimate_kneser_ney
+from blockdraft.training.ngram.train import find_kenlm_tool, train_ngram
 
 TOLERANCE = 2e-6
 """log10 units: lmplz computes in float32 and writes the shortest float32; the estimator computes
