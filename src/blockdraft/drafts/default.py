@@ -1,6 +1,6 @@
 """What ``decode(model, ids)`` drafts with when it is told nothing: the best strategy measured.
 
-:func:`default_spec` reads the model's declared capabilities
+:func:`~blockdraft.drafts.spec.default_spec` reads the model's declared capabilities
 (:class:`~blockdraft.models.capabilities.Capabilities`) and names one strategy
 (:class:`~blockdraft.drafts.spec.DraftSpec`):
 
@@ -20,7 +20,7 @@ Built on the model's cost curve (declared, or measured once per model object:
 not trees (ONNX Runtime int8) the factory cuts the tree to one path a step.
 
 Public surface:
-    default_spec(caps) -> DraftSpec
+    default_spec(caps) -> DraftSpec           (in blockdraft.drafts.spec, the factory's module)
     default_drafter(model) -> Pipeline        the default spec built for the model
     model_cost_curve(model) -> CostCurve      the model's cost curve (cost_curve_of)
 """
@@ -30,29 +30,9 @@ from __future__ import annotations
 from typing import Any
 
 from blockdraft.drafts.pipeline import Pipeline
-from blockdraft.drafts.spec import DraftSpec
-from blockdraft.models.capabilities import Capabilities, capabilities_of
+from blockdraft.drafts.spec import default_spec
+from blockdraft.models.capabilities import capabilities_of
 from blockdraft.models.cost import CostCurve, cost_curve_of
-
-
-def default_spec(caps: Capabilities) -> DraftSpec:
-    """The strategy a model with ``caps`` drafts with by default (see the module docstring)."""
-    recipe = caps.drafting
-    tables = "" if recipe is None or recipe.acceptance is None else str(recipe.acceptance)
-    if caps.heads == "none":
-        return DraftSpec("lookup")
-    if caps.tree_lattice:
-        if recipe is None:
-            return DraftSpec("tree-lattice", k=4, p=0, budget=32, lookup=True, copy_length=16)
-        return DraftSpec("tree-lattice", k=recipe.k, p=0, budget=recipe.max_nodes, lookup=True,
-                         tables=tables, copy_length=recipe.copy_length)
-    if recipe is None:
-        return DraftSpec("cost-aware", k=4, p=0, budget=32, lookup=True, copy_length=16)
-    ngram = {} if recipe.ngram is None else {
-        "rescorer": "ngram", "lm": str(recipe.ngram), "alpha": recipe.alpha,
-        "context_order": recipe.context_order, "context_weight": recipe.context_weight}
-    return DraftSpec("cost-aware", k=recipe.k, p=recipe.p, budget=recipe.max_nodes,
-                     lookup=True, tables=tables, copy_length=recipe.copy_length, **ngram)
 
 
 def model_cost_curve(model: Any) -> CostCurve:

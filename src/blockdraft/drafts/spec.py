@@ -37,6 +37,7 @@ Public surface:
               given=None)
         .label, .needs_cost, .to_dict(), DraftSpec.from_dict(d),
         .build(resources=None, caps=None, cost=None, lossless=True) -> Pipeline
+    default_spec(caps) -> DraftSpec      what a model drafts with when told nothing
     Resources(threads=1)        mutable: the LMs and tables a process loads once, by path
 """
 
@@ -281,8 +282,6 @@ class DraftSpec:
             if caps is None:
                 raise DraftError("the default strategy reads the model's recipe and head kind: "
                                  "build it with caps=model.capabilities")
-            from blockdraft.drafts.default import default_spec
-
             return default_spec(caps).build(res, caps, cost, lossless)
         if self.needs_cost and cost is None:
             raise DraftError(f"strategy {self.label!r} sizes its trees on the runtime's cost "
@@ -344,6 +343,30 @@ class DraftSpec:
         if s == "iad":
             return CombinedDrafter(heads, InputCopyDrafter())
         return heads
+
+
+def default_spec(caps: Capabilities) -> DraftSpec:
+    """The strategy a model with ``caps`` drafts with by default (:mod:`blockdraft.drafts
+    .default` says why): prompt lookup without extra heads; the tree lattice's cost-aware tree
+    with lookup copies for prefix heads (or a draft layer); the cost-aware tree of the chain,
+    rescored p-best paths and lookup copies for Medusa heads; each with the packaged recipe's
+    settings and files when the heads folder has one."""
+    recipe = caps.drafting
+    tables = "" if recipe is None or recipe.acceptance is None else str(recipe.acceptance)
+    if caps.heads == "none":
+        return DraftSpec("lookup")
+    if caps.tree_lattice:
+        if recipe is None:
+            return DraftSpec("tree-lattice", k=4, p=0, budget=32, lookup=True, copy_length=16)
+        return DraftSpec("tree-lattice", k=recipe.k, p=0, budget=recipe.max_nodes, lookup=True,
+                         tables=tables, copy_length=recipe.copy_length)
+    if recipe is None:
+        return DraftSpec("cost-aware", k=4, p=0, budget=32, lookup=True, copy_length=16)
+    ngram = {} if recipe.ngram is None else {
+        "rescorer": "ngram", "lm": str(recipe.ngram), "alpha": recipe.alpha,
+        "context_order": recipe.context_order, "context_weight": recipe.context_weight}
+    return DraftSpec("cost-aware", k=recipe.k, p=recipe.p, budget=recipe.max_nodes,
+                     lookup=True, tables=tables, copy_length=recipe.copy_length, **ngram)
 
 
 def _stem(path: str) -> str:
