@@ -9,6 +9,7 @@ import pytest
 
 from blockdraft.cli import main
 from blockdraft.lattice import SausageLattice
+from blockdraft.lattice.io import save_lattice
 
 
 @pytest.fixture()
@@ -19,7 +20,7 @@ def lattice_file(tmp_path, word_corpus):
 
     lat = hits_heavy(rng, held[20:24], 3, word_corpus.unigram, certain_first=True)
     path = tmp_path / "lat.json"
-    lat.save(path, context=held[:20], reference=held[20:24])
+    save_lattice(lat, path, context=held[:20], reference=held[20:24])
     return path, lat, held[:20]
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from blockdraft.cli import main
+from blockdraft.lattice.io import save_lattice
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str], *needles: str) -> str:
@@ -249,7 +250,7 @@ def test_rescore_with_a_folder_as_lm(tmp_path, capsys):
     from blockdraft.lattice import SausageLattice
 
     lat = tmp_path / "lat.json"
-    SausageLattice(tokens=np.array([[1]]), scores=np.zeros((1, 1))).save(lat)
+    save_lattice(SausageLattice(tokens=np.array([[1]]), scores=np.zeros((1, 1))), lat)
     (tmp_path / "lms").mkdir()
     (tmp_path / "lms" / "lm4.arpa").write_text("")
     assert main(["rescore", str(lat), "--lm", str(tmp_path / "lms")]) == 1

@@ -36,6 +36,7 @@ from test_output_probe import _shared_data  # noqa: E402
 
 from blockdraft.cli import main  # noqa: E402
 from blockdraft.cli.parser import build_parser  # noqa: E402
+from blockdraft.lattice.io import save_lattice
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -212,7 +213,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
                  "300", "--eval-fraction", "0.2", "--threads", "1", "--json"]) == 0
     (root / "prompts.txt").write_text("Python lists keep\nThe moon goes\n")
     rng = np.random.default_rng(0)
-    SausageLattice.from_logits(rng.standard_normal((4, 300)), k=4).save(root / "lattice.json")
+    save_lattice(SausageLattice.from_logits(rng.standard_normal((4, 300)), k=4),
+                 root / "lattice.json")
     (root / "ids.txt").write_text("\n".join(" ".join(str(x) for x in rng.integers(0, 300, 12))
                                             for _ in range(30)) + "\n")
     names = {name: str(root / name) for name in (

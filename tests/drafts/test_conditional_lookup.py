@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from blockdraft.drafts.conditional import merge_copies
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blockdraft.core.batch import DraftError
 from blockdraft.drafts import ConditionalTreeDrafter
 from blockdraft.drafts.calibration import AcceptanceTables
-from blockdraft.drafts.conditional import merge_copies
 from blockdraft.lattice.conditional import conditional_tree
 from blockdraft.lattice.sausage import SausageLattice, log_softmax
 from blockdraft.models.cost import CostCurve

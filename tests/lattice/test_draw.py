@@ -207,8 +207,3 @@ def test_svg_and_pdf(tmp_path: Path) -> None:
     draw_lattice(lat, tmp_path / "out.bin", fmt="pdf")
     assert (tmp_path / "out.bin").read_bytes()[:5] == b"%PDF-"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lat.svg", "out.bin"]
-
-
-def test_method_delegates(tmp_path: Path) -> None:
-    lat = lattice()
-    assert lat.draw() == draw_lattice(lat)

@@ -158,7 +158,7 @@ def test_k_pads_and_is_checked() -> None:
 def test_round_trip_rounds_float64_scores_to_float32() -> None:
     rng = np.random.default_rng(3)
     lat = SausageLattice.from_logits(rng.normal(size=(5, 300)) * 3, k=6)
-    back = lattice_from_fst(lat.to_fst())
+    back = lattice_from_fst(lattice_to_fst(lat))
     assert np.array_equal(back.tokens, lat.tokens)
     f32 = np.where(lat.tokens >= 0, lat.scores.astype(np.float32).astype(np.float64), -np.inf)
     assert np.array_equal(back.scores, f32)
@@ -230,7 +230,7 @@ def test_shortest_path_is_the_best_path(lat: SausageLattice) -> None:
 def test_shortest_path_tokens_without_ties() -> None:
     rng = np.random.default_rng(11)
     lat = SausageLattice.from_logits(rng.normal(size=(6, 40)).astype(np.float32) * 2, k=4)
-    (labels, cost), = fst_paths(pynini.shortestpath(lat.to_fst()))
+    (labels, cost), = fst_paths(pynini.shortestpath(lattice_to_fst(lat)))
     best = lat.best_paths(1)
     assert [label_to_token(x) for x in labels] == best.tokens[0].tolist()
     assert cost == pytest.approx(-best.scores[0], rel=1e-6)

@@ -15,6 +15,7 @@ import pytest
 from blockdraft.cli import main
 from blockdraft.core.errors import BlockdraftWarning
 from blockdraft.lattice import SausageLattice
+from blockdraft.lattice.io import save_lattice
 from blockdraft.rescorers.ngram import NgramLM, NgramRescorer, native
 from blockdraft.training.ngram import train_ngram
 
@@ -68,7 +69,7 @@ def test_python_by_request_does_not_warn(no_native, arpa):
 
 def test_the_cli_says_which_engine_searched(no_native, arpa, tmp_path, capsys):
     lattice = tmp_path / "lattice.json"
-    _lattice(0).save(lattice)
+    save_lattice(_lattice(0), lattice)
     assert main(["rescore", str(lattice), "--lm", str(arpa), "--p", "4", "--json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["engine"] == "kenlm"
@@ -80,7 +81,7 @@ def test_with_the_library_the_engine_is_native(arpa, tmp_path, capsys):
     if not native.available():
         pytest.skip("the native library is not built (run `make setup`)")
     lattice = tmp_path / "lattice.json"
-    _lattice(0).save(lattice)
+    save_lattice(_lattice(0), lattice)
     assert main(["rescore", str(lattice), "--lm", str(arpa), "--p", "4", "--json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["engine"] == "native" and "warning" not in err

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from blockdraft.drafts import DraftBatch
+from blockdraft.drafts import DraftBatch, DraftTree, Feedback, Needs, StepView
 from blockdraft.lattice import SausageLattice
 from blockdraft.models import BlockwiseConfig, BlockwiseLM
 
@@ -83,7 +83,7 @@ def chain_model() -> Callable[..., tuple[BlockwiseLM, np.ndarray]]:
 class OracleDrafter:
     """Drafts from the known greedy output ``truth``: row 0 is a copy of the truth with one
     token (at a random slot >= 2) replaced, the other rows truth prefixes continued at
-    random, so every accepted length turns up. For tests only."""
+    random, so every accepted length turns up; verified as their trie. For tests only."""
 
     prompt_length: int
     truth: Sequence[int]
@@ -93,7 +93,12 @@ class OracleDrafter:
     k: int = 1
     name: str = "oracle"
 
-    def propose(self, lattice: SausageLattice, context: Sequence[int]) -> DraftBatch:
+    @property
+    def needs(self) -> Needs:
+        return Needs(k=self.k)
+
+    def rows(self, lattice: SausageLattice, context: Sequence[int]) -> DraftBatch:
+        """The step's drafts (see the class docstring)."""
         t = len(context) - self.prompt_length  # index of d_1 in the output
         h = lattice.h
         rng = np.random.default_rng(self.seed + 1000 * t)
@@ -111,6 +116,12 @@ class OracleDrafter:
         zeros = np.zeros(self.p)
         return DraftBatch(tokens=tokens, scores=-np.arange(self.p, dtype=float),
                           head_scores=zeros, lm_scores=zeros, source="oracle")
+
+    def draft(self, view: StepView) -> DraftTree:
+        return DraftTree.from_drafts(self.rows(view.lattice, view.context.tolist()))
+
+    def observe(self, feedback: Feedback) -> None:
+        pass
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,7 @@ def test_lossless(random_model: Any, seed: int, slope: float) -> None:
         res = decode(model, prompt, tree=tree, max_new_tokens=48)
         assert res.tokens == want
         sizes = [s.tree.num_nodes for s in res.steps if s.tree is not None]
-        assert max(sizes) <= tree.max_nodes
+        assert max(sizes) <= 16  # max_nodes
         if q is not None and slope <= 0.05:  # likely nodes that are nearly free: big trees
             assert max(sizes) > 6
 

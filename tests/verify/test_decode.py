@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blockdraft.drafts import HeadDrafter
+from blockdraft.drafts import DraftTree, Feedback, HeadDrafter, Needs, StepView
 from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter
 from blockdraft.models import BlockwiseLM, greedy_generate
 from blockdraft.verify import DecodeResult, VerifyError, decode
@@ -108,7 +108,7 @@ def test_exact_decode_with_ngram_rescoring_is_lossless(  # type: ignore[no-untyp
                     eos_id=eos)
     assert result.tokens == ref
     check_counting(result, h, max_new, eos)
-    assert all(s.drafts.source.startswith("ngram") for s in result.steps)
+    assert all(s.source.startswith("ngram") for s in result.steps)  # the accepted node's
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,8 @@ def test_iad_copies_the_prompt(chain_model) -> None:  # type: ignore[no-untyped-
     sources = [s.source for s in copied.steps]
     assert sources[:4] == ["iad"] * 4 and copied.accept_lengths[:4] == [3] * 4
     assert copied.block_efficiency > 1.5
-    assert copied.steps[0].drafts.source == "lattice+iad"
+    labels = copied.steps[0].tree.labels
+    assert labels is not None and {"lattice", "iad"} <= set(labels)
     # the same through an explicit drafter, and the IAD drafter alone
     explicit = decode(model, prompt, max_new_tokens=30,
                       drafter=CombinedDrafter(HeadDrafter(k=2, p=2), InputCopyDrafter(prompt)))
@@ -200,15 +201,19 @@ def test_iad_copies_the_prompt(chain_model) -> None:  # type: ignore[no-untyped-
 
 
 class BadDrafter:
-    k = 1
-    name = "bad"
+    """Roots its trees at the wrong token."""
 
-    def propose(self, lattice, context):  # type: ignore[no-untyped-def]
-        batch = HeadDrafter().propose(lattice, context)
-        tokens = batch.tokens.copy()
-        tokens[:, 0] = (tokens[:, 0] + 1) % 64
-        return type(batch)(tokens=tokens, scores=batch.scores, head_scores=batch.head_scores,
-                           lm_scores=batch.lm_scores)
+    name = "bad"
+    needs = Needs(k=1)
+
+    def draft(self, view: StepView) -> DraftTree:
+        tree = HeadDrafter().draft(view)
+        tokens = tree.tokens.copy()
+        tokens[0] = (tokens[0] + 1) % 64
+        return DraftTree(tokens=tokens, parents=tree.parents, scores=tree.scores)
+
+    def observe(self, feedback: Feedback) -> None:
+        pass
 
 
 def test_bad_input(random_model, tiny_ngram, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -241,8 +246,9 @@ def test_bad_input(random_model, tiny_ngram, tmp_path) -> None:  # type: ignore[
     raises("unknown acceptance criterion 'fast'", [1], criterion="fast")
     raises("not both", [1], drafter=HeadDrafter(), rescorer=object())
     raises("rescorer must have rescore", [1], rescorer=object())
-    raises("drafter must have propose", [1], drafter=object())
-    raises(r"every draft must start with the certain token", [1], drafter=BadDrafter())
+    raises("drafter must be a Drafter", [1], drafter=object())
+    raises(r"bad proposed a tree rooted at \d+; the root must be the certain token", [1],
+           drafter=BadDrafter())
     raises(r"the model is on cpu but device = 'cuda'.*model.to\('cuda'\)", [1], device="cuda")
     # an n-gram LM over another vocabulary (ids up to 99) does not fit a 64-token model
     wide = train_ngram([list(range(100)), list(range(99, -1, -1))], tmp_path / "wide", order=2,

@@ -175,11 +175,13 @@ class HeadsLogitsOnly:
 
 
 def test_factored_path_equals_the_heads_logits_path(random_model) -> None:  # type: ignore[no-untyped-def]
-    from blockdraft.models.protocol import factored
+    from blockdraft.models.capabilities import capabilities_of
 
     model = random_model(seed=9, vocab=64, h=6)
     plain = HeadsLogitsOnly(model)
-    assert factored(model) and not factored(plain)
+    # the model declares itself factored; the plain one is given the record its protocol implies
+    assert capabilities_of(model).factored and not capabilities_of(plain).factored
+    assert capabilities_of(plain).h == 6 and capabilities_of(plain).vocab_size == 64
     truth = greedy_generate(model, PROMPT, 40)
     assert greedy_generate(plain, PROMPT, 40) == truth  # head 1 alone = head 1 of all heads
     fast, slow = Verifier(model), Verifier(plain)

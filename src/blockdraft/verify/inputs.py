@@ -100,7 +100,7 @@ def resolve_drafter(verifier: Verifier, drafter: Any, *, rescorer: Any, k: Any, 
         raise VerifyError("pass either a drafter or a rescorer, not both (the drafter carries "
                           "its own rescorer: HeadDrafter(k, p, rescorer))")
     if drafter is None:
-        drafter = _legacy_spec(rescorer, k, p, iad)
+        drafter = _legacy_spec(rescorer, k, p, iad, verifier.vocab_size)
     elif iad:
         if not isinstance(drafter, Pipeline):
             raise VerifyError("iad=True adds the input copy to a drafter of the pipeline "
@@ -119,11 +119,14 @@ def resolve_drafter(verifier: Verifier, drafter: Any, *, rescorer: Any, k: Any, 
     return drafter
 
 
-def _legacy_spec(rescorer: Any, k: Any, p: Any, iad: bool) -> DraftSpec:
+def _legacy_spec(rescorer: Any, k: Any, p: Any, iad: bool, vocab_size: int | None) -> DraftSpec:
     """The spec ``decode``'s old keywords name (the default when they name nothing)."""
     if rescorer is None and k is None and p is None and not iad:
         return DraftSpec("default")
     k = check_int(16 if k is None else k, "k", VerifyError, minimum=1)
+    if vocab_size is not None and k > vocab_size:
+        raise VerifyError(f"k = {k} exceeds the model's vocabulary size V = {vocab_size}; "
+                          f"use k <= {vocab_size}")
     p = check_int(1 if p is None else p, "p", VerifyError, minimum=1)
     if rescorer is not None and not isinstance(rescorer, Rescorer):
         raise VerifyError(f"rescorer must have rescore(lattice, context, p), path_scorer() and "
