@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from blockdraft.cli import main
+from blockdraft.lattice.io import save_lattice
 
 
 def _refused(capsys: Any, *needles: str) -> None:
@@ -27,7 +28,8 @@ def lattice(tmp_path: Path) -> Path:
 
     path = tmp_path / "lat.json"
     scores = np.log(np.array([[1.0, 0.0], [0.6, 0.4], [0.7, 0.3]]) + 1e-9)
-    SausageLattice(tokens=np.array([[1, 2], [3, 4], [5, 6]]), scores=scores).save(path)
+    save_lattice(SausageLattice(tokens=np.array([[1, 2], [3, 4], [5, 6]]), scores=scores),
+                 path)
     return path
 
 

@@ -36,6 +36,7 @@ from test_cli_hf import TEXT, _folder  # noqa: E402
 
 from blockdraft.cli import main  # noqa: E402
 from blockdraft.cli.parser import build_parser  # noqa: E402
+from blockdraft.lattice.io import save_lattice
 
 OUTPUT_OPTIONS = {"-o", "--out", "--output", "--plot", "--folder"}
 QUESTIONS = ["What is a list?", "How do dictionaries work?", "Where is Paris?",
@@ -192,9 +193,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     synthetic_trace(root / "trace", num_examples=3, h=3, K=4, V=30, seed=2)
     w["trace"] = root / "trace"
     w["lattice"] = root / "lat.json"
-    SausageLattice(tokens=np.array([[1, 2], [3, 4], [5, 6]]),
-                   scores=np.log(np.array([[1.0, 0.0], [0.6, 0.4], [0.7, 0.3]]) + 1e-9)
-                   ).save(w["lattice"])
+    save_lattice(SausageLattice(tokens=np.array([[1, 2], [3, 4], [5, 6]]),
+                                scores=np.log(np.array([[1.0, 0.0], [0.6, 0.4], [0.7, 0.3]])
+                                              + 1e-9)), w["lattice"])
     w["set"], w["run"] = root / "set", root / "run"
     assert main(["heads", "distill", *_data_args(w), "--max-new-tokens", "8", "--folder",
                  str(w["set"])]) == 0

@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blockdraft.core.batch import DraftError
-from blockdraft.drafts import AcceptanceTables, CostAwareTreeDrafter, select_nodes
+from blockdraft.drafts import (
+    AcceptanceTables,
+    CostAwareTreeDrafter,
+    StepView,
+    Trie,
+    select_nodes,
+)
 from blockdraft.lattice import SausageLattice
 from blockdraft.models.cost import CostCurve
 from blockdraft.oracle import Trace, fit_acceptance
@@ -56,6 +62,10 @@ def test_select_nodes_is_the_best_prefix(values: list[float], slope: float, budg
     assert (1 + a[: n - 1].sum()) / cost.step(n) == pytest.approx(max(ratios))
 
 
+def view(lat: SausageLattice, ctx: np.ndarray) -> StepView:
+    return StepView(lattice=lat, context=np.asarray(ctx, dtype=np.int64))
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_tree_is_the_best_subtree_of_its_candidates(seed: int) -> None:
     """Every rooted subtree of the merged candidates, enumerated: none pays better."""
@@ -64,37 +74,35 @@ def test_the_tree_is_the_best_subtree_of_its_candidates(seed: int) -> None:
     ctx = rng.integers(0, 12, 30)
     drafter = CostAwareTreeDrafter(cost=curve(float(rng.uniform(0.05, 1.5))),
                                    tables=tables(4, rng), k=3, p=3, copy_length=4)
-    tree = drafter.propose_tree(lat, ctx)
+    tree = drafter.draft(view(lat, ctx))
     stats = drafter.last
     assert stats is not None and stats.nodes == tree.num_nodes
-    # the candidates again, and their reach
-    rows, copies = drafter._candidates(lat, ctx)
-    from blockdraft.core.batch import DraftBatch
-    from blockdraft.core.tree import PAD, DraftTree
-    width = max(r.size for r in rows)
-    tok = np.full((len(rows), width), PAD)
-    for i, r in enumerate(rows):
-        tok[i, : r.size] = r
-    trie = DraftTree.from_drafts(DraftBatch(tokens=tok, scores=np.zeros(len(rows)),
-                                            head_scores=np.zeros(len(rows)),
-                                            lm_scores=np.zeros(len(rows)), requested=len(rows)))
-    assert trie.num_nodes == stats.candidates
-    q = drafter._node_q(trie, lat, ctx, tok, copies)
-    reach = np.ones(trie.num_nodes)
-    for u in range(1, trie.num_nodes):
+    # the candidates again (every source's drafts, one trie), and their reach
+    trie = Trie(int(lat.tokens[0, 0]))
+    for source in drafter.sources:
+        source.add(view(lat, ctx), trie)
+    assert trie.size == stats.candidates
+    assert drafter.rates is not None
+    q = drafter.rates.q(trie, view(lat, ctx))
+    reach = np.ones(trie.size)
+    for u in range(1, trie.size):
         reach[u] = reach[trie.parents[u]] * q[u]
+    cost = drafter.cut.cost
     best = 0.0
-    others = range(1, trie.num_nodes)
-    for size in range(0, min(trie.num_nodes, 11)):
+    others = range(1, trie.size)
+    parents = np.asarray(trie.parents)
+    for size in range(0, min(trie.size, 11)):
         for chosen in itertools.combinations(others, size):
-            keep = np.zeros(trie.num_nodes, dtype=bool)
+            keep = np.zeros(trie.size, dtype=bool)
             keep[0] = True
             keep[list(chosen)] = True
-            if (keep[1:] & ~keep[trie.parents[1:]]).any():
+            if (keep[1:] & ~keep[parents[1:]]).any():
                 continue  # not closed under parents
-            best = max(best, _ratio(reach, keep, drafter.cost))
-    if trie.num_nodes <= 11:
-        assert stats.expected / drafter.cost.step(stats.nodes) == pytest.approx(best)
+            best = max(best, _ratio(reach, keep, cost))
+    if trie.size <= 11:
+        assert stats.expected / cost.step(stats.nodes) == pytest.approx(best)
+    # the tree's scores are ln a(u) of the nodes it kept: they sum to the expected tokens
+    assert 1 + np.exp(tree.scores[1:]).sum() == pytest.approx(stats.expected)
 
 
 @settings(max_examples=40, deadline=None)
@@ -105,7 +113,7 @@ def test_never_exceeds_its_budget(seed: int, budget: int, slope: float) -> None:
     ctx = rng.integers(0, 12, int(rng.integers(0, 40)))
     drafter = CostAwareTreeDrafter(cost=curve(slope), tables=tables(5, rng), k=4, p=4,
                                    max_nodes=budget)
-    tree = drafter.propose_tree(lat, ctx)
+    tree = drafter.draft(view(lat, ctx))
     assert 1 <= tree.num_nodes <= budget
     assert int(tree.tokens[0]) == int(lat.tokens[0, 0])
 
@@ -115,10 +123,10 @@ def test_flat_costs_take_everything_steep_ones_nothing() -> None:
     lat = random_lattice(rng, h=5, k=4)
     ctx = np.tile(rng.integers(0, 12, 6), 4)  # repeats: lookup finds a copy
     flat = CostAwareTreeDrafter(cost=curve(0.0), tables=tables(5), k=4, p=4, max_nodes=64)
-    tree = flat.propose_tree(lat, ctx)
+    tree = flat.draft(view(lat, ctx))
     assert flat.last is not None and tree.num_nodes == flat.last.candidates
     steep = CostAwareTreeDrafter(cost=curve(50.0), tables=tables(5), k=4, p=4)
-    assert steep.propose_tree(lat, ctx).num_nodes == 1
+    assert steep.draft(view(lat, ctx)).num_nodes == 1
 
 
 def test_bad_settings_are_refused() -> None:

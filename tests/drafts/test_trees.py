@@ -13,20 +13,23 @@ from blockdraft.drafts import (
     MC_SIM_7B_63,
     ConfidenceTreeDrafter,
     DraftBatch,
+    Drafter,
     DraftError,
     DraftTree,
     HeadDrafter,
     MedusaTreeDrafter,
     RescoredTreeDrafter,
-    TreeDrafter,
+    StepView,
     TrieDrafter,
     calibrated_choices,
+    calibrated_tree_drafter,
     confidence_tree,
     medusa_tree,
     rescored_tree,
     trie_tree,
 )
 from blockdraft.lattice import SausageLattice
+from blockdraft.rescorers.base import PathScorer, scores_by_parent
 from models_testlib import tiny_rescorer_lm
 
 
@@ -41,6 +44,10 @@ def small_tree() -> DraftTree:
     return DraftTree(tokens=np.array([7, 8, 9, 10, 11, 12]),
                      parents=np.array([-1, 0, 0, 1, 1, 3]),
                      scores=np.array([0.0, -1, -2, -3, -4, -5]))
+
+
+def view(lattice: SausageLattice, context=()) -> StepView:  # type: ignore[no-untyped-def]
+    return StepView(lattice=lattice, context=np.asarray(context, dtype=np.int64))
 
 
 def random_lattice(seed: int, h: int = 4, k: int = 5, vocab: int = 30) -> SausageLattice:
@@ -135,8 +142,11 @@ def test_mc_sim_7b_63_per_depth() -> None:
     assert cut.tokens.tolist() == tree.top(11).tokens.tolist()
     assert cut.parents.tolist() == tree.top(11).parents.tolist()
     drafter = MedusaTreeDrafter()
-    assert isinstance(drafter, TreeDrafter) and drafter.k == 10
-    assert drafter.propose_tree(lat, []).num_nodes == 64
+    assert isinstance(drafter, Drafter) and drafter.k == 10
+    drafted = drafter.draft(view(lat))
+    assert drafted.num_nodes == 64
+    assert drafted.tokens.tolist() == tree.tokens.tolist()
+    assert drafted.parents.tolist() == tree.parents.tolist()
 
 
 def test_medusa_tree_errors() -> None:
@@ -166,8 +176,11 @@ def test_calibrated_choices_maximise_expected_length() -> None:
         if all(len(p) == 1 or p[:-1] in s for p in subset):
             best = max(best, sum(value(p) for p in subset))
     assert sum(value(p) for p in chosen) == pytest.approx(best)
-    drafter = MedusaTreeDrafter.calibrated(acc, budget)
-    assert drafter.propose_tree(random_lattice(1), []).num_nodes == budget
+    drafter = calibrated_tree_drafter(acc, budget)  # was MedusaTreeDrafter.calibrated
+    lat = random_lattice(1)
+    drafted = drafter.draft(view(lat))
+    assert drafted.num_nodes == budget
+    assert drafted.tokens.tolist() == medusa_tree(lat, chosen).tokens.tolist()
 
 
 def brute_force_top(lattice: SausageLattice, budget: int, score) -> set[tuple[int, ...]]:  # type: ignore[no-untyped-def]
@@ -201,15 +214,29 @@ def test_confidence_tree_is_the_top_n(seed: int) -> None:
         sorted(head(p) for p in want))
     for u in range(budget):
         assert tree.scores[u] == pytest.approx(head(tuple(tree.path_tokens(u).tolist())))
-    assert ConfidenceTreeDrafter(k=3, budget=budget).propose_tree(lat, []).num_nodes == budget
+    drafted = ConfidenceTreeDrafter(k=3, budget=budget).draft(view(lat))
+    assert drafted.num_nodes == budget and drafted.tokens.tolist() == tree.tokens.tolist()
 
 
 class BigramLM:
-    """A toy LM with ``score(tokens, context)``: ln P(t | prev) from a fixed random table."""
+    """A toy LM with ``score(tokens, context)``: ln P(t | prev) from a fixed random table; a
+    :class:`PathScorer` (``next_scores``, ``score_tree``, ``check_vocab``)."""
 
     def __init__(self, vocab: int = 30, seed: int = 0) -> None:
         z = np.random.default_rng(seed).normal(size=(vocab + 1, vocab)) * 2
         self.table = z - np.log(np.exp(z).sum(1, keepdims=True))
+        self.vocab = vocab
+
+    def next_scores(self, path, context, candidates):  # type: ignore[no-untyped-def]
+        seq = [*np.asarray(context).tolist(), *list(path)]
+        prev = seq[-1] if seq else -1
+        return self.table[prev, np.asarray(candidates)]
+
+    def score_tree(self, tokens, parents, context):  # type: ignore[no-untyped-def]
+        return scores_by_parent(self, tokens, parents, context)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        assert vocab_size == self.vocab
 
     def score(self, tokens, context=()):  # type: ignore[no-untyped-def]
         seq = [*list(np.asarray(context).tolist()), *np.asarray(tokens).tolist()]
@@ -231,6 +258,7 @@ def test_rescored_tree_is_the_top_n(seed: int, alpha: float) -> None:
                    for i, t in enumerate(path))
         return head + alpha * float(lm.score(np.array(path), context).sum())
 
+    assert isinstance(lm, PathScorer)
     tree = rescored_tree(lat, budget, lm, alpha, context)
     got = {tuple(tree.path_tokens(u).tolist()) for u in range(budget)}
     want, _ = brute_force_top(lat, budget, combined)
@@ -238,7 +266,7 @@ def test_rescored_tree_is_the_top_n(seed: int, alpha: float) -> None:
     for u in range(budget):
         assert tree.scores[u] == pytest.approx(combined(tuple(tree.path_tokens(u).tolist())))
     drafter = RescoredTreeDrafter(lm, k=3, budget=budget, alpha=alpha)
-    assert drafter.propose_tree(lat, context).tokens.tolist() == tree.tokens.tolist()
+    assert drafter.draft(view(lat, context)).tokens.tolist() == tree.tokens.tolist()
     if alpha == 0.0:
         assert tree.tokens.tolist() == confidence_tree(lat, budget).tokens.tolist()
 
@@ -268,9 +296,12 @@ def test_rescored_tree_with_ngram_lm(tmp_path) -> None:  # type: ignore[no-untyp
 def test_trie_drafter() -> None:
     lat = random_lattice(2, h=4, k=3)
     drafter = TrieDrafter(HeadDrafter(k=3, p=5))
-    assert isinstance(drafter, TreeDrafter) and drafter.k == 3
-    tree = drafter.propose_tree(lat, [])
+    assert isinstance(drafter, Drafter) and drafter.k == 3
+    tree = drafter.draft(view(lat))
     assert tree.to_drafts().tokens.tolist() == lat.best_paths(5).tokens.tolist()
+    cut = TrieDrafter(HeadDrafter(k=3, p=5), budget=6).draft(view(lat))
+    assert cut.tokens.tolist() == tree.top(6).tokens.tolist()
+    assert cut.parents.tolist() == tree.top(6).parents.tolist()
 
 
 def test_rescored_tree_with_neural_scorer() -> None:

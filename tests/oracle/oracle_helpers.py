@@ -62,7 +62,9 @@ def write_tiny(
 class BigramRescorer:
     """A made-up LM rescorer: score = head scores + alpha * sum log P(d_i | d_{i-1}), with the
     context's last token before d_1 (none when the context is empty). Brute force over all
-    paths; ties keep enumeration order (lexicographic arc ranks). Records every context."""
+    paths; ties keep enumeration order (lexicographic arc ranks). Records every context. A
+    :class:`~blockdraft.rescorers.base.Rescorer` (``rescore``, ``path_scorer``,
+    ``check_vocab``)."""
 
     def __init__(self, V: int, alpha: float = 1.0, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
@@ -94,3 +96,14 @@ class BigramRescorer:
             requested=p,
             source="fake-bigram",
         )
+
+    def path_scorer(self) -> None:
+        """No LM over tree paths."""
+        return None
+
+    def check_vocab(self, vocab_size: int) -> None:
+        from blockdraft.rescorers.base import RescorerError
+
+        if vocab_size != self.table.shape[0]:
+            raise RescorerError(f"the bigram table has V = {self.table.shape[0]}, the model "
+                                f"{vocab_size}")

@@ -23,14 +23,14 @@ class DyingSetting(Setting):
     marks: str = ""
     times: int = 1
 
-    def build(self, resources: Resources) -> Any:
+    def build(self, resources: Resources | None = None, *args: Any, **kwargs: Any) -> Any:
         folder = Path(self.marks)
         deaths = len(list(folder.glob("death-*")))
         if self.times < 0 or deaths < self.times:
             (folder / f"death-{deaths}-{os.getpid()}").write_text("")
             os._exit(17)
         (folder / f"built-{os.getpid()}-{len(list(folder.glob('built-*')))}").write_text("")
-        return super().build(resources)
+        return super().build(resources, *args, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         """The parent's fields only: the same key as the setting it plays."""
@@ -45,7 +45,7 @@ class Interrupt(Exception):
 class InterruptedSetting(Setting):
     """A setting whose build raises :class:`Interrupt`: the sweep stops there."""
 
-    def build(self, resources: Resources) -> Any:
+    def build(self, resources: Resources | None = None, *args: Any, **kwargs: Any) -> Any:
         raise Interrupt(self.label)
 
     def to_dict(self) -> dict[str, Any]:
@@ -59,9 +59,9 @@ BUILT: list[str] = []
 class CountedSetting(Setting):
     """A setting that records every build in :data:`BUILT` (serial sweeps, this process)."""
 
-    def build(self, resources: Resources) -> Any:
+    def build(self, resources: Resources | None = None, *args: Any, **kwargs: Any) -> Any:
         BUILT.append(self.label)
-        return super().build(resources)
+        return super().build(resources, *args, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         return Setting(**{f: getattr(self, f) for f in Setting.__dataclass_fields__}).to_dict()

@@ -12,8 +12,8 @@ import pytest
 from blockdraft.drafts import (
     ConfidenceTreeDrafter,
     HeadDrafter,
-    MedusaTreeDrafter,
     TrieDrafter,
+    calibrated_tree_drafter,
 )
 from blockdraft.oracle import OracleError, rank_accuracies, simulate, synthetic_trace
 
@@ -43,7 +43,7 @@ def test_calibrated_tree_from_a_trace(tmp_path: Path) -> None:
     trace = synthetic_trace(tmp_path / "t", num_examples=6, h=4, K=6, V=30,
                             accuracy=[0.7, 0.5, 0.3], seed=2)
     acc = rank_accuracies(trace, 4, examples=range(3))  # "held out": the first half
-    tree = MedusaTreeDrafter.calibrated(acc, budget=12)
+    tree = calibrated_tree_drafter(acc, budget=12)  # was MedusaTreeDrafter.calibrated
     res = simulate(trace, tree, examples=range(3, 6))
     vanilla = simulate(trace, HeadDrafter(k=1), examples=range(3, 6))
     assert res.block_efficiency >= vanilla.block_efficiency

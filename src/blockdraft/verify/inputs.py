@@ -143,9 +143,11 @@ def _check_needs(verifier: Verifier, drafter: Drafter) -> None:
     """What the drafter declares it needs, against what the model declares."""
     needs, caps, name = drafter.needs, verifier.caps, drafter.name
     if needs.tree_lattice and not caps.tree_lattice:
+        kind = {"none": "no extra heads", "medusa": "Medusa heads (a sausage lattice)"}.get(
+            caps.heads, f"{caps.heads} heads")
         raise VerifyError(f"{name} drafts from the tree lattice of prefix-conditioned heads "
-                          "(heads train --arch prefix); this model's heads are "
-                          f"{caps.heads} heads: use a HeadDrafter")
+                          f"(heads train --arch prefix); this model has {kind}: use a "
+                          "HeadDrafter")
     if needs.reference:
         raise VerifyError(f"{name} reads the reference continuation (the oracle): it runs "
                           "offline only, on a trace (blockdraft.oracle.simulate)")

@@ -126,8 +126,8 @@ def test_a_prefix_heads_folders_recipe_drives_its_default_drafter(tmp_path: Path
 
     import numpy as np
 
+    from blockdraft.drafts import ArcRates, DraftSpec, default_drafter, default_spec
     from blockdraft.drafts.calibration import AcceptanceTables
-    from blockdraft.drafts.default import default_drafter
     from blockdraft.models.hf.prefix_heads import PrefixHeads, write_prefix_heads
 
     plain = write_prefix_heads(PrefixHeads(64, 2, 1), tmp_path / "plain",
@@ -140,11 +140,15 @@ def test_a_prefix_heads_folders_recipe_drives_its_default_drafter(tmp_path: Path
     config["blockdraft_drafting"] = {"k": 3, "max_nodes": 9, "copy_length": 5,
                                      "acceptance": "acceptance.json"}
     (folder / "config.json").write_text(json.dumps(config))
-    drafter = default_drafter(load_model(folder))
-    assert (drafter.k, drafter.budget, drafter.copy_length, drafter.lookup) == (3, 9, 5, True)
-    np.testing.assert_array_equal(drafter.tables.copy, tables.copy)
-    bare = default_drafter(load_model(plain))
-    assert bare.lookup and bare.tables is None and (bare.k, bare.budget) == (4, 32)
+    model = load_model(folder)
+    spec = default_spec(model.capabilities)
+    assert spec == DraftSpec("tree-lattice", k=3, p=0, budget=9, lookup=True, copy_length=5,
+                             tables=str((folder / "acceptance.json").resolve()))
+    drafter = default_drafter(model)
+    assert drafter.k == 3 and isinstance(drafter.rates, ArcRates)  # the lookup copies rated
+    np.testing.assert_array_equal(drafter.rates.tables.copy, tables.copy)
+    bare = default_spec(load_model(plain).capabilities)
+    assert bare == DraftSpec("tree-lattice", k=4, p=0, budget=32, lookup=True)
 
 
 def test_a_medusa_2_full_checkpoint_alone(tmp_path: Path, hf_base: Any) -> None:

@@ -13,8 +13,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-from blockdraft.drafts import AcceptanceTables  # noqa: E402
-from blockdraft.drafts.default import default_drafter  # noqa: E402
+from blockdraft.drafts import (  # noqa: E402
+    AcceptanceTables,  # noqa: E402
+    HeadPaths,
+    default_drafter,
+    default_spec,
+)
 from blockdraft.models import ModelError, greedy_generate  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.hf.formats import read_heads, write_heads  # noqa: E402
@@ -84,9 +88,14 @@ def test_package_load_and_decode(parts: dict[str, Any], tmp_path: Path) -> None:
     prompt = [3, 17, 4, 22, 9, 3, 17]
     want = greedy_generate(model, prompt, 40)
     for m in (model, on_runtime(model, "onnxruntime", "float32")):
+        spec = default_spec(m.capabilities)
+        assert (spec.strategy, spec.p, spec.rescorer, spec.alpha) == ("cost-aware", 2, "ngram", 0.5)
+        assert (spec.context_order, spec.context_weight) == (3, 0.3)
         drafter = default_drafter(m)
-        assert drafter.p == 2 and drafter.rescorer is not None
-        assert drafter.rescorer.context_weight == 0.3 and drafter.rescorer.alpha == 0.5
+        rescored = drafter.sources[1]  # the chain, then the rescored p-best paths
+        assert isinstance(rescored, HeadPaths) and rescored.p == 2
+        assert rescored.rescorer is not None and rescored.rescorer.alpha == 0.5
+        assert rescored.rescorer.context_weight == 0.3
         res = decode(m, prompt, max_new_tokens=40)  # told nothing: the packaged recipe
         assert res.tokens == want
         assert res.drafter == drafter.name

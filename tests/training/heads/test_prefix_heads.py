@@ -211,9 +211,7 @@ def test_the_tree_lattice_drafter_decodes_losslessly_and_accepts_more(
     """ConditionalDrafter in a decode with prefix heads: the base's greedy answers; with
     p = 1, k = 1 it is the vanilla chain (same B); p-best over the tree lattice accepts at
     least as many tokens per call in all; Medusa heads and the offline path refuse it."""
-    from blockdraft.core.batch import DraftError
     from blockdraft.drafts import ConditionalDrafter, HeadDrafter
-    from blockdraft.lattice.sausage import SausageLattice
     from blockdraft.models.hf import HFBlockwiseModel
     from blockdraft.training.heads.shards import read_shard
     from blockdraft.verify.decode import decode
@@ -242,6 +240,4 @@ def test_the_tree_lattice_drafter_decodes_losslessly_and_accepts_more(
     medusa = HFBlockwiseModel(tiny_llama(init=0.1), MedusaHeads(32, None, 3))
     with pytest.raises(VerifyError, match="Medusa heads"):
         decode(medusa, prompts[0], drafter=ConditionalDrafter(), max_new_tokens=8, eos_id=1)
-    lattice = SausageLattice.from_logits(torch.randn(4, 100).numpy(), k=2)
-    with pytest.raises(DraftError, match="tree lattice"):
-        ConditionalDrafter().propose(lattice, [])
+    assert ConditionalDrafter().needs.tree_lattice  # declared: what the refusal above reads
