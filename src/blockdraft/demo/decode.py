@@ -68,7 +68,7 @@ def measure(
         DemoError: when a lossless decode differs from greedy decoding.
     """
     from blockdraft.core.signature import format_signature
-    from blockdraft.drafts.heads import HeadDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.oracle import Oracle, repetition, simulate
     from blockdraft.verify import decode
 
@@ -79,8 +79,10 @@ def measure(
         log(f"decoding with {label}")
         calls = tokens = 0
         wall = 0.0
+        spec = DraftSpec("heads", k=k, p=p, rescorer="" if rescorer is None else "given",
+                         given=rescorer)
         for i, prompt in enumerate(prompts):
-            res = decode(model, prompt, rescorer=rescorer, k=k, p=p, criterion="exact",
+            res = decode(model, prompt, drafter=spec, criterion="exact",
                          max_new_tokens=max_new_tokens, eos_id=eos)
             if res.tokens != greedy[i]:
                 raise DemoError(
@@ -92,7 +94,7 @@ def measure(
             tokens += len(res.tokens)
             wall += res.wall_s
         b = block_efficiency(tokens, calls)
-        offline = simulate(trace, HeadDrafter(k=k, p=p, rescorer=rescorer))
+        offline = simulate(trace, spec)
         base_b = b if base_b is None else base_b
         rows.append(DemoRow(label, b, b / base_b - 1.0, offline.block_efficiency, wall,
                             greedy_s / wall, settings,

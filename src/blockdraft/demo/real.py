@@ -36,6 +36,7 @@ from blockdraft.demo.ngram import Progress, prepare_ngram
 from blockdraft.demo.prepare import write_json
 from blockdraft.demo.results import LatticeView, RealDemoResult, RealDemoRow
 from blockdraft.demo.run import pick_threads
+from blockdraft.models.capabilities import capabilities_of
 from blockdraft.verify.records import TimeSplit
 
 WARMUP_TOKENS = 2  # tokens of each untimed warm-up decode
@@ -49,45 +50,41 @@ class Strategy:
     ``tree``: it verifies several drafts a step (their token tree)."""
 
     label: str
-    drafter: Callable[[], Any] | None
+    spec: Any  # a DraftSpec, or None for a greedy loop
     settings: str
     torch: bool = False
     tree: bool = False
 
 
-DEFAULT = "default"
-"""A strategy's drafter that stands for ``decode(model, ids)`` told nothing: the default
-drafter (:func:`blockdraft.drafts.default_drafter`), the headline row."""
-
-
-def real_strategies(ngram: Any, order: int, runtime: str, trees: bool = True) -> list[Strategy]:
+def real_strategies(ngram: str, order: int, runtime: str, trees: bool = True) -> list[Strategy]:
     """Greedy on the runtime (the reference), the PyTorch greedy loop (when the runtime is
     another), blockdraft's default (what ``decode(model, ids)`` does with no settings: the
     cost-aware tree of the heads' chain, rescored p-best paths and prompt lookup; one path a
     step where trees are not lossless), vanilla heads, n-gram rescoring (p = 1), p-best
     n-gram (their trie), prompt lookup, and n-gram rescored heads with the lookup draft
-    beside them; without ``trees`` (a runtime that verifies one draft a step losslessly but
-    not a token tree: ONNX Runtime int8) only the strategies of one draft a step."""
-    from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
+    beside them, each named by its :class:`~blockdraft.drafts.DraftSpec` (``ngram``: the
+    n-gram LM's file); without ``trees`` (a runtime that verifies one draft a step losslessly
+    but not a token tree: ONNX Runtime int8) only the strategies of one draft a step."""
+    from blockdraft.drafts import DraftSpec
 
     lm = f"{order}-gram"
+    rescored = {"rescorer": "ngram", "lm": ngram, "alpha": NGRAM_ALPHA}
     out = [Strategy("greedy", None, "k:-|p:-|alpha:-|lm:none")]
     if runtime != "torch":
         out.append(Strategy("greedy (PyTorch)", None, "k:-|p:-|alpha:-|lm:none|runtime:torch",
                             torch=True))
     out += [
-        Strategy("blockdraft default (cost-aware tree)", lambda: DEFAULT,
+        Strategy("blockdraft default (cost-aware tree)", DraftSpec("default"),
                  "drafter:default|tree:cost-aware|recipe:packaged"),
-        Strategy("vanilla heads", lambda: HeadDrafter(k=1, p=1), "k:1|p:1|alpha:0|lm:none"),
-        Strategy(f"{lm} rescoring", lambda: HeadDrafter(k=REAL_K, p=1, rescorer=ngram),
+        Strategy("vanilla heads", DraftSpec("heads"), "k:1|p:1|alpha:0|lm:none"),
+        Strategy(f"{lm} rescoring", DraftSpec("heads", k=REAL_K, p=1, **rescored),
                  f"k:{REAL_K}|p:1|alpha:{NGRAM_ALPHA}|lm:{lm}"),
-        Strategy(f"{REAL_P}-best {lm}", lambda: HeadDrafter(k=REAL_K, p=REAL_P, rescorer=ngram),
+        Strategy(f"{REAL_P}-best {lm}", DraftSpec("heads", k=REAL_K, p=REAL_P, **rescored),
                  f"k:{REAL_K}|p:{REAL_P}|alpha:{NGRAM_ALPHA}|lm:{lm}", tree=True),
-        Strategy("prompt lookup", lambda: LookupDrafter(),
+        Strategy("prompt lookup", DraftSpec("lookup"),
                  "k:1|p:1|alpha:-|lm:none|lookup:n<=4,L=2/6/10"),
-        Strategy(f"{lm} + lookup", lambda: CombinedDrafter(
-            HeadDrafter(k=REAL_K, p=1, rescorer=ngram), LookupDrafter()),
-            f"k:{REAL_K}|p:2|alpha:{NGRAM_ALPHA}|lm:{lm}|lookup:n<=4,L=2/6/10", tree=True),
+        Strategy(f"{lm} + lookup", DraftSpec("combined", k=REAL_K, p=1, **rescored),
+                 f"k:{REAL_K}|p:2|alpha:{NGRAM_ALPHA}|lm:{lm}|lookup:n<=4,L=2/6/10", tree=True),
     ]
     return [st for st in out if trees or not st.tree]
 
@@ -95,7 +92,7 @@ def real_strategies(ngram: Any, order: int, runtime: str, trees: bool = True) ->
 def encode_prompts(tok: Any, prompts: Sequence[str]) -> list[list[int]]:
     """Each prompt as one user turn in the model's chat template, ending with the assistant's
     turn opener; a tokenizer without a template gets the plain text and a newline."""
-    if getattr(tok, "has_chat_template", False):
+    if tok.has_chat_template:
         return [[int(i) for i in tok.apply_chat_template([{"role": "user", "content": q}])]
                 for q in prompts]
     return [[int(i) for i in tok.encode(q + "\n")] for q in prompts]
@@ -156,7 +153,6 @@ def run_real_demo(
     import torch
 
     from blockdraft.core.signature import environment, format_signature, human_count
-    from blockdraft.rescorers.ngram import NgramRescorer
 
     t_start = time.perf_counter()
     max_new_tokens = check_positive_int(max_new_tokens, "max_new_tokens", DemoError)
@@ -188,12 +184,11 @@ def run_real_demo(
                           if str(model) in KNOWN_MODELS else "the model's own")
         else:
             net = torch_net = model
-            runtime = str(getattr(net, "runtime", "torch"))
-            model_name = str(getattr(getattr(net, "config", None), "name", "") or
-                             type(net).__name__)
+            runtime = capabilities_of(net).runtime
+            model_name = capabilities_of(net).name
             heads_name = "given"
         load_s = time.perf_counter() - t0
-        tok = getattr(net, "tokenizer", None)
+        tok = net.tokenizer
         if tok is None and isinstance(model, (str, os.PathLike)):
             from blockdraft.models import ModelError, load_tokenizer
 
@@ -206,21 +201,21 @@ def run_real_demo(
                             "encode its prompts and its n-gram text (save the tokenizer in "
                             "the model folder)")
         h = int(net.h)
-        net_dtype = str(getattr(net.config, "dtype", "") or dtype or "float32")  # precision
+        net_dtype = capabilities_of(net).precision
         eos = tok.eos_id
 
         ngram = prepare_ngram(tok, model_name, corpus, REAL_ORDER, log, progress)
-        rescorer = NgramRescorer(ngram.lm, alpha=NGRAM_ALPHA)
-        trees = bool(getattr(net, "exact_trees", True))
-        plan = real_strategies(rescorer, ngram.lm.order, runtime, trees)
+        lm_file = str(ngram.lm.path)
+        trees = capabilities_of(net).exact_trees
+        plan = real_strategies(lm_file, ngram.lm.order, runtime, trees)
         if not trees:
-            skipped = [st.label for st in real_strategies(rescorer, ngram.lm.order, runtime)
+            skipped = [st.label for st in real_strategies(lm_file, ngram.lm.order, runtime)
                        if st.tree]
             log(f"{runtime} {precision} verifies one draft a step losslessly but not a token "
                 "tree (its integer rounding turns a tree's last-bit differences into other "
                 f"tokens): skipping {', '.join(skipped)}, which verify several drafts a step")
         ids = encode_prompts(tok, prompts)
-        chat = bool(getattr(tok, "has_chat_template", False))
+        chat = tok.has_chat_template
 
         t0 = time.perf_counter()
         log("warming up (one short untimed decode per strategy)")
@@ -320,18 +315,15 @@ def _decode(model: Any, prompt: list[int], strategy: Strategy, max_new_tokens: i
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
 
-    if strategy.drafter is None:
+    if strategy.spec is None:
         clock: list[float] = []
         start = time.perf_counter()
         tokens = greedy_generate(model, prompt, max_new_tokens, eos_id=eos, clock=clock)
         wall = time.perf_counter() - start
         return tokens, len(tokens), TimeSplit.greedy(wall, clock, len(tokens))
-    drafter = strategy.drafter()
     start = time.perf_counter()
-    res = (decode(model, prompt, max_new_tokens=max_new_tokens, eos_id=eos)
-           if drafter == DEFAULT else
-           decode(model, prompt, drafter=drafter, criterion="exact",
-                  max_new_tokens=max_new_tokens, eos_id=eos))
+    res = decode(model, prompt, drafter=strategy.spec, criterion="exact",
+                 max_new_tokens=max_new_tokens, eos_id=eos)
     wall = time.perf_counter() - start
     return res.tokens, res.calls, dataclasses.replace(res.split, wall_s=wall)
 
@@ -346,8 +338,6 @@ def draw_step(model: Any, tok: Any, prompt: list[int], greedy: list[int],
 
     from blockdraft.lattice import SausageLattice
     from blockdraft.lattice.draw import draw_lattice, token_text
-    from blockdraft.models.capabilities import capabilities_of
-
     h = int(model.h)
     # The middle of the answer, where the heads draft text rather than its opening; early
     # enough that the next h greedy tokens are known when the answer has them.

@@ -180,6 +180,9 @@ class BlockwiseLM(FactoredHeadsLM, nn.Module):
     """
 
     kind: ClassVar[str] = "blockwise"
+    tokenizer: Any = None
+    """The tokenizer the model was trained with, when the loader attached one (None: it is kept
+    beside the checkpoint, :func:`~blockdraft.models.load_tokenizer`)."""
     rope_cos: torch.Tensor
     rope_sin: torch.Tensor
 
@@ -239,7 +242,7 @@ class BlockwiseLM(FactoredHeadsLM, nn.Module):
             vocab_size=self.config.vocab_size, max_seq_len=self.config.max_seq_len,
             runtime="torch", precision=str(self.transformer.wte.weight.dtype).removeprefix(
                 "torch."), factored=True, head_topk=True, last_only=True,
-            device=self.device.type)
+            device=self.device.type, name=type(self).__name__)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Parameter count (tied weights counted once)."""

@@ -65,6 +65,7 @@ class Capabilities:
             trees by cost measures one on the model (:func:`~blockdraft.models.cost
             .cost_curve_of`).
         device: the device type its inputs live on (``"cpu"``, ``"cuda"``).
+        name: what the model is called in records and tables (its folder or class).
     """
 
     heads: str
@@ -80,6 +81,7 @@ class Capabilities:
     drafting: Any = None
     cost: Any = None
     device: str = "cpu"
+    name: str = ""
 
     def __post_init__(self) -> None:
         if self.heads not in HEAD_KINDS:
@@ -139,7 +141,8 @@ def capabilities_of(model: Any) -> Capabilities:
         max_seq_len=_limit(model, "max_seq_len"),
         factored=all(callable(getattr(model, name, None))
                      for name in ("hidden", "head_states", "project")),
-        last_only=last_only, device=str(getattr(device, "type", device or "cpu")))
+        last_only=last_only, device=str(getattr(device, "type", device or "cpu")),
+        name=str(getattr(getattr(model, "config", None), "name", "") or type(model).__name__))
 
 
 def _limit(model: Any, name: str) -> int | None:

@@ -155,6 +155,12 @@ class BaseTokenizer:
         """The padding id, or None."""
         raise NotImplementedError
 
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether prompts can be wrapped as chat turns (``apply_chat_template``): a plain BPE
+        tokenizer has no template; a Hugging Face model's may."""
+        return False
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`encode` of each text."""
         return [self.encode(t) for t in texts]

@@ -267,7 +267,8 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
                 "prefix" if isinstance(self.heads, PrefixHeads) else "medusa"), h=self.h,
             vocab_size=self.config.vocab_size, max_seq_len=self.config.max_seq_len,
             runtime="torch", precision=self.config.dtype, factored=True, head_topk=True,
-            last_only=True, drafting=self.heads.drafting, device=self.device.type)
+            last_only=True, drafting=self.heads.drafting, device=self.device.type,
+            name=self.config.name)
 
     @property
     def lm_head(self) -> nn.Linear:
