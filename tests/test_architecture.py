@@ -209,3 +209,69 @@ def test_no_source_file_cites_the_private_shared_folder() -> None:
         if "../shared" in line or "shared/SPEC" in line or "NOTES.md" in line
     ]
     assert not hits, f"cite docs/ instead: {hits}"
+
+
+# ---- declared, not discovered (issue 38) ---------------------------------------------------------
+PROBE_FREE_ROOMS = ("verify", "drafts", "oracle", "demo", "cli")
+"""The rooms that read what a model, a drafter or a scorer can do from what it declares (its
+``capabilities``, its ``needs``, its protocol), never by probing it."""
+NOT_PROBES = ("self", "args", "torch")
+"""``getattr`` on these is no feature probe: a dataclass reading its own fields, an argparse
+namespace, the environment's torch build."""
+
+
+def feature_probes(source: str) -> list[tuple[int, str]]:
+    """``(line, call)`` of every ``hasattr(...)`` and every ``getattr(obj, "literal", ...)`` whose
+    ``obj`` is not one of :data:`NOT_PROBES` (a name or an attribute chain starting with one):
+    how a feature is discovered instead of declared. ``getattr(obj, name)`` with a computed name
+    (a loop over a dataclass's fields) is no probe."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id == "hasattr":
+            out.append((node.lineno, ast.unparse(node)))
+        elif node.func.id == "getattr" and len(node.args) >= 2 and isinstance(
+                node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+            base = node.args[0]
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if not (isinstance(base, ast.Name) and base.id in NOT_PROBES):
+                out.append((node.lineno, ast.unparse(node)))
+    return out
+
+
+def test_no_feature_is_probed_downstream() -> None:
+    found = [f"{path.relative_to(SRC)}:{line}: {call}"
+             for room in PROBE_FREE_ROOMS for path in sorted((SRC / room).rglob("*.py"))
+             for line, call in feature_probes(path.read_text(encoding="utf-8"))]
+    assert not found, ("features probed instead of read from a declaration (capabilities, "
+                       "needs, a protocol):\n" + "\n".join(found))
+
+
+def test_the_probe_finder_finds_probes() -> None:
+    """The check itself can fail: a literal getattr on a model and any hasattr are probes; a
+    dataclass's own fields, argparse's namespace and a computed name are not."""
+    source = ("a = getattr(model, 'exact_trees', True)\nb = hasattr(x, 'rescore')\n"
+              "c = getattr(self, 'k')\nd = getattr(args, 'p')\ne = getattr(res, name)\n"
+              "f = getattr(torch.backends, 'mps', None)\n")
+    assert [line for line, _ in feature_probes(source)] == [1, 2]
+
+
+def test_state_set_on_frozen_records_only_where_they_normalise_themselves() -> None:
+    """``object.__setattr__`` (writing a frozen dataclass) only inside ``__post_init__``: state
+    that changes lives in an object that says it is mutable, never pinned onto a model or a
+    frozen record from outside."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        inside: set[int] = set()
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and fn.name == "__post_init__":
+                inside |= {id(n) for n in ast.walk(fn)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "__setattr__" and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "object" and id(node) not in inside):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert not found, "object.__setattr__ outside __post_init__: " + ", ".join(found)

@@ -27,7 +27,7 @@ from blockdraft.drafts import (
     Trie,
 )
 from blockdraft.lattice.conditional import TreeLattice
-from blockdraft.lattice.sausage import LatticeError, SausageLattice, log_softmax
+from blockdraft.lattice.sausage import LatticeError, SausageLattice
 from blockdraft.lattice.search import Searchable, pbest
 from blockdraft.models.cost import CostCurve
 

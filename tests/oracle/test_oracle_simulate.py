@@ -190,6 +190,24 @@ def test_strategy_and_example_validation(tiny_trace: Trace) -> None:
         simulate_at_positions(tiny_trace, vanilla(), [0, 0], [1])
 
 
+def test_specs_and_what_a_trace_cannot_simulate(tiny_trace: Trace) -> None:
+    """A DraftSpec is built here (no model); a drafter of the tree lattice, a spec that needs a
+    cost curve, or one that reads more than the trace stores are refused by name."""
+    from blockdraft.drafts import ConditionalTreeDrafter, DraftSpec
+
+    by_spec = simulate(tiny_trace, DraftSpec("heads"))
+    assert by_spec.steps.n.tolist() == simulate(tiny_trace, vanilla()).steps.n.tolist()
+    assert by_spec.strategy == "vanilla"
+    with pytest.raises(OracleError, match=r"strategy 'tree-lattice confidence tree \(k=4, "
+                                          r"N=16\)' drafts from the tree lattice .* decode it "
+                                          r"online"):
+        simulate(tiny_trace, ConditionalTreeDrafter(k=4, budget=16))
+    with pytest.raises(OracleError, match=r"strategy 'cost-aware k=1 p=1 N<=32': .* cost curve"):
+        simulate(tiny_trace, DraftSpec("cost-aware"))
+    with pytest.raises(OracleError, match=r"reads k = 4 .* only K = 2"):
+        simulate(tiny_trace, DraftSpec("oracle", k=4))
+
+
 def test_examples_subset_and_positions(tiny_trace: Trace) -> None:
     full = simulate(tiny_trace, vanilla())
     part = simulate(tiny_trace, vanilla(), examples=slice(0, 1))
