@@ -16,6 +16,7 @@ from blockdraft.core.batch import DraftError
 from blockdraft.drafts import (
     AcceptanceTables,
     CostAwareTreeDrafter,
+    CostCut,
     StepView,
     Trie,
     select_nodes,
@@ -87,7 +88,9 @@ def test_the_tree_is_the_best_subtree_of_its_candidates(seed: int) -> None:
     reach = np.ones(trie.size)
     for u in range(1, trie.size):
         reach[u] = reach[trie.parents[u]] * q[u]
+    assert isinstance(drafter.cut, CostCut)
     cost = drafter.cut.cost
+    assert cost is not None
     best = 0.0
     others = range(1, trie.size)
     parents = np.asarray(trie.parents)

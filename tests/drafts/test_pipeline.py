@@ -151,7 +151,7 @@ def root_view() -> StepView:
 
 def all_paths(rows: list[list[int]]) -> list[tuple[int, ...]]:
     """Every node of the drafts' trie as its root path, the root first."""
-    out = [(ROOT,)]
+    out: list[tuple[int, ...]] = [(ROOT,)]
     for row in rows:
         for i in range(1, len(row) + 1):
             if (ROOT, *row[:i]) not in out:

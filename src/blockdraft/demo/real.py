@@ -68,7 +68,7 @@ def real_strategies(ngram: str, order: int, runtime: str, trees: bool = True) ->
     from blockdraft.drafts import DraftSpec
 
     lm = f"{order}-gram"
-    rescored = {"rescorer": "ngram", "lm": ngram, "alpha": NGRAM_ALPHA}
+    rescored: dict[str, Any] = {"rescorer": "ngram", "lm": ngram, "alpha": NGRAM_ALPHA}
     out = [Strategy("greedy", None, "k:-|p:-|alpha:-|lm:none")]
     if runtime != "torch":
         out.append(Strategy("greedy (PyTorch)", None, "k:-|p:-|alpha:-|lm:none|runtime:torch",

@@ -35,6 +35,7 @@ The named strategies are functions composing these parts (each returns a :class:
 """
 
 from blockdraft.core.batch import DraftBatch, DraftError
+from blockdraft.core.moved import moved_getattr
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.budget import CostAwareTreeDrafter
 from blockdraft.drafts.calibration import AcceptanceTables
@@ -81,3 +82,13 @@ __all__ = [
     "default_spec", "keep_paying", "medusa_tree", "rescored_tree", "select_nodes",
     "sort_choices", "trie_tree", "vanilla",
 ]
+
+__getattr__ = moved_getattr("blockdraft.drafts", {
+    "TreeDrafter": ("blockdraft.drafts.Drafter", "every drafter returns a DraftTree from one "
+                    "call, draft(view): a batch of drafts is its trie"),
+    "row_source": ("DraftTree.label(node) or DecodeStep.source", "a tree labels each node "
+                   "with the source that proposed it"),
+    "ConditionalDrafter.propose_conditional": ("ConditionalDrafter(...).draft(view)", "one "
+                                               "drafter call"),
+})
+

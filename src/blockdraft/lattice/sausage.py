@@ -41,6 +41,13 @@ from blockdraft.core.errors import BlockdraftError
 PAD_TOKEN = -1
 """Token id of a padding arc (an absent arc at the end of a ragged slot)."""
 _NO_ARCS = (np.zeros(0, dtype=np.int64), np.zeros(0))
+_MOVED_METHODS = {
+    "to_fst": "blockdraft.lattice.fst.lattice_to_fst(lattice)",
+    "from_fst": "blockdraft.lattice.fst.lattice_from_fst(fst)",
+    "save": "blockdraft.lattice.io.save_lattice(lattice, path)",
+    "load": "blockdraft.lattice.io.load_lattice(path).lattice",
+    "draw": "blockdraft.lattice.draw.draw_lattice(lattice, path)",
+}
 
 
 class LatticeError(BlockdraftError, ValueError):
@@ -83,8 +90,18 @@ def _raise_slot_error(i: int, tokens: np.ndarray, scores: np.ndarray) -> None:
     )
 
 
+class _LatticeType(type):
+    """The metaclass that names the functions of the lattice's former classmethods."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name in _MOVED_METHODS:
+            raise AttributeError(f"SausageLattice.{name} is gone: use {_MOVED_METHODS[name]} "
+                                 "(the lattice's files, FSTs and drawings live beside it)")
+        raise AttributeError(f"type object 'SausageLattice' has no attribute {name!r}")
+
+
 @dataclass(frozen=True, eq=False)
-class SausageLattice:
+class SausageLattice(metaclass=_LatticeType):
     """An ``h``-slot sausage lattice with up to ``k`` arcs per slot.
 
     Attributes:
@@ -384,6 +401,15 @@ class SausageLattice:
     def peek(self, prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`expand`: a sausage's arcs cost nothing to read."""
         return self.expand(prefix)
+
+    def __getattr__(self, name: str) -> Any:
+        """The methods that became functions of the modules beside this one (so that they
+        import this module, not the reverse) fail naming the function."""
+        if name in _MOVED_METHODS:
+            raise AttributeError(f"SausageLattice.{name} is gone: use "
+                                 f"{_MOVED_METHODS[name]} (the lattice's files, FSTs and "
+                                 "drawings live beside it)")
+        raise AttributeError(f"'SausageLattice' object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         return f"SausageLattice(h={self.h}, k={self.k}, num_paths={self.num_paths})"

@@ -15,6 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from blockdraft.core.moved import moved_getattr
+
 
 @runtime_checkable
 class DecoderCache(Protocol):
@@ -169,4 +171,11 @@ def as_factored(model: Any) -> FactoredHeadsModel:
         return model  # type: ignore[no-any-return]
     return _PlainAsFactored(model)  # type: ignore[return-value]
 
+
+__getattr__ = moved_getattr("blockdraft.models.protocol", {
+    "factored": ("capabilities_of(model).factored (blockdraft.models.capabilities)",
+                 "a model declares what it can do"),
+    "takes_last_only": ("capabilities_of(model).last_only (blockdraft.models.capabilities)",
+                        "a model declares what it can do"),
+})
 

@@ -55,7 +55,7 @@ from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.results import SimulationResult, StepRecords
 from blockdraft.oracle.trace import Trace, TraceExample
 from blockdraft.verify.acceptance import accepted_from, reference_matches, tree_winner
-from blockdraft.verify.engine import Verdict, run
+from blockdraft.verify.engine import Verdict, run, step
 from blockdraft.verify.errors import VerifyError
 from blockdraft.verify.records import DecodeStep
 
@@ -282,16 +282,16 @@ def simulate(
         except VerifyError as err:
             raise OracleError(f"strategy {drafter.name!r} at example {e}: {err}") from err
         vanilla = np.asarray(ex.topk_ids[:, :, 0], dtype=np.int64)  # (m, h)
-        for step in out.steps:
-            t = step.position
+        for record in out.steps:
+            t = record.position
             rows["example"].append(e)
             rows["t"].append(t)
-            rows["n"].append(step.n)
-            rows["tokens"].append(len(step.tokens))
-            rows["winner"].append(step.winner)
-            rows["drafts"].append(_draft_row(step, vanilla[t]))
-            rows["num_drafts"].append(int(step.tree.leaves().size))
-            rows["nodes"].append(step.tree.num_nodes)
+            rows["n"].append(record.n)
+            rows["tokens"].append(len(record.tokens))
+            rows["winner"].append(record.winner)
+            rows["drafts"].append(_draft_row(record, vanilla[t]))
+            rows["num_drafts"].append(int(record.tree.leaves().size))
+            rows["nodes"].append(record.tree.num_nodes)
         calls[j] = 1 + len(out.steps)
         generated[j] = m
         mt = ex.head1_mismatches()
@@ -397,19 +397,21 @@ def simulate_at_positions(
             steps, current = TraceSteps(trace[e], k), e
         pos = int(t_arr[j])
         m = int(lengths[e])
-        view = steps.view_at(pos, m - (pos + 1))
-        tree = drafter.draft(view)
-        if not isinstance(tree, DraftTree) or int(tree.tokens[0]) != view.certain:
-            raise OracleError(f"strategy {drafter.name!r} must return a DraftTree rooted at the "
-                              f"certain token {view.certain} (example {e}, t = {pos})")
-        tree = tree.truncate(m - (pos + 1))
-        out = steps.verify_at(pos, tree)
-        step = DecodeStep(position=pos, tree=tree, winner=out.node, n=out.n,
-                          source=tree.label(out.node), accept_lengths=out.accept_lengths,
-                          tokens=())
+        steps.t = pos  # the step at this position, not along the strategy's own walk
+        ex = steps.example
+        try:
+            done = step(drafter, steps, ex.context(pos), int(ex.prompt_ids.size), m - (pos + 1),
+                        int(steps.y[pos]), None, None)
+        except VerifyError as err:
+            raise OracleError(f"strategy {drafter.name!r} at example {e}, t = {pos}: "
+                              f"{err}") from err
+        out = done.verdict
+        record = DecodeStep(position=pos, tree=done.tree, winner=out.node, n=out.n,
+                            source=done.tree.label(out.node), accept_lengths=out.accept_lengths,
+                            tokens=())
         n[j], winner[j] = out.n, out.node
-        num_drafts[j], nodes[j] = int(tree.leaves().size), tree.num_nodes
-        drafts[j] = _draft_row(step, np.asarray(steps.example.topk_ids[pos, :, 0], np.int64))
+        num_drafts[j], nodes[j] = int(done.tree.leaves().size), done.tree.num_nodes
+        drafts[j] = _draft_row(record, np.asarray(ex.topk_ids[pos, :, 0], np.int64))
         tokens[j] = call_tokens(out.n, m - (pos + 1))
     return StepRecords(
         example=ex_arr, t=t_arr, n=n, tokens=tokens, winner=winner, drafts=drafts,

@@ -10,6 +10,7 @@
                                                       min_block, gadpp, typical
 """
 
+from blockdraft.core.moved import moved_getattr
 from blockdraft.verify.acceptance import tree_accepted, tree_winner
 from blockdraft.verify.criteria import CRITERIA, Criterion
 from blockdraft.verify.decode import DecodeResult, DecodeStep, decode
@@ -34,3 +35,11 @@ __all__ = [
     "tree_accepted",
     "tree_winner",
 ]
+
+__getattr__ = moved_getattr("blockdraft.verify", {
+    "predict": ("drafter.draft(StepView(lattice, context)) with "
+                "blockdraft.lattice.step.head_lattice(head_logits, k)",
+                "a drafter has one call, on a step view"),
+    "Drafter": ("blockdraft.drafts.Drafter", "the drafting room declares the protocol"),
+})
+

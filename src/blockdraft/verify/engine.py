@@ -25,7 +25,9 @@ call ``min(1 + n, remaining)`` (``d_2 .. d_{1+n}`` and the next certain token), 
 Public surface:
     Steps                     the protocol of what verifies (a model, a trace)
     Verdict                   frozen: what one verification decided
-    accept(verdict, remaining, eos_id) -> tuple[int, ...]
+    accept(verdict, tree, remaining, eos_id) -> tuple[int, ...]
+    step(drafter, steps, context, prompt_length, depth, certain, eos_id, vocab_size) -> Stepped
+        predict and verify one step (the one call of a drafter)
     run(drafter, steps, prompt, max_new_tokens, eos_id, vocab_size) -> Run
     Run                       frozen: tokens, steps (DecodeStep), prefill_s, stopped
 """
@@ -132,11 +134,34 @@ def _checked(tree: object, certain: int, vocab_size: int | None, name: str) -> D
     return tree
 
 
+@dataclass(frozen=True, eq=False)
+class Stepped:
+    """One step of the engine: the tree verified (cut to what can count), the verdict, and the
+    seconds its lattice and its drafting took."""
+
+    tree: DraftTree
+    verdict: Verdict
+    lattice_s: float
+    draft_s: float
+
+
+def step(drafter: Drafter, steps: Steps, context: np.ndarray, prompt_length: int, depth: int,
+         certain: int, eos_id: int | None, vocab_size: int | None) -> Stepped:
+    """Predict and verify one step: the lattice of the last call's heads, the drafter's tree
+    (the one place a drafter is called), cut to ``depth``, one verification call."""
+    start = time.perf_counter()
+    view = steps.view(context, prompt_length, depth)  # the lattice of the last call's heads
+    lattice_s = time.perf_counter() - start
+    tree = _checked(drafter.draft(view), certain, vocab_size, drafter.name).truncate(depth)
+    draft_s = time.perf_counter() - start - lattice_s
+    return Stepped(tree=tree, verdict=steps.verify(tree, eos_id), lattice_s=lattice_s,
+                   draft_s=draft_s)
+
+
 def run(drafter: Drafter, steps: Steps, prompt: list[int], max_new_tokens: int,
         eos_id: int | None, vocab_size: int | None = None) -> Run:
     """Decode one prompt (``max_new_tokens >= 1``) with ``drafter`` against ``steps`` (see the
     module docstring)."""
-    name = drafter.name
     start = time.perf_counter()
     tokens = [steps.prefill(prompt)]
     prefill_s = time.perf_counter() - start
@@ -150,26 +175,22 @@ def run(drafter: Drafter, steps: Steps, prompt: list[int], max_new_tokens: int,
         room = steps.room()
         depth = remaining if room is None else min(remaining, room - 1)
         context = np.asarray(prompt + tokens[:-1], dtype=np.int64)
-        # 1. predict: the lattice of the last call's heads -> the drafter -> a token tree
-        view = steps.view(context, n_prompt, depth)
-        lattice_s = time.perf_counter() - step_start
-        tree = _checked(drafter.draft(view), tokens[-1], vocab_size, name).truncate(depth)
-        draft_s = time.perf_counter() - step_start - lattice_s
-        # 2. verify: every node in one serial call
-        verdict = steps.verify(tree, eos_id)
+        # 1. predict and 2. verify: the drafter's tree over the lattice, one serial call
+        done = step(drafter, steps, context, n_prompt, depth, tokens[-1], eos_id, vocab_size)
+        tree, verdict = done.tree, done.verdict
         # 3. accept: d_2 .. d_{1+n}; the next certain token comes with the same call
         new = accept(verdict, tree, remaining, eos_id)
         tokens.extend(new)
         drafter.observe(Feedback(
             context=np.asarray(prompt + tokens[:-1], dtype=np.int64), certain=tokens[-1],
-            tree=tree, node=verdict.node, n=verdict.n, draft_s=draft_s,
+            tree=tree, node=verdict.node, n=verdict.n, draft_s=done.draft_s,
             forward_s=verdict.forward_s))
         records.append(DecodeStep(
             position=len(tokens) - len(new) - 1, tree=tree, winner=verdict.node, n=verdict.n,
             source=tree.label(verdict.node), accept_lengths=verdict.accept_lengths, tokens=new,
-            forward_s=verdict.forward_s, draft_s=draft_s, lattice_s=lattice_s,
+            forward_s=verdict.forward_s, draft_s=done.draft_s, lattice_s=done.lattice_s,
             heads_s=verdict.heads_s,
-            other_s=max(0.0, time.perf_counter() - step_start - lattice_s - draft_s
+            other_s=max(0.0, time.perf_counter() - step_start - done.lattice_s - done.draft_s
                         - verdict.forward_s - verdict.heads_s)))
     stopped = "eos" if eos_id is not None and tokens[-1] == eos_id else "max_new_tokens"
     return Run(tokens=tokens, steps=tuple(records), prefill_s=prefill_s, stopped=stopped)

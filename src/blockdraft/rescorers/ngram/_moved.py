@@ -14,6 +14,8 @@ Public surface:
 
 from __future__ import annotations
 
+from blockdraft.core.moved import moved_error as core_moved_error
+
 MOVED = {
     "train_ngram": "blockdraft.training.ngram.train_ngram",
     "NgramTrainResult": "blockdraft.training.ngram.NgramTrainResult",
@@ -33,8 +35,6 @@ def moved_error(old: str) -> ImportError:
     """The error for ``blockdraft.rescorers.ngram.<old>``, one of :data:`MOVED`."""
     new = MOVED[old]
     parent, _, leaf = new.rpartition(".")
-    return ImportError(
-        f"blockdraft.rescorers.ngram.{old} moved to {new} (n-gram LM training is the "
-        f"training room's); import it from there: from {parent} import {leaf}",
-        name=f"blockdraft.rescorers.ngram.{old}",
-    )
+    return core_moved_error(f"blockdraft.rescorers.ngram.{old}", new,
+                            f"n-gram LM training is the training room's; import it from there: "
+                            f"from {parent} import {leaf}")
