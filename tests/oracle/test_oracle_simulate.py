@@ -175,8 +175,9 @@ def test_strategy_and_example_validation(tiny_trace: Trace) -> None:
                                           r"tree rooted at 1; the root must be the certain "
                                           r"token d_1 = 3"):
         simulate(tiny_trace, FixedDrafts([[1, 2]]))
-    with pytest.raises(OracleError, match=r"must return a DraftTree rooted at the certain "
-                                          r"token 3 \(example 0, t = 2\)"):
+    with pytest.raises(OracleError, match=r"strategy 'fixed' at example 0, t = 2: fixed "
+                                          r"proposed a tree rooted at 1; the root must be the "
+                                          r"certain token d_1 = 3"):
         simulate_at_positions(tiny_trace, FixedDrafts([[1, 2]]), [0], [2])
     short = simulate_at_positions(tiny_trace, FixedDrafts([[1, 2]]), [0], [0])
     assert short.n.tolist() == [1] and short.drafts.tolist() == [[1, 2, 7]]  # then top-1
