@@ -56,21 +56,21 @@ lint: setup
 	$(PY) -m mypy src
 
 bench: setup
-	$(PY) benchmarks/bench_eval.py
+	$(PY) -m benchmarks.bench_eval
 
 bench-quick: setup
-	$(PY) benchmarks/bench_eval.py --quick
+	$(PY) -m benchmarks.bench_eval --quick
 
 bench-rescore: setup
-	$(PY) benchmarks/bench_rescore.py
+	$(PY) -m benchmarks.bench_rescore
 
 bench-steps: setup
-	$(PY) benchmarks/bench_step_costs.py
+	$(PY) -m benchmarks.bench_step_costs
 
 # End to end on the real model (SmolLM2 + Medusa heads), peers beside: benchmarks/results/real/.
 # llama.cpp peers only after `make bench-real-peers-setup` (compiles llama-cpp-python, ~5 min).
 bench-real: setup
-	$(PY) benchmarks/bench_real.py --full --prompts-per-task 2 --task-prompts chat=12 \
+	$(PY) -m benchmarks.bench_real --full --prompts-per-task 2 --task-prompts chat=12 \
 		--tasks qa-squad,sum-cnndm,sum-samsum,mt-wmt14-deen,explain,cont-lambada,chat \
 		--k 8 --p 4 --p-verify trie --context-weight 0.2 \
 		--lm src/blockdraft/models/hf/heads/smollm2/ngram/answers4.bin \
@@ -80,20 +80,20 @@ bench-real: setup
 
 # The verification cost curve per runtime (benchmarks/results/costs/).
 bench-costs: setup
-	$(PY) benchmarks/bench_costs.py --model smollm2 \
+	$(PY) -m benchmarks.bench_costs --model smollm2 \
 		--variants torch:float32,onnxruntime:float32,onnxruntime:int8 --threads 1 \
 		--out benchmarks/results/costs
 
 bench-real-quick: setup
-	$(PY) benchmarks/bench_real.py
+	$(PY) -m benchmarks.bench_real
 
 bench-real-smoke: setup
-	$(PY) benchmarks/bench_real.py --smoke
+	$(PY) -m benchmarks.bench_real --smoke
 
 # Token trees at equal budget on SmolLM2 (chain, p-best tries, Medusa, EAGLE-2-style, rescored):
 # benchmarks/results/trees/.
 bench-trees: setup
-	$(PY) benchmarks/bench_trees.py --full
+	$(PY) -m benchmarks.bench_trees --full
 
 bench-real-peers-setup: setup
 	bash scripts/install_llama_cpp.sh
@@ -106,7 +106,7 @@ clean:
 # plug in by KIM_ARGS, e.g. KIM_ARGS="--lm textbooks=lm4.bin --neural rescorer-dir".
 .PHONY: bench-kim
 bench-kim: setup
-	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_kim.py $(KIM_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks.bench_kim $(KIM_ARGS)
 
 # One sweep on SmolLM2 (34 configurations: k 4,8,16 x p 1,4,16 x alpha 0.5,1,2 x {none, the
 # packaged answers 4-gram}) timed serially, on 2 processes and on a local Ray of 2 CPUs, with
@@ -114,13 +114,13 @@ bench-kim: setup
 # is bench-kim's chat trace (SWEEP_ARGS="--trace DIR" for another: the committed example used
 # package-drafting's held-out trace, build/drafting/trace-heldout, recorded with the packaged heads).
 bench-sweep: setup
-	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_sweep.py --k 4,8,16 --p 1,4,16 --alpha 0.5,1,2 \
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks.bench_sweep --k 4,8,16 --p 1,4,16 --alpha 0.5,1,2 \
 		--lm none src/blockdraft/models/hf/heads/smollm2/ngram/answers4.bin --online 4 \
 		--out benchmarks/results/sweep $(SWEEP_ARGS)
 
 # The packaged heads' shortlist size: coverage, B and step time by size (benchmarks/results/shortlist).
 bench-shortlist: setup
-	$(PY) benchmarks/bench_shortlist.py --distill $(DISTILL) --trace chat=$(CHAT_TRACE) \
+	$(PY) -m benchmarks.bench_shortlist --distill $(DISTILL) --trace chat=$(CHAT_TRACE) \
 		--trace tasks=$(TASKS_TRACE) --sizes 2048,4096,8192,16384,32768 --threads 1
 
 # The packaged heads' shortlist, n-gram LM, acceptance tables and settings, from a distillation set

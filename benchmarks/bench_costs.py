@@ -1,10 +1,10 @@
 """The cost curve of verification: what one forward over N draft tokens costs against one
 greedy step, per runtime, precision and device.
 
-    .venv/bin/python benchmarks/bench_costs.py --model smollm2 \\
+    .venv/bin/python -m benchmarks.bench_costs --model smollm2 \\
         --variants torch:float32,onnxruntime:float32,onnxruntime:int8 --threads 1 \\
         --out benchmarks/results/costs
-    python benchmarks/bench_costs.py --shape smollm2 --device cuda \\
+    python -m benchmarks.bench_costs --shape smollm2 --device cuda \\
         --variants torch:float32,torch:bfloat16 --out $OUT      # scripts/gpu_check.sh
 
 Compute does not depend on the weights, so ``--shape smollm2`` times a randomly initialised
@@ -40,66 +40,18 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from report import save_figure, write_report  # noqa: E402
-
-from blockdraft.core.signature import cpu_flags, cpu_model, environment, format_signature  # noqa: E402
-from blockdraft.core.tree import DraftTree  # noqa: E402
-from blockdraft.models.protocol import as_factored  # noqa: E402
-from blockdraft.verify import Verifier  # noqa: E402
+from benchmarks.common.report import command_line, save_figure, write_report
+from benchmarks.common.stand_ins import SMOLLM2_SHAPE, TINY_SHAPE, bushy_tree, random_model
+from blockdraft.core.signature import cpu_flags, cpu_model, environment, format_signature
+from blockdraft.core.tree import DraftTree
+from blockdraft.models.protocol import as_factored
+from blockdraft.verify import Verifier
 
 SIZES = (1, 2, 4, 6, 8, 16, 32, 64)
-SMOLLM2_SHAPE = {
-    "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
-    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-    "head_dim": 64, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
-    "rope_theta": 100000.0, "tie_word_embeddings": True,
-}
-TINY_SHAPE = {
-    "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-    "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
-}
 EXAMPLE_B = {"vanilla heads (B 1.10)": 1.10, "4-best 4-gram trie (B 1.21)": 1.21,
              "rescored tree (B 1.35)": 1.35, "B 1.6 (chat heads target)": 1.6,
              "B 2.0": 2.0}
 """Block efficiencies the report turns into expected speedups (labelled as such)."""
-
-
-def random_model(shape: dict[str, Any], heads: int = 5, seed: int = 0) -> Any:
-    """A randomly initialised Llama of ``shape`` with ``heads`` Medusa heads (float32)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads
-
-    torch.manual_seed(seed)
-    rope = {"rope_theta": shape["rope_theta"]} if "rope_theta" in shape else {}
-    config = LlamaConfig(**{k: v for k, v in shape.items() if k != "rope_theta"},
-                         **({"rope_parameters": {"rope_type": "default", **rope}} if rope
-                            else {}))
-    base = LlamaForCausalLM(config).eval()
-    return HFBlockwiseModel(base, MedusaHeads(shape["hidden_size"], None, heads, 1))
-
-
-def bushy_tree(n: int, vocab: int, rng: np.random.Generator, max_depth: int = 5) -> DraftTree:
-    """A token tree of ``n`` nodes, every depth at most ``max_depth`` (an EAGLE-like shape)."""
-    parents = [-1]
-    depths = [0]
-    for _ in range(1, n):
-        choices = [u for u in range(len(parents)) if depths[u] < max_depth]
-        par = int(rng.choice(choices))
-        parents.append(par)
-        depths.append(depths[par] + 1)
-    tokens = np.empty(n, dtype=np.int64)
-    tokens[0] = int(rng.integers(vocab))
-    for u in range(1, n):  # distinct siblings
-        taken = {int(tokens[v]) for v in range(1, u) if parents[v] == parents[u]}
-        tok = int(rng.integers(vocab))
-        while tok in taken:
-            tok = int(rng.integers(vocab))
-        tokens[u] = tok
-    return DraftTree(tokens=tokens, parents=np.asarray(parents), scores=-np.arange(n, dtype=float))
 
 
 def build_variants(args: argparse.Namespace) -> dict[str, Any]:
@@ -231,7 +183,8 @@ def make_report(medians: dict[str, Any], args: argparse.Namespace) -> dict[str, 
         providers = onnxruntime.get_available_providers()
     except ImportError:
         providers = []
-    return {"command": " ".join(sys.argv), "signature": format_signature(fields),
+    return {"command": command_line("benchmarks.bench_costs", None),
+            "signature": format_signature(fields),
             "cpu_flags": " ".join(cpu_flags()), "ort_providers": providers, "sizes": sizes,
             "rows": rows}
 

@@ -1,7 +1,7 @@
 """The analyses of Kim et al. (2024) on real data with our own models (issue 4).
 
-    .venv/bin/python benchmarks/bench_eval.py            # make bench        (full)
-    .venv/bin/python benchmarks/bench_eval.py --quick    # make bench-quick  (fewer examples)
+    .venv/bin/python -m benchmarks.bench_eval            # make bench        (full)
+    .venv/bin/python -m benchmarks.bench_eval --quick    # make bench-quick  (fewer examples)
 
 What it does, in order (every artefact cached under $BLOCKDRAFT_CACHE/bench, default
 ~/.cache/blockdraft/bench):
@@ -13,7 +13,7 @@ What it does, in order (every artefact cached under $BLOCKDRAFT_CACHE/bench, def
    model; the h = 3, 6 ablation reads them from the 9-head trace), two RescorerLMs (mini:
    1 layer d=128; small: 2 layers d=256) and 2-gram / 4-gram KenLM models (lmplz).
 2. Per task (LAMBADA, WikiText-2 test, llm_decoding wikitext/book prefixes, SQuAD, CNN/DM,
-   SAMSum, XSum, MultiNews; prompts as in Kim App. C, see benchmarks/tasks.py): one trace
+   SAMSum, XSum, MultiNews; prompts as in Kim App. C, see benchmarks/common/tasks.py): one trace
    of greedy decoding (trace once), then every drafting strategy simulated offline with exact
    verification: vanilla (h = 3, 6, 9), 2-/4-gram rescoring, neural rescoring (two sizes),
    p-best 0-gram and 4-gram for p = 1..16, the oracle for k = 1..16, repetition, head entropy,
@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.common.report import log
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("BLOCKDRAFT_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -94,10 +96,6 @@ PRESETS = {
                         latency_n=4, e2e_prompts=1, e2e_tasks=("squad",), alphas=(0.5, 1.0),
                         smoke=True),
 }
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------- models
@@ -218,8 +216,7 @@ def signature(cfg: EvalConfig, manifest: dict[str, Any], **fields: Any) -> str:
 
 def trace_task(task: str, cfg: EvalConfig, model: Any, tok: Any) -> tuple[Any, dict[str, Any]]:
     """The task's trace (cached): n_tune + n_eval prompts, greedy-decoded once."""
-    from tasks import encode_prompt, load_task
-
+    from benchmarks.common.tasks import encode_prompt, load_task
     from blockdraft.oracle import Trace
     from blockdraft.oracle.record import record_trace
 
@@ -399,8 +396,8 @@ def latency(cfg: EvalConfig, trace_paths: list[str]) -> dict[str, Any]:
 def end_to_end(cfg: EvalConfig) -> dict[str, Any]:
     """Online decode vs plain greedy on a few eval prompts per task type (exact criterion)."""
     import torch
-    from tasks import encode_prompt, load_task
 
+    from benchmarks.common.tasks import encode_prompt, load_task
     from blockdraft.drafts.heads import HeadDrafter
     from blockdraft.models import greedy_generate, load_model, load_tokenizer
     from blockdraft.rescorers.neural import NeuralRescorer
@@ -515,10 +512,10 @@ def main(argv: list[str] | None = None) -> int:
               "latency": lat, "e2e": e2e, "signature": signature(cfg, manifest, n_tune=cfg.n_tune,
                                                                  n_eval=cfg.n_eval),
               "wall_s": time.perf_counter() - t_start,
-              "command": "python benchmarks/bench_eval.py" + ("" if preset == "full" else
+              "command": "python -m benchmarks.bench_eval" + ("" if preset == "full" else
                                                               f" --{preset}")}
     (out_dir / "eval.json").write_text(json.dumps(report, indent=1) + "\n")
-    from eval_report import write_report  # benchmarks/eval_report.py
+    from benchmarks.common.eval_report import write_report
 
     write_report(report, out_dir)
     log(f"wrote {out_dir}/eval.md ({report['wall_s'] / 60:.1f} min)")
@@ -526,5 +523,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

@@ -1,9 +1,9 @@
 """Issue 30's GPU benchmark: the cost curve eager against CUDA graphs, the decode loop end to end,
 and transformers' own generate beside it, in one run (``scripts/gpu_check.sh`` runs it).
 
-    python benchmarks/bench_gpu.py --device cuda --out $OUT                 # random weights
-    python benchmarks/bench_gpu.py --device cuda --model DIR/x.gguf --out $OUT   # real weights
-    python benchmarks/bench_gpu.py --device cpu --tiny --out /tmp/gpu       # smoke (~20 s)
+    python -m benchmarks.bench_gpu --device cuda --out $OUT                 # random weights
+    python -m benchmarks.bench_gpu --device cuda --model DIR/x.gguf --out $OUT   # real weights
+    python -m benchmarks.bench_gpu --device cpu --tiny --out /tmp/gpu       # smoke (~20 s)
 
 Sections (``--sections``, each written to ``gpu.{json,md,png}`` as soon as it ends, so a run
 stopped at a time limit keeps what it measured):
@@ -23,7 +23,7 @@ stopped at a time limit keeps what it measured):
   weights, e.g. SmolLM2's GGUF with the packaged heads) on chat prompts; otherwise rows
   labelled ``replay``: random weights of the exact shape, with a drafter that replays the tree
   sizes and accepted lengths of a recorded CPU decode of the real model (``--replay``, written
-  by ``benchmarks/replay.py``) after running the strategy's own drafter for its host cost.
+  by ``benchmarks/common/replay.py``) after running the strategy's own drafter for its host cost.
 - ``peers``: transformers' ``generate`` on the same base, greedy with its dynamic cache, with its
   static cache (``cache_implementation="static"``, compile disabled), with its static cache and
   ``torch.compile`` (CUDA only: the last row, written as unfinished before it starts, so a
@@ -46,11 +46,15 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_costs import SMOLLM2_SHAPE, TINY_SHAPE, bushy_tree, random_model  # noqa: E402
-from replay import PROMPTS, ReplayTreeDrafter, inner_drafter, load_replay, strategies  # noqa: E402
-from report import command_line, header, save_figure, write_report  # noqa: E402
+from benchmarks.common.replay import (
+    PROMPTS,
+    ReplayTreeDrafter,
+    inner_drafter,
+    load_replay,
+    strategies,
+)
+from benchmarks.common.report import command_line, header, save_figure, write_report
+from benchmarks.common.stand_ins import SMOLLM2_SHAPE, TINY_SHAPE, bushy_tree, random_model
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 TREE = 64
@@ -225,7 +229,7 @@ def e2e_setup(args: argparse.Namespace, precision: str) -> dict[str, Any]:
                 "eos": None, "replay": None, "mode": "random",
                 "max_new": args.max_new_tokens,
                 "reason": f"skipped: no --model and no replay file {args.replay} (record one: "
-                "python benchmarks/replay.py --model smollm2 --out "
+                "python -m benchmarks.common.replay --model smollm2 --out "
                 "benchmarks/replay/smollm2_chat.json)"}
     data = load_replay(args.replay)
     first = next(iter(data["strategies"].values()))[:args.prompts]
@@ -309,7 +313,7 @@ def peers(args: argparse.Namespace, setup: dict[str, Any], out: dict[str, Any],
     """transformers' generate on the same base: greedy (dynamic cache, static cache, static
     cache + torch.compile) and prompt lookup; tokens/s, B and outputs against its greedy,
     filled into ``out`` (an entry of ``report``, saved before each row)."""
-    from peers import HFGenerate
+    from benchmarks.common.peers import HFGenerate
 
     base = setup["model"].base
     prompts, eos, max_new = setup["prompts"], setup["eos"], setup["max_new"]
@@ -505,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     sections = args.sections.split(",")
     pending = [f"{s}:{p}" for s in sections for p in args.precisions]
-    report: dict[str, Any] = {"command": command_line("bench_gpu.py", argv),
+    report: dict[str, Any] = {"command": command_line("benchmarks.bench_gpu", argv),
                               "signature": signature(args), "costs": [], "e2e": [],
                               "peers": [], "pending": pending}
 

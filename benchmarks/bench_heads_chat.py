@@ -1,6 +1,6 @@
 """How well Medusa heads predict chat: top-1/top-5 per head and B on a held-out chat set.
 
-    .venv/bin/python benchmarks/bench_heads_chat.py [--heads DIR] [--max-new-tokens 96] \\
+    .venv/bin/python -m benchmarks.bench_heads_chat [--heads DIR] [--max-new-tokens 96] \\
         --out benchmarks/results/heads/chat
 
 The chat set (``benchmarks/chat_eval.jsonl``: 36 requests in six kinds, explanations, code,
@@ -54,8 +54,8 @@ def head_accuracy(trace: Any, examples: list[int], ks: tuple[int, ...] = (1, 5)
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from report import command_line, header, write_report
 
+    from benchmarks.common.report import command_line, header, write_report
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.drafts import HeadDrafter, TrieDrafter
     from blockdraft.models import load_model
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "smollm2", "heads": Path(heads).name, "runtime": "onnxruntime",
         "precision": "float32", "set": CHAT.name, "max_new_tokens": args.max_new_tokens,
         "criterion": "exact", "version": env["version"], "commit": env["commit"]})
-    report = {"command": command_line("bench_heads_chat.py", argv), "signature": signature,
+    report = {"command": command_line("benchmarks.bench_heads_chat", argv), "signature": signature,
               "groups": result, "wall_s": time.perf_counter() - start}
     report = json.loads(json.dumps(report))
     h = max(int(k) for k in report["groups"]["all"]["top1"]) if report["groups"] else 0

@@ -1,6 +1,6 @@
 """Lossless in practice: is exact BPD token-identical to greedy decoding on a real model?
 
-    .venv/bin/python benchmarks/bench_identity.py [--prompts 20] [--max-new-tokens 128]
+    .venv/bin/python -m benchmarks.bench_identity [--prompts 20] [--max-new-tokens 128]
         [--dtypes float32,bfloat16] [--heads smollm2|fresh|PATH] [--k 16] [--p 4]
         [--threads 1] [--out benchmarks/results]
 
@@ -39,10 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # report.py beside this script
-
-from report import command_line, header, write_report  # noqa: E402
-
+from benchmarks.common.report import command_line, header, write_report
 from blockdraft.core.signature import environment, format_signature
 from blockdraft.drafts import HeadDrafter
 from blockdraft.models import greedy_generate, load_model
@@ -291,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
               "criterion": "exact", **environment("cpu")}
     signature = format_signature(fields)
     summary = summarise(runs)
-    command = command_line("bench_identity.py", argv)
+    command = command_line("benchmarks.bench_identity", argv)
     write_report({"signature": signature, "fields": fields, "command": command,
                   "wall_s": time.perf_counter() - wall, "summary": summary, "runs": runs,
                   "prompts": list(prompts)}, args.out, "identity",

@@ -1,6 +1,6 @@
 """Kim et al. (2024)'s tables on the real model: SmolLM2-135M-Instruct with its Medusa heads.
 
-    .venv/bin/python benchmarks/bench_kim.py [--lm NAME=PATH ...] [--alpha 1.0] [--k 16] \\
+    .venv/bin/python -m benchmarks.bench_kim [--lm NAME=PATH ...] [--alpha 1.0] [--k 16] \\
         [--p 4,16] [--neural FOLDER] [--context-order N --context-weight W]     # make bench-kim
 
 SmolLM2-135M-Instruct with its packaged Medusa heads (h = 6; ``--heads DIR`` for others) on
@@ -12,8 +12,9 @@ rerun records nothing:
 
 - ``chat``: the held-out chat set ``benchmarks/chat_eval.jsonl`` (36 requests; the kind of a
   request is its ``category``);
-- ``tasks``: ``bench_real.build_cases`` over ``tasks.REAL_TASKS``, ``--per-task`` 2 prompts
-  per task, the chat template, at most ``--prompt-tokens`` 400 (the kind is the task).
+- ``tasks``: ``real_model.build_cases`` over ``tasks.REAL_TASKS`` (``benchmarks.common``),
+  ``--per-task`` 2 prompts per task, the chat template, at most ``--prompt-tokens`` 400 (the
+  kind is the task).
 
 Everything else is simulated offline from the traces (docs/definitions.md sec. 6): vanilla
 heads, p-best 0-gram, n-gram rescoring (1-best and p-best, p drafts verified as one trie) with
@@ -21,7 +22,7 @@ every ``--lm`` (a KenLM binary or ARPA over SmolLM2 token ids), neural rescoring
 ``--neural`` (a RescorerLM folder), the context LM of ``NgramRescorer`` (``--context-order``,
 ``--context-weight``, passed only when its constructor takes them), and the oracle. Without
 ``--lm`` nothing is trained: the page reports vanilla, p-best 0-gram and the oracle, and says
-which rows are missing. Tables (kim_report.py): Kim's Table 3 (consecutive repetition),
+which rows are missing. Tables (common/kim_report.py): Kim's Table 3 (consecutive repetition),
 Table 4 (B), Table 5 (wins/ties/losses), Fig. 6 (the oracle curve, ``kim_oracle.png``) and the
 latency of each rescorer per step at the shapes used (App. H), each per kind of request and
 overall (pooled: tokens / calls of the set), the paper's figures beside ours.
@@ -48,20 +49,15 @@ from typing import Any
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-if str(BENCH) not in sys.path:  # tasks.py, bench_real.py and the reports live beside this script
-    sys.path.insert(0, str(BENCH))
+from benchmarks.common.report import log
 
+BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results" / "kim"
 CHAT = BENCH / "chat_eval.jsonl"
 MODEL = "smollm2"
 RUNTIME, PRECISION = "onnxruntime", "float32"
 ORACLE_KS = (1, 2, 4, 8, 16, 32)
 KIM_VERSION = 1  # part of every trace's cache key: bump when what a trace holds changes
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # ---- the prompt sets and their traces ------------------------------------------------------------
@@ -97,9 +93,9 @@ def chat_set(tokenizer: Any, path: Path = CHAT) -> PromptSet:
 
 
 def task_set(tokenizer: Any, per_task: int, prompt_tokens: int, seed: int = 0) -> PromptSet:
-    """``bench_real.build_cases`` over ``tasks.REAL_TASKS``."""
-    from bench_real import build_cases
-    from tasks import REAL_TASKS
+    """``real_model.build_cases`` over ``tasks.REAL_TASKS`` (``benchmarks.common``)."""
+    from benchmarks.common.real_model import build_cases
+    from benchmarks.common.tasks import REAL_TASKS
 
     cases = build_cases(tokenizer, REAL_TASKS, per_task, prompt_tokens, seed)
     return PromptSet("tasks", tuple(tuple(c.ids) for c in cases), tuple(c.task for c in cases),
@@ -565,10 +561,10 @@ def load_lms(specs: Sequence[tuple[str, Path]], vocab_size: int, tokenizer: Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kim_report import write_page
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from benchmarks.common.kim_report import write_page
     from blockdraft.core.files import cache_dir
     from blockdraft.core.signature import environment
     from blockdraft.models import load_tokenizer
@@ -577,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     wall = time.perf_counter()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    from bench_real import heads_label
+    from benchmarks.common.real_model import heads_label
 
     tok = load_tokenizer(MODEL)
     heads = heads_label(args.heads)
@@ -677,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"k": args.k, "ps": args.ps, "alpha": args.alpha, "oracle_ks": list(ORACLE_KS),
                 "lms": [i for _, _, i in lms], "neural": neural[2] if neural else None,
                 "context": ctx, "refiners": [r.label for r in refiners]}
-    command = " ".join(["python benchmarks/bench_kim.py", shlex.join(args.argv)]).strip()
+    command = " ".join(["python -m benchmarks.bench_kim", shlex.join(args.argv)]).strip()
     report = make_report(command, fields,
                          settings, missing, results, latency, time.perf_counter() - wall)
     paths = write_page(report, args.out)

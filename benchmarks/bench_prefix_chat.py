@@ -1,6 +1,6 @@
 """Medusa heads against prefix-conditioned (Hydra-style) heads on the held-out chat set, online.
 
-    .venv/bin/python benchmarks/bench_prefix_chat.py --medusa HEADS_DIR --prefix HEADS_DIR \\
+    .venv/bin/python -m benchmarks.bench_prefix_chat --medusa HEADS_DIR --prefix HEADS_DIR \\
         [--max-new-tokens 96] [--k 4] [--p 8] [--budget 16] [--runtime onnxruntime --time] \\
         --out benchmarks/results/heads/prefix
 
@@ -41,8 +41,8 @@ CHAT = BENCH / "chat_eval.jsonl"
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from report import command_line, header, write_report
 
+    from benchmarks.common.report import command_line, header, write_report
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.drafts import (
         ConditionalDrafter,
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         "runtime": args.runtime, "precision": "float32", "set": CHAT.name,
         "prompts": len(rows), "max_new_tokens": n_new, "k": args.k, "p": args.p,
         "budget": args.budget or "-", "criterion": "exact", "threads": args.threads, **env})
-    report = {"command": command_line("bench_prefix_chat.py", argv), "signature": signature,
+    report = {"command": command_line("benchmarks.bench_prefix_chat", argv), "signature": signature,
               "results": results, "wall_s": round(time.perf_counter() - start, 1)}
     timed = args.time
     lines = [*header("Medusa against prefix-conditioned heads on the held-out chat set", report),

@@ -1,6 +1,6 @@
 """What the heads cost at a step: Medusa heads against prefix-conditioned heads, PyTorch.
 
-    .venv/bin/python benchmarks/bench_prefix_cost.py --medusa HEADS_DIR --prefix HEADS_DIR \\
+    .venv/bin/python -m benchmarks.bench_prefix_cost --medusa HEADS_DIR --prefix HEADS_DIR \\
         [--k 4] [--repeats 300] --out benchmarks/results/heads/prefix
 
 At one accepted position of SmolLM2-135M-Instruct (float32, one thread), the time of what the
@@ -22,8 +22,8 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from report import command_line, header, write_report
 
+    from benchmarks.common.report import command_line, header, write_report
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.models import load_model
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     signature = format_signature({"model": "smollm2", "runtime": "torch", "precision": "float32",
                                   "threads": 1, "k": args.k, "cache": 256,
                                   "repeats": args.repeats, **env})
-    report = {"command": command_line("bench_prefix_cost.py", argv), "signature": signature,
+    report = {"command": command_line("benchmarks.bench_prefix_cost", argv), "signature": signature,
               "median_ms": med}
     lines = [*header("The heads' cost at a step (PyTorch float32, one thread)", report),
              "| call | median ms | share of a greedy step |", "|---|---|---|"]

@@ -1,6 +1,6 @@
 """What a runtime's precision costs in quality: held-out perplexity and next-token agreement.
 
-    .venv/bin/python benchmarks/bench_quality.py --windows 24 --window 256 \\
+    .venv/bin/python -m benchmarks.bench_quality --windows 24 --window 256 \\
         --variants torch:float32,onnxruntime:float32,onnxruntime:int8 \\
         --out benchmarks/results/quality
 
@@ -47,8 +47,7 @@ def base_logits(model: Any, ids: list[int]) -> torch.Tensor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from report import command_line, header, write_report
-
+    from benchmarks.common.report import command_line, header, write_report
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.models import load_model
     from blockdraft.models.runtimes import on_runtime
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "smollm2", "text": "wikitext2-test", "windows": args.windows,
         "window": args.window, "seed": args.seed, "threads": args.threads,
         "torch": torch.__version__, "version": env["version"], "commit": env["commit"]})
-    report = {"command": command_line("bench_quality.py", argv), "signature": signature,
+    report = {"command": command_line("benchmarks.bench_quality", argv), "signature": signature,
         "reference": ref_name, "rows": rows, "wall_s": time.perf_counter() - start}
     lines = [*header("Quality of a runtime's precision: held-out perplexity and next-token "
                      "agreement", report),

@@ -1,14 +1,14 @@
 """Faster than greedy on the real model? End to end on SmolLM2, peers side by side (issue 11).
 
-    .venv/bin/python benchmarks/bench_real.py            # quick: 3 prompts per task
-    .venv/bin/python benchmarks/bench_real.py --full     # make bench-real: 8 prompts per task
-    .venv/bin/python benchmarks/bench_real.py --smoke    # 1 prompt per task x 16 tokens
+    .venv/bin/python -m benchmarks.bench_real            # quick: 3 prompts per task
+    .venv/bin/python -m benchmarks.bench_real --full     # make bench-real: 8 prompts per task
+    .venv/bin/python -m benchmarks.bench_real --smoke    # 1 prompt per task x 16 tokens
 
 SmolLM2-135M-Instruct with its Medusa heads (``load_model("smollm2")``, or ``--heads DIR``) in
 ``--dtype`` (float32 default: on a CPU without bfloat16 units it is the faster one) on
 ``--threads`` torch threads, batch 1, temperature 0, ``--max-new-tokens`` (128) with EOS
 honoured. Prompts: one user turn in the model's chat template from the evaluation files of the
-shared data (``benchmarks/tasks.py``, ``REAL_TASKS``: SQuAD QA, CNN/DM and SAMSum
+shared data (``benchmarks/common/tasks.py``, ``REAL_TASKS``: SQuAD QA, CNN/DM and SAMSum
 summarization, WMT14 newstest2014 de->en, a free writing/explanation set written for this
 benchmark, LAMBADA continuation), the document cut at a word so that the prompt stays within
 ``--prompt-tokens`` (400); never the distillation prompts.
@@ -21,7 +21,7 @@ pretraining corpus and caches under ``$BLOCKDRAFT_CACHE/bench/real``), neural re
 with a RescorerLM over SmolLM2's tokenizer: ``--neural``), input copy (IAD) alone and beside
 the vanilla heads (``--p-verify trie`` verifies the p > 1 drafts as one trie instead of a batch
 of p rows: the same output and B, fewer tokens per forward). Peers on the same model, dtype,
-threads and prompts (``peers.py``): transformers' ``generate`` greedy and its prompt lookup
+threads and prompts (``common/peers.py``): transformers' ``generate`` greedy and its prompt lookup
 decoding (``prompt_lookup_num_tokens=10``) on the base model, and llama.cpp (llama-cpp-python)
 greedy and prompt lookup on the same GGUF file when ``llama_cpp`` imports (``make
 bench-real-peers-setup``). For each prompt the greedy reference runs first, then every strategy
@@ -56,10 +56,8 @@ h, k, p, alpha, LM, commit).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
-import os
 import shlex
 import subprocess
 import sys
@@ -69,23 +67,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-if str(BENCH) not in sys.path:  # tasks.py and peers.py live beside this script
-    sys.path.insert(0, str(BENCH))
-REPO = BENCH.parent
-
-from real_report import (  # noqa: E402  (beside this script)
+from benchmarks.common.data import SHARED, _key
+from benchmarks.common.real_model import (
+    MODEL,
+    PromptCase,
+    build_cases,
+    heads_folder,
+    heads_label,
+)
+from benchmarks.common.real_report import (
     make_report,
     markdown,
     own_runtime,
     write_report,
 )
+from benchmarks.common.report import log
+from blockdraft.core.efficiency import block_efficiency
 
-from blockdraft.core.efficiency import block_efficiency  # noqa: E402
-
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
 RESULTS = BENCH / "results" / "real"
-SHARED = Path(os.environ.get("BLOCKDRAFT_SHARED_DATA", REPO.parent / "shared" / "data"))
-MODEL = "smollm2"
 
 PRESETS = {  # prompts per task, max new tokens, results folder, LM corpus
     "quick": (3, 128, RESULTS / "quick", "default"),
@@ -109,22 +110,7 @@ NEURAL_TRAIN = ["--preset", "small", "--steps", "600", "--seed", "0", "--n-layer
                 "--n-head", "2", "--d-model", "128", "--d-ff", "512"]
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
 # ---- what is run ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PromptCase:
-    """One prompt: its task, record id, token ids and how it was cut."""
-
-    task: str
-    id: str
-    ids: tuple[int, ...]
-    truncated: bool = False
-    preview: str = ""
 
 
 @dataclass(frozen=True)
@@ -435,23 +421,6 @@ def _run(models: dict[str, Any], cases: Sequence[PromptCase], strategies: Sequen
 # ---- the real model's inputs ---------------------------------------------------------------------
 
 
-def build_cases(tokenizer: Any, tasks: Sequence[str], n: int, prompt_tokens: int,
-                seed: int = 0, data_root: Path = SHARED, per_task: dict[str, int] | None = None
-                ) -> list[PromptCase]:
-    """``n`` chat prompts of every task (``per_task[task]`` of those it names; seeded), cut to
-    ``prompt_tokens``."""
-    from tasks import encode_chat, load_chat_task
-
-    cases = []
-    for task in tasks:
-        for ex in load_chat_task(task, data_root, n=(per_task or {}).get(task, n), seed=seed):
-            enc = encode_chat(ex, tokenizer, prompt_tokens)
-            preview = ex.message(enc.words_kept)
-            cases.append(PromptCase(task, ex.id, enc.ids, enc.truncated,
-                                    preview[:160] + ("..." if len(preview) > 160 else "")))
-    return cases
-
-
 def corpus_files(name: str, root: Path = SHARED) -> list[Path]:
     """The files of an LM corpus (``LM_CORPORA``), in a fixed order."""
     files: list[Path] = []
@@ -473,10 +442,6 @@ def _shown(paths: Sequence[Path]) -> list[str]:
         except ValueError:
             out.append(str(p))
     return out
-
-
-def _key(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:10]
 
 
 def ensure_ngram(corpus: str, order: int, cache: Path) -> tuple[Path, dict[str, Any]]:
@@ -539,21 +504,6 @@ def neural_dir(choice: str, cache: Path, threads: int) -> tuple[Path | None, str
     return Path(choice), ""
 
 
-def heads_folder(heads: str) -> Path:
-    """The folder of ``heads``: a known model name's packaged heads (``smollm2``,
-    ``smollm2-prefix``), else the path itself."""
-    from blockdraft.models.hf.loading import KNOWN_MODELS
-    from blockdraft.models.load import packaged_heads
-
-    if heads in KNOWN_MODELS:
-        return packaged_heads(heads)
-    folder = Path(heads)
-    if not folder.is_dir():
-        raise SystemExit(f"heads {heads!r}: neither a known model name ({', '.join(KNOWN_MODELS)})"
-                         " nor a heads folder")
-    return folder
-
-
 def _shown_path(path: Path) -> Path:
     """``path`` relative to the repository when it lies inside it."""
     try:
@@ -562,25 +512,10 @@ def _shown_path(path: Path) -> Path:
         return path
 
 
-def heads_label(heads: str) -> str:
-    """``name@sha`` of the heads the run used (the files' SHA-256, so that preliminary and
-    retrained heads tell apart)."""
-    folder = heads_folder(heads)
-    h = hashlib.sha256()
-    for f in sorted(folder.rglob("*")):
-        if f.is_file() and f.suffix in (".safetensors", ".pt", ".bin", ".json") \
-                and f.name != "curve.json":
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-    name = f"{MODEL}-packaged" if heads == MODEL else folder.name
-    return f"{name}@{h.hexdigest()[:10]}"
-
-
 def build_peers(model: Any, keys: Sequence[str], threads: int, n_ctx: int,
                 skipped: dict[str, str]) -> list[Any]:
     """The peers named in ``keys`` (``PEER_KEYS``); llama.cpp ones only when it imports."""
-    from peers import HFGenerate, LlamaCpp, llama_cpp_missing, peer_name
-
+    from benchmarks.common.peers import HFGenerate, LlamaCpp, llama_cpp_missing, peer_name
     from blockdraft.models.hf.loading import smollm2_gguf
 
     out: list[Any] = []
@@ -657,7 +592,7 @@ class Args:
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    from tasks import CHAT_TASKS, REAL_TASKS
+    from benchmarks.common.tasks import CHAT_TASKS, REAL_TASKS
 
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     mode = ap.add_mutually_exclusive_group()
@@ -865,7 +800,7 @@ def main(argv: list[str] | None = None) -> int:
     if lm_info is not None:
         notes.append(f"n-gram LM: {lm_info.get('ngrams', '?')} n-grams, made by "
                      f"`{lm_info.get('command', args.lm)}`.")
-    command = "python benchmarks/bench_real.py " + shlex.join(args.argv)
+    command = "python -m benchmarks.bench_real " + shlex.join(args.argv)
     report = make_report(result, cases, strategies, peers, fields=fields,
                          command=command.strip(), skipped=skipped,
                          wall_s=time.perf_counter() - wall, notes=notes,

@@ -1,9 +1,9 @@
 """Rescoring latency on real data: exact KenLM search vs pynini WFST composition.
 
-    .venv/bin/python benchmarks/bench_rescore.py [--n 200] [--rounds 3] [--quick]
+    .venv/bin/python -m benchmarks.bench_rescore [--n 200] [--rounds 3] [--quick]
 
 LM: a 4-gram over a 4,096-token byte-level BPE, both trained on the pretraining corpus of the
-benchmark data folder (``$BLOCKDRAFT_SHARED_DATA``; see benchmarks/data.py). Lattices: "hits"
+benchmark data folder (``$BLOCKDRAFT_SHARED_DATA``; see benchmarks/common/data.py). Lattices: "hits"
 (slot i holds the true next token of WikiText-2 test at a random rank among distractors drawn
 by the training unigram distribution; slot 1 certain) and "random" (uniformly random tokens).
 
@@ -32,10 +32,15 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from data import CACHE, _key, bench_lm, heldout_file, heldout_ids, pretrain_files, pretrain_ids  # noqa: E402
-
+from benchmarks.common.data import (
+    CACHE,
+    _key,
+    bench_lm,
+    heldout_file,
+    heldout_ids,
+    pretrain_files,
+    pretrain_ids,
+)
 from blockdraft.core.signature import environment, format_signature, human_count  # noqa: E402
 from blockdraft.lattice import SausageLattice  # noqa: E402
 from blockdraft.rescorers.latency import LatencyRow, bench_rescore, hits_source, random_source  # noqa: E402
@@ -435,7 +440,7 @@ def write_results(out: Path, head: list[HeadRow], real: list[HeadRow],
     out.mkdir(parents=True, exist_ok=True)
     by = _index(pbest)
     hb = {(r.lattices, r.kind, r.h, r.k, r.p, r.backend): r for r in head + real}
-    cmd = "make bench-rescore  (= .venv/bin/python benchmarks/bench_rescore.py)"
+    cmd = "make bench-rescore  (= .venv/bin/python -m benchmarks.bench_rescore)"
     rounds = head[0].rounds if head else 0
     lines = [
         "# Rescoring latency: exact KenLM search vs pynini WFST composition",

@@ -1,6 +1,6 @@
 """Shortlist heads: how many of the vocabulary the Medusa heads need (issue 27, item 2).
 
-    .venv/bin/python benchmarks/bench_shortlist.py --distill DIR \\
+    .venv/bin/python -m benchmarks.bench_shortlist --distill DIR \\
         --trace chat=TRACE_DIR --trace tasks=TRACE_DIR [--sizes 4096,8192,16384,32768] \\
         [--runtimes onnxruntime:float32,torch:float32] --threads 1 \\
         --out benchmarks/results/shortlist
@@ -38,11 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.report import log
+
 BENCH = Path(__file__).resolve().parent
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def restricted_trace(trace: Any, ids: np.ndarray, path: Path) -> Any:
@@ -181,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
               "train_tokens": int(counts.sum()), "sizes": args.sizes,
               "traces": "+".join(traces), "threads": args.threads, "repeats": args.repeats,
               **env}
-    report = {"command": "python benchmarks/bench_shortlist.py " + shlex.join(
+    report = {"command": "python -m benchmarks.bench_shortlist " + shlex.join(
         sys.argv[1:] if argv is None else argv), "signature": format_signature(fields),
         "coverage": cov, "B": b, "timing": timing, "wall_s": time.perf_counter() - start}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """The host's share of a decode step: what a step spends outside the model (issue 30, item 2).
 
-    .venv/bin/python benchmarks/bench_static_host.py [--model smollm2] [--runtime static]
+    .venv/bin/python -m benchmarks.bench_static_host [--model smollm2] [--runtime static]
         [--max-new-tokens 64] [--repeats 3] --out benchmarks/results/static
-    .venv/bin/python benchmarks/bench_static_host.py --tiny --out /tmp/host   # a smoke run
+    .venv/bin/python -m benchmarks.bench_static_host --tiny --out /tmp/host   # a smoke run
 
 Each strategy decodes the prompts (exact criterion; every output checked against the
 runtime's own greedy decoding) and every step's wall time is split as the decode loop records
@@ -44,25 +44,6 @@ PACKAGED_NGRAM = (Path(__file__).resolve().parents[1]
 PROMPTS = ("Explain what a Python list comprehension is.",
            "Write a function that reverses a string in Python.",
            "What is the difference between a tuple and a list?")
-
-
-def tiny_model() -> Any:
-    """A tiny random Llama with 3 random Medusa heads (the tests' shape: V = 96, d = 64)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads
-
-    torch.manual_seed(0)
-    base = LlamaForCausalLM(LlamaConfig(
-        vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        bos_token_id=0, eos_token_id=1, pad_token_id=0, initializer_range=0.1))
-    heads = MedusaHeads(64, None, 3, 1)
-    with torch.no_grad():
-        for p in heads.parameters():
-            p.normal_(0.0, 0.2)
-    return HFBlockwiseModel(base.eval(), heads)
 
 
 def strategies(ngram: Path | None = None) -> dict[str, dict[str, Any]]:
@@ -134,7 +115,7 @@ def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
 
 
 def markdown(report: dict[str, Any]) -> str:
-    from report import header
+    from benchmarks.common.report import header
 
     lines = [*header("The host's share of a decode step (ms per step, medians)", report),
              "| strategy | B | identical | forward | heads | host | lattice | draft | other "
@@ -153,8 +134,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from report import command_line, write_report
 
+    from benchmarks.common.report import command_line, write_report
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.models import load_model
     from blockdraft.models.runtimes import on_runtime
@@ -179,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.ngram is None:
         ngram = PACKAGED_NGRAM
     if args.tiny:
+        from benchmarks.common.stand_ins import tiny_model
+
         model, name = on_runtime(tiny_model(), args.runtime, "float32"), "tiny-random-llama"
         prompts = [[5, 9, 2, 33, 7, 8, 9, 10, 11], [3, 1, 4, 1, 5, 9, 2, 6]]
         eos = None
@@ -193,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads, "max_new_tokens": args.max_new_tokens,
         "prompts": len(prompts), "repeats": args.repeats,
         "ngram": "-" if ngram is None else Path(ngram).name, **environment("cpu")})
-    report = {"command": command_line("bench_static_host.py", argv), "signature": signature,
+    report = {"command": command_line("benchmarks.bench_static_host", argv), "signature": signature,
               "rows": rows}
     write_report(report, args.out, "host", markdown)
     print(markdown(report))

@@ -1,6 +1,6 @@
 """Per-step costs of the decode loop, independent of what the weights learned.
 
-    .venv/bin/python benchmarks/bench_step_costs.py [--repeats 30] [--threads 2]
+    .venv/bin/python -m benchmarks.bench_step_costs [--repeats 30] [--threads 2]
         [--rescorer-threads 1]
 
 Compute does not depend on the values of the weights, so these timings use randomly
@@ -119,7 +119,7 @@ def main() -> None:
     sig = format_signature(fields)
     lines = [
         "# Decode-step costs (random weights: compute only)", "",
-        f"Command: `.venv/bin/python benchmarks/bench_step_costs.py --repeats {args.repeats} "
+        f"Command: `.venv/bin/python -m benchmarks.bench_step_costs --repeats {args.repeats} "
         f"--threads {args.threads} --rescorer-threads {args.rescorer_threads}`", "",
         f"Signature: `{sig}`", "",
         "## Verifying p drafts in one batched call (small BlockwiseLM, 256-token prefix cache)",

@@ -2,7 +2,7 @@
 local Ray of 2 CPUs (issue 31's targets: workers >= 1.8x serial, Ray >= 1.6x serial, Ray's
 overhead <= 5% of a configuration's work), with offline = online checked on real decodes.
 
-    .venv/bin/python benchmarks/bench_sweep.py --lm none PATH.bin --k 4,8,16 --p 1,4,16 \\
+    .venv/bin/python -m benchmarks.bench_sweep --lm none PATH.bin --k 4,8,16 --p 1,4,16 \\
         --alpha 0.5,1,2 [--trace DIR] [--online 4] [--out DIR]          # make bench-sweep
 
 The trace: ``--trace DIR``, or by default the held-out chat set's SmolLM2 trace of
@@ -30,26 +30,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-if str(BENCH) not in sys.path:  # bench_kim.py and report.py live beside this script
-    sys.path.insert(0, str(BENCH))
+from benchmarks.common.report import log
 
+BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results" / "sweep"
 TARGETS = {"processes": 1.8, "ray": 1.6}
 BUSY = 0.25
 """Other processes' share of the CPU above which the machine is reported busy (half a core of
 two)."""
 RAY_OVERHEAD_TARGET = 0.05
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -78,9 +72,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def default_trace() -> Path:
     """bench_kim.py's chat trace (recorded once when missing)."""
-    from bench_kim import CHAT, KIM_VERSION, MODEL, PRECISION, RUNTIME, chat_set, ensure_trace
-    from bench_real import heads_label
-
+    from benchmarks.bench_kim import (
+        CHAT,
+        KIM_VERSION,
+        MODEL,
+        PRECISION,
+        RUNTIME,
+        chat_set,
+        ensure_trace,
+    )
+    from benchmarks.common.real_model import heads_label
     from blockdraft.core.files import cache_dir
     from blockdraft.models import load_tokenizer
 
@@ -199,7 +200,7 @@ def _busy_line(report: dict[str, Any]) -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    from report import header
+    from benchmarks.common.report import header
 
     lines = [*header("A sweep of drafting strategies on SmolLM2, on one core, 2 processes "
                      "and a local Ray", report)]
@@ -248,8 +249,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from report import command_line, cpu_busy, write_report
-
+    from benchmarks.common.report import command_line, cpu_busy, write_report
     from blockdraft.cli import build_parser
     from blockdraft.cli.sweep import grid_from_args
     from blockdraft.core.signature import environment, format_signature
@@ -290,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
               "alpha": args.alpha, "lm": "+".join(Path(p).name for p in args.lm),
               "workers": args.workers, "engines": args.engines, **environment("cpu")}
     report = {
-        "command": command_line("bench_sweep.py", argv), "signature": format_signature(fields),
+        "command": command_line("benchmarks.bench_sweep", argv),
+        "signature": format_signature(fields),
         "fields": fields, "trace": str(trace_path), "examples": n,
         "positions": int(trace.lengths[:n].sum()), "configurations": len(settings),
         "load_before": load_before, "load_after": os.getloadavg()[0],

@@ -1,14 +1,14 @@
 """Token trees at equal budget on SmolLM2 with its Medusa heads (issue 12).
 
-    .venv/bin/python benchmarks/bench_trees.py            # quick: 2 prompts per task
-    .venv/bin/python benchmarks/bench_trees.py --full     # make bench-trees: 4 per task
-    .venv/bin/python benchmarks/bench_trees.py --smoke    # 1 prompt per task x 16 tokens
+    .venv/bin/python -m benchmarks.bench_trees            # quick: 2 prompts per task
+    .venv/bin/python -m benchmarks.bench_trees --full     # make bench-trees: 4 per task
+    .venv/bin/python -m benchmarks.bench_trees --smoke    # 1 prompt per task x 16 tokens
 
 What it does, in order (each stage logs its progress on stderr):
 
 1. **Traces** (recorded once, cached under ``$BLOCKDRAFT_CACHE/bench/trees``): the greedy
    continuation of every benchmark prompt (the real-model benchmark's chat tasks,
-   ``benchmarks/tasks.py``, never distillation prompts) with the top-``K`` of every head at
+   ``benchmarks/common/tasks.py``, never distillation prompts) with the top-``K`` of every head at
    every position (``blockdraft.oracle.record_trace``); and a *calibration* trace over held-out
    distillation prompts (never used to train the heads): Medusa's calibrated tree is built from
    its per-depth, per-rank head accuracies, and the rescored tree's ``alpha`` is chosen on it.
@@ -52,22 +52,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.bench_real import ensure_ngram
+from benchmarks.common.data import SHARED, _key
+from benchmarks.common.real_model import MODEL, build_cases, heads_folder, heads_label
+from benchmarks.common.report import log
+from benchmarks.common.tree_report import make_report, markdown, write_report
+
 BENCH = Path(__file__).resolve().parent
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
-
-from bench_real import (  # noqa: E402  (beside this script)
-    MODEL,
-    SHARED,
-    _key,
-    build_cases,
-    ensure_ngram,
-    heads_folder,
-    heads_label,
-    log,
-)
-from tree_report import make_report, markdown, write_report  # noqa: E402
-
 RESULTS = BENCH / "results" / "trees"
 PRESETS = {  # prompts per task, max new tokens, calibration prompts, results, LM corpus
     "smoke": (1, 16, 4, RESULTS / "smoke", "small"),
@@ -530,8 +521,7 @@ class Setup:
 def smollm2_setup(args: Args) -> Setup:
     """SmolLM2 with its packaged heads, the real-model benchmark's chat tasks, held-out
     distillation prompts for calibration."""
-    from tasks import REAL_TASKS
-
+    from benchmarks.common.tasks import REAL_TASKS
     from blockdraft.models import load_model
 
     per_task, max_new, n_cal, _, corpus = PRESETS[args.preset]
@@ -563,8 +553,7 @@ def blockwise_setup(args: Args) -> Setup:
     ``pydoc_data.topics`` and cached), its RescorerLM and 4-gram; prompts from the held-out
     paragraphs long enough for a prompt and a continuation (the first ``--blockwise-prompts``
     for the benchmark, the rest for calibration), one task."""
-    from bench_real import PromptCase
-
+    from benchmarks.common.real_model import PromptCase
     from blockdraft.demo.config import DemoConfig
     from blockdraft.demo.corpus import cache_key, cache_root, load_corpus
     from blockdraft.demo.prepare import prepare
@@ -645,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         "criterion": "exact", "seed": args.seed, "torch": torch.__version__,
         **environment("cpu"),
     }
-    command = ("python benchmarks/bench_trees.py " + shlex.join(args.argv)).strip()
+    command = ("python -m benchmarks.bench_trees " + shlex.join(args.argv)).strip()
     report = make_report(rows=rows, costs=costs, online=online, fields=fields, tasks=tasks,
                          command=command, accuracies=accuracies, alpha_b=alpha_b,
                          lm=setup.lm_info, wall_s=time.perf_counter() - wall)

@@ -1,6 +1,6 @@
 """The heads' second round: a learning curve over full epochs and the recipe at equal data.
 
-    .venv/bin/python benchmarks/heads_round2.py --data SELF_SET [--labelled LABELLED_SET] \\
+    .venv/bin/python -m benchmarks.heads_round2 --data SELF_SET [--labelled LABELLED_SET] \\
         --prompts mix.jsonl --chat CHAT_SET --work DIR --out benchmarks/results/heads/round2 \\
         [--points 250000,500000,1000000,2000000] [--epochs 1] [--only NAME,...]
 
@@ -47,8 +47,7 @@ def _run(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from report import command_line, write_report
-
+    from benchmarks.common.report import command_line, write_report
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.training.heads import open_distill_set
 
@@ -129,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "batch": args.batch, "epochs": args.epochs,
                                   "threads": args.threads,
                                   **env})
-    report = {"command": command_line("heads_round2.py", argv), "signature": signature,
+    report = {"command": command_line("benchmarks.heads_round2", argv), "signature": signature,
               "runs": rows, "wall_s": round(time.perf_counter() - start, 1)}
     write_report(report, args.out, "round2", _markdown,
                  plot=lambda rep, path: _plot(rep["runs"], path))
@@ -145,7 +144,7 @@ def _fmt(score: dict[str, Any], key: str) -> str:
 
 
 def _markdown(report: dict[str, Any]) -> str:
-    from report import header
+    from benchmarks.common.report import header
 
     lines = [*header("Heads, second round: learning curve and recipe", report),
              "| run | heads | labels | loss | train tokens | steps | train min | held-out top-1, "

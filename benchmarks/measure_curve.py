@@ -1,7 +1,7 @@
 """The cost curve of SmolLM2 with its packaged heads on one runtime, as the cost-aware tree
 reads it (:func:`blockdraft.models.cost.measure_cost_curve`), written as JSON.
 
-    .venv/bin/python benchmarks/measure_curve.py [--runtime onnxruntime] [--precision float32]
+    .venv/bin/python -m benchmarks.measure_curve [--runtime onnxruntime] [--precision float32]
         [--threads 1] [--repeats 9] -o curve.json
 
 Run it on a quiet machine: every other busy process inflates each size differently. The JSON
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     curve = measure_cost_curve(model, repeats=args.repeats)
     fields = {"model": args.model, "runtime": args.runtime, "precision": args.precision,
               "threads": args.threads, "repeats": args.repeats, **environment("cpu")}
-    data = {**curve.to_dict(), "command": "python benchmarks/measure_curve.py " + shlex.join(
+    data = {**curve.to_dict(), "command": "python -m benchmarks.measure_curve " + shlex.join(
         sys.argv[1:] if argv is None else argv), "signature": format_signature(fields)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out, json.dumps(data, indent=1) + "\n")

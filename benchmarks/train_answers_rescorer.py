@@ -1,6 +1,6 @@
 """A neural rescorer trained on the base's own answers (issue 27, item 3c).
 
-    .venv/bin/python benchmarks/train_answers_rescorer.py --distill DIR -o OUT \\
+    .venv/bin/python -m benchmarks.train_answers_rescorer --distill DIR -o OUT \\
         [--steps 600] [--d-model 128] [--threads 1]
 
 A :class:`~blockdraft.models.RescorerLM` (one head, 1 layer by default) over SmolLM2's token
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             "mode": "base", "step": r.steps, "steps": r.steps, "seed": args.seed,
             "corpus": [f"distilled answers: {args.distill.name} (train split)"],
             "tokens": int(train_ids.size), "init": None, "distill": None, "wall_s": r.wall_s,
-            "command": "python benchmarks/train_answers_rescorer.py " + " ".join(
+            "command": "python -m benchmarks.train_answers_rescorer " + " ".join(
                 sys.argv[1:] if argv is None else argv)}})
     last = result.evals[-1] if result.evals else None
     print(f"trained in {time.perf_counter() - start:.0f} s; final loss {result.final_loss:.3f}"

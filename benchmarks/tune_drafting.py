@@ -1,7 +1,7 @@
 """Tune the drafting recipe on held-out training answers (Kim et al. App. E), never on the
 evaluation prompts (issue 27, items 3d and 4).
 
-    .venv/bin/python benchmarks/tune_drafting.py --trace TRACE --lm answers=LM.bin \\
+    .venv/bin/python -m benchmarks.tune_drafting --trace TRACE --lm answers=LM.bin \\
         [--cost COSTS.json] [--alphas 0.25,0.5,1,2] [--weights 0,0.2,0.4] [--p 0,2,4] \\
         --out benchmarks/results/tune [--recipe DIR]
 
@@ -33,11 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.report import log
+
 BENCH = Path(__file__).resolve().parent
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def cost_curve(path: Path | None, heads_ms: float) -> Any:
@@ -126,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     fields = {"trace": args.trace.name, "examples": n, "lm": f"{name}:{Path(lm_path).name}",
               "k": args.k, "max_nodes": args.max_nodes, "context_order": args.context_order,
               "cost": cost.device, **environment("cpu")}
-    report = {"command": "python benchmarks/tune_drafting.py " + shlex.join(
+    report = {"command": "python -m benchmarks.tune_drafting " + shlex.join(
         sys.argv[1:] if argv is None else argv), "signature": format_signature(fields),
         "cost": cost.to_dict(), "rows": rows, "best": best,
         "wall_s": time.perf_counter() - start}

@@ -9,12 +9,12 @@
 #      training), the static runtime's tests with its CUDA-graph capture
 #      (tests/models/runtimes/test_static.py) and the other runtime tests on the machine's
 #      onnxruntime;
-#   2. costs.{json,md}: the eager verification cost curve per precision (bench_costs.py: chains,
-#      trees, whole verification calls, expected speedups B x greedy / verify[N]);
-#   3. gpu.{json,md,png}: benchmarks/bench_gpu.py: the cost curve eager against the static runtime
-#      and its CUDA graphs (bf16 and fp32) with the issue's three targets, the decode loop end to
-#      end (greedy, vanilla heads, prompt lookup, 8-best trie: speedup over the runtime's own
-#      greedy against B; real weights, else "replay" rows from benchmarks/replay/*.json) and
+#   2. costs.{json,md}: the eager verification cost curve per precision (benchmarks.bench_costs:
+#      chains, trees, whole verification calls, expected speedups B x greedy / verify[N]);
+#   3. gpu.{json,md,png}: python -m benchmarks.bench_gpu: the cost curve eager against the static
+#      runtime and its CUDA graphs (bf16 and fp32) with the issue's three targets, the decode loop
+#      end to end (greedy, vanilla heads, prompt lookup, 8-best trie: speedup over the runtime's
+#      own greedy against B; real weights, else "replay" rows from benchmarks/replay/*.json) and
 #      transformers' generate beside it (dynamic cache, static cache, + torch.compile, prompt
 #      lookup).
 # Results land in $OUT (8 files, the most that come back): env.txt, tests.txt, costs.json,
@@ -82,14 +82,14 @@ echo "runtime tests (static, onnxruntime): exit $?" | tee -a "$OUT/tests.txt"
 tail -n 15 "$OUT/tests.txt"
 
 stage "2. eager cost curve (bench_costs.py)"
-timeout 100 "$PY" benchmarks/bench_costs.py --shape smollm2 --device cuda \
+timeout 100 "$PY" -m benchmarks.bench_costs --shape smollm2 --device cuda \
   --variants torch:float32,torch:bfloat16,torch:float16 --repeats 10 --out "$OUT" \
   >>"$LOG" 2>&1
 echo "eager cost curve: exit $?" | tee -a "$LOG"
 rm -f "$OUT/costs.png"  # 8 files come back; gpu.png draws the curves
 
 stage "3. bench_gpu.py: cost curve eager vs graphs, end to end, transformers' generate"
-timeout "${BENCH_GPU_TIMEOUT:-270}" "$PY" benchmarks/bench_gpu.py --device cuda --out "$OUT" \
+timeout "${BENCH_GPU_TIMEOUT:-270}" "$PY" -m benchmarks.bench_gpu --device cuda --out "$OUT" \
   >>"$LOG" 2>&1
 echo "bench_gpu: exit $? (124: its time limit; gpu.md keeps what it measured)" | tee -a "$LOG"
 stage "done"

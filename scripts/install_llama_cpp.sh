@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install llama-cpp-python into .venv: the llama.cpp peers of benchmarks/bench_real.py
-# (greedy and prompt lookup decoding on SmolLM2's GGUF file). `make bench-real-peers-setup`.
+# Install llama-cpp-python into .venv: the llama.cpp peers of `python -m benchmarks.bench_real`
+# (benchmarks/common/peers.py: greedy and prompt lookup decoding on SmolLM2's GGUF file).
+# `make bench-real-peers-setup`.
 # Not part of `make setup` or `make test`: pip compiles llama.cpp from the sdist (about 5 minutes
 # on a 2-core machine; needs cmake and a C++ compiler, which scripts/install_system_deps.sh
 # installs for KenLM). Without it the benchmark reports the llama.cpp peers as not run.

@@ -56,7 +56,7 @@ $BD trace --model "$WORK/heads-shortlist" --runtime onnxruntime --threads 1 \
   --K 32 --overwrite
 
 echo "4. the acceptance tables and the settings, tuned on that trace" >&2
-$PY benchmarks/tune_drafting.py --trace "$WORK/trace-heldout" --lm "answers=$WORK/answers$ORDER.bin" \
+$PY -m benchmarks.tune_drafting --trace "$WORK/trace-heldout" --lm "answers=$WORK/answers$ORDER.bin" \
   ${COST:+--cost "$COST"} --out benchmarks/results/tune --recipe "$WORK/recipe"
 
 echo "5. the packaged heads: shortlist, LM, tables, settings" >&2

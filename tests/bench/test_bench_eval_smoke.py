@@ -21,8 +21,8 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 def test_smoke_run_writes_every_table_and_stays_lossless(tmp_path: Path) -> None:
     env = {**os.environ, "BLOCKDRAFT_CACHE": str(tmp_path / "cache")}
     out = tmp_path / "results"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_eval.py"), "--smoke",
-                    "--out", str(out)], check=True, env=env, timeout=1500)
+    subprocess.run([sys.executable, "-m", "benchmarks.bench_eval", "--smoke",
+                    "--out", str(out)], check=True, env=env, cwd=REPO, timeout=1500)
     report = json.loads((out / "eval.json").read_text())
     assert set(report["tasks"]) == {"llm-wikitext", "squad"}
     for task in report["tasks"].values():

@@ -1,23 +1,19 @@
-"""benchmarks/bench_gpu.py and benchmarks/replay.py end to end on a CPU (``--tiny``): a replay
-file recorded from a tiny decode, replayed on random weights at the recorded B with outputs
-equal to greedy, the CUDA-graph runtime skipped with its reason, transformers' generate
+"""benchmarks/bench_gpu.py and benchmarks/common/replay.py end to end on a CPU (``--tiny``): a
+replay file recorded from a tiny decode, replayed on random weights at the recorded B with
+outputs equal to greedy, the CUDA-graph runtime skipped with its reason, transformers' generate
 beside it (about 12 s)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("transformers")
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))  # the scripts import report.py beside them
-
-import bench_gpu  # noqa: E402
-import replay  # noqa: E402
+from benchmarks import bench_gpu  # noqa: E402
+from benchmarks.common import replay  # noqa: E402
 
 
 def test_tiny_cpu_run_replays_the_recorded_steps(tmp_path: Path) -> None:

@@ -4,9 +4,7 @@ here by altering a decode's output) is recorded with both paths' top-2 margins a
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +13,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_identity",
-                                                  REPO / "benchmarks" / "bench_identity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_identity"] = module
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import bench_identity  # noqa: E402
 
 
 def _tiny(seed: int = 0) -> Any:
@@ -62,7 +50,7 @@ def test_replays_reproduce_both_paths() -> None:
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
 
-    bench = _bench()
+    bench = bench_identity
     model = _tiny()
     prompt = [1, 5, 9, 33, 2]
     ys = greedy_generate(model, prompt, 24)
@@ -80,7 +68,7 @@ def test_a_divergence_is_recorded_and_written(monkeypatch: Any, tmp_path: Path) 
     from blockdraft.drafts import HeadDrafter
     from blockdraft.verify import decode as real_decode
 
-    bench = _bench()
+    bench = bench_identity
     model = _tiny()
 
     def altered(*args: Any, **kwargs: Any) -> Any:
@@ -108,7 +96,7 @@ def test_a_divergence_is_recorded_and_written(monkeypatch: Any, tmp_path: Path) 
 
 
 def test_top2_breaks_ties_as_argmax_does() -> None:
-    bench = _bench()
+    bench = bench_identity
     got = bench.top2(torch.tensor([1.0, 3.0, 3.0, 0.0], dtype=torch.bfloat16))
     assert (got["top1"], got["top2"], got["margin"], got["tie"]) == (1, 2, 0.0, True)
     got = bench.top2(torch.tensor([1.0, 2.0, 3.5, 0.0]))

@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_bench_real import _module  # noqa: E402  (beside this test)
+
+from benchmarks import bench_kim
+from benchmarks.common import kim_report
 
 KINDS = ("a", "a", "b", "b", "b", "c")
 K_LAT, PS, OKS = 4, (2, 4), (1, 2, 4, 8)
@@ -39,7 +41,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from blockdraft.oracle import synthetic_trace
     from blockdraft.rescorers.ngram import NgramRescorer
 
-    bench = _module("bench_kim")
+    bench = bench_kim
     tmp = tmp_path_factory.mktemp("bench-kim")
     trace = synthetic_trace(tmp / "trace", num_examples=len(KINDS), h=4, K=8, V=64,
                             length=(12, 40), repeat=0.6, seed=3)
@@ -186,7 +188,7 @@ def test_latency_rows(run: dict[str, Any]) -> None:
 
 
 def test_page_is_written(run: dict[str, Any]) -> None:
-    bench, report_mod = run["bench"], _module("kim_report")
+    bench, report_mod = run["bench"], kim_report
     res, trace, pset = run["res"], run["trace"], run["pset"]
     sets = {"syn": {"source": "synthetic", "kinds": ["a", "b", "c"],
                     "sizes": bench.describe_set(trace, pset),
@@ -195,7 +197,7 @@ def test_page_is_written(run: dict[str, Any]) -> None:
     latency = bench.measure_latency([trace], run["refiners"], k=K_LAT, ps=PS, n=3)
     fields = {"model": "synthetic", "heads": "random", "precision": "float32", "threads": 1,
               "h": trace.h, "K": trace.K, "k": K_LAT, "max_new_tokens": 40}
-    rep = bench.make_report("python benchmarks/bench_kim.py --test", fields,
+    rep = bench.make_report("python -m benchmarks.bench_kim --test", fields,
                             {"k": K_LAT, "alpha": 0.5}, ["neural rows: none (test)"], sets,
                             latency, 1.0)
     out = run["tmp"] / "page"
@@ -209,7 +211,7 @@ def test_page_is_written(run: dict[str, Any]) -> None:
     assert data["signature"].startswith("model:synthetic|heads:random|precision:float32")
     assert data["sets"]["syn"]["B"]["vanilla"]["all"] == pytest.approx(res["B"]["vanilla"]["all"])
     md = paths[1].read_text()
-    for needle in ("Command: `python benchmarks/bench_kim.py --test`",
+    for needle in ("Command: `python -m benchmarks.bench_kim --test`",
                    "Signature: `model:synthetic", "## Table 3", "## Table 4", "## Table 5",
                    "## Fig. 6", "## App. H",
                    "not found", "NewsRoom", "3.12", "neural rows: none (test)",
@@ -224,7 +226,7 @@ def test_page_is_written(run: dict[str, Any]) -> None:
 
 
 def test_every_quoted_paper_figure_names_its_table() -> None:
-    paper = _module("kim_report").PAPER
+    paper = kim_report.PAPER
     assert set(paper) == {"abstract", "table3", "table4", "table5", "fig6", "appH"}
     for key, entry in paper.items():
         assert entry["title"]
@@ -238,7 +240,7 @@ def test_every_quoted_paper_figure_names_its_table() -> None:
 def test_traces_are_recorded_once_then_cached(tmp_path: Path) -> None:
     from test_bench_real import EOS, _tiny
 
-    bench = _module("bench_kim")
+    bench = bench_kim
     pset = bench.PromptSet("mini", ((5, 6, 7, 8), (9, 10, 11)), ("x", "y"), ("m0", "m1"), "test")
     fields = {"model": "tiny", "heads": "random", "K": 4, "max_new_tokens": 6}
     calls: list[int] = []

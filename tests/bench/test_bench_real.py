@@ -6,9 +6,7 @@ tokens / calls, the step split adds up; peers that cannot run are reported with 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks import bench_real
+from benchmarks.common import peers
+
 pytest.importorskip("transformers")
 
-REPO = Path(__file__).resolve().parents[2]
 V, EOS = 256, 1
-
-
-def _module(name: str) -> Any:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _tiny(seed: int = 0) -> Any:
@@ -79,8 +68,7 @@ def _lm(model: Any, cases: list[Any], tmp: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, Any]:
-    bench = _module("bench_real")
-    peers = _module("peers")
+    bench = bench_real
     tmp = tmp_path_factory.mktemp("bench-real")
     model = _tiny()
     cases = _cases(bench)
@@ -100,7 +88,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Pa
               "h": model.h, "k": 4, "p": "1,3", "alpha": 1.0, "lm": "lm3",
               "prompts_per_task": 2, "max_new_tokens": 14}
     rep = bench.make_report(result, cases, strategies, peer_list, fields=fields,
-                            command="python benchmarks/bench_real.py --test", skipped=skipped,
+                            command="python -m benchmarks.bench_real --test", skipped=skipped,
                             wall_s=1.0, notes=["a note"],
                             decode_text=lambda ids: " ".join(map(str, ids)))
     out = tmp / "out"
@@ -117,7 +105,7 @@ def test_report_files_are_written_with_the_signature(report: Any) -> None:
 
     data = json.loads((out / "real.json").read_text(), parse_constant=no_constants)
     assert data["signature"].startswith("model:tiny-llama|heads:random|dtype:float32")
-    assert data["command"] == "python benchmarks/bench_real.py --test"
+    assert data["command"] == "python -m benchmarks.bench_real --test"
     assert data["tasks"] == ["task-a", "task-b"]
     assert data["strategies"][0] == "greedy"
     md = (out / "real.md").read_text()
@@ -180,7 +168,7 @@ def test_figures_are_consistent(report: Any) -> None:
 
 
 def test_trie_verification_gives_the_same_output(report: Any) -> None:
-    bench = _module("bench_real")
+    bench = bench_real
     rep, _, lm = report
     model = _tiny()
     strategies = bench.build_strategies(k=4, p=3, alpha=1.0, lm=lm, only=("pbest0", "pbest-ngram"),
@@ -200,7 +188,7 @@ def test_trie_verification_gives_the_same_output(report: Any) -> None:
 
 
 def test_a_failing_run_is_recorded_and_the_rest_goes_on(tmp_path: Path) -> None:
-    bench = _module("bench_real")
+    bench = bench_real
     model = _tiny()
 
     def broken(ids: list[int]) -> Any:
@@ -223,7 +211,7 @@ def test_a_failing_run_is_recorded_and_the_rest_goes_on(tmp_path: Path) -> None:
 
 
 def test_command_line_presets() -> None:
-    bench = _module("bench_real")
+    bench = bench_real
     smoke = bench.parse_args(["--smoke"])
     assert (smoke.prompts_per_task, smoke.max_new_tokens, smoke.lm_corpus) == (1, 16, "small")
     assert smoke.out.name == "smoke" and smoke.dtype == "float32" and smoke.threads == 2
@@ -267,7 +255,7 @@ def test_the_whole_call_is_accounted_for(report: Any) -> None:
 def test_other_heads_share_their_runtimes_greedy_loop() -> None:
     """``--also-heads``: strategies tagged ``TAG/NAME`` run on their own model and are compared
     with runtime ``TAG``'s one greedy loop (speed and identity), in the rows and the report."""
-    bench = _module("bench_real")
+    bench = bench_real
     first = _tiny(0)
     models = {"pt32": first, "pt-bf16": first, "pt-bf16/other": _with_other_heads(first, 5)}
     strategies = bench.build_strategies(k=4, p=3, alpha=1.0, only=(), runtime="pt32",

@@ -4,17 +4,13 @@ strategy decodes losslessly on the static runtime and the report splits each ste
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("transformers")
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))  # the script imports report.py beside it
-
-import bench_static_host  # noqa: E402
+from benchmarks import bench_static_host  # noqa: E402
 
 
 def test_tiny_run_writes_the_split_and_stays_lossless(tmp_path: Path, capsys: object) -> None:

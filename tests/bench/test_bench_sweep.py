@@ -28,7 +28,7 @@ def test_the_sweep_benchmark_on_a_tiny_trace(tmp_path: Path, engines: str) -> No
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
-        [sys.executable, "benchmarks/bench_sweep.py", "--trace", str(tmp_path / "trace"),
+        [sys.executable, "-m", "benchmarks.bench_sweep", "--trace", str(tmp_path / "trace"),
          "--k", "2,4", "--p", "1,2", "--alpha", "1", "--engines", engines,
          "--out", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=300)

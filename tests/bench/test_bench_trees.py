@@ -13,7 +13,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from test_bench_real import EOS, _cases, _lm, _module, _tiny  # noqa: E402  (beside this test)
+from test_bench_real import EOS, _cases, _lm, _tiny  # noqa: E402  (beside this test)
+
+from benchmarks import bench_real, bench_trees  # noqa: E402
+from benchmarks.common import tree_report  # noqa: E402
 
 BUDGETS = (4, 8)
 MAX_NEW = 12
@@ -28,10 +31,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from blockdraft.oracle.record import record_trace
     from blockdraft.rescorers.neural import NeuralPathScorer
 
-    bench = _module("bench_trees")
+    bench = bench_trees
     tmp = tmp_path_factory.mktemp("bench-trees")
     model = _tiny()
-    cases = _cases(_module("bench_real"))
+    cases = _cases(bench_real)
     lm = _lm(model, cases, tmp)
     trace = record_trace(model, [c.ids for c in cases], tmp / "trace", max_new_tokens=MAX_NEW,
                          eos_id=EOS, K=10)
@@ -92,13 +95,13 @@ def test_costs(run: dict[str, Any]) -> None:
 
 
 def test_report(run: dict[str, Any]) -> None:
-    report_mod = _module("tree_report")
+    report_mod = tree_report
     rows = [dict(r) for r in run["rows"]]
     rep = report_mod.make_report(
         rows=rows, costs=run["costs"], online=run["online"],
         fields={"model": "tiny", "heads": "random", "k": 10, "alpha": 0.5,
                 "calibration": "the benchmark trace (test)"}, tasks=["task-a", "task-b"],
-        command="python benchmarks/bench_trees.py --test", accuracies=run["make"]["accuracies"],
+        command="python -m benchmarks.bench_trees --test", accuracies=run["make"]["accuracies"],
         alpha_b={"rescored-4gram": {"0.5": 1.2}, "rescored-neural": {}},
         lm={"name": "lm3", "order": 3, "ngrams": 10}, wall_s=1.0)
     costs = run["costs"]
@@ -117,7 +120,7 @@ def test_report(run: dict[str, Any]) -> None:
     paths = report_mod.write_report(rep, Path(run["tmp"]) / "out")
     assert [p.name for p in paths] == ["trees.json", "trees.md", "trees.png"]
     text = paths[1].read_text()
-    assert "python benchmarks/bench_trees.py --test" in text and "N = 8" in text
+    assert "python -m benchmarks.bench_trees --test" in text and "N = 8" in text
     assert np.isfinite(rep["costs"]["greedy_ms"])
 
 
@@ -146,7 +149,7 @@ def test_the_tree_lattice_row_with_prefix_heads(tmp_path: Path) -> None:
     from blockdraft.oracle.record import record_trace
     from hf_testlib import V, randomize, tiny_hf_base
 
-    bench, real = _module("bench_trees"), _module("bench_real")
+    bench, real = bench_trees, bench_real
 
     def tiny_prefix(seed: int) -> Any:
         heads = randomize(PrefixHeads(64, 3, 1), seed + 1, scale=0.3)

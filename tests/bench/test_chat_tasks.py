@@ -1,20 +1,16 @@
-"""The chat tasks of benchmarks/tasks.py (the real-model benchmark's prompts): readers on small
-files in each format, one user turn per example, the document cut to fit a chat template and
-nothing else cut, and (when ../shared/data is present) the real files."""
+"""The chat tasks of benchmarks/common/tasks.py (the real-model benchmark's prompts): readers on
+small files in each format, one user turn per example, the document cut to fit a chat template
+and nothing else cut, and (when ../shared/data is present) the real files."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from tasks import (  # noqa: E402
+from benchmarks.common.tasks import (
     CHAT_TASKS,
     EXPLAIN_PROMPTS,
     REAL_TASKS,
@@ -24,6 +20,7 @@ from tasks import (  # noqa: E402
     load_chat_task,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

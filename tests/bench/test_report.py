@@ -1,4 +1,4 @@
-"""The benchmarks' one report writer (benchmarks/report.py): strict JSON beside Markdown."""
+"""The benchmarks' one report writer (benchmarks/common/report.py): strict JSON beside Markdown."""
 
 from __future__ import annotations
 
@@ -8,21 +8,22 @@ import time
 from pathlib import Path
 
 import pytest
-from test_bench_real import _module  # noqa: E402  (beside this test)
+
+from benchmarks.common import report as report_module
 
 
 def test_a_report_pair_is_strict_json_and_markdown(tmp_path: Path) -> None:
-    report = _module("report")
-    doc = {"command": report.command_line("bench_x.py", ["--out", "a b"]), "signature": "s:1",
-           "rows": [{"B": 1.5, "speedup": math.nan}, {"B": math.inf}]}
+    report = report_module
+    doc = {"command": report.command_line("benchmarks.bench_x", ["--out", "a b"]),
+           "signature": "s:1", "rows": [{"B": 1.5, "speedup": math.nan}, {"B": math.inf}]}
     lines = [*report.header("A title", doc), "| B |", "|---|", "| 1.5 |"]
     paths = report.write_report(doc, tmp_path / "out", "x", "\n".join(lines))
     assert [p.name for p in paths] == ["x.json", "x.md"]
     back = json.loads(paths[0].read_text(), parse_constant=lambda c: 1 / 0)  # no NaN allowed
     assert back["rows"] == [{"B": 1.5, "speedup": None}, {"B": None}]
-    assert back["command"] == "python benchmarks/bench_x.py --out 'a b'"
+    assert back["command"] == "python -m benchmarks.bench_x --out 'a b'"
     page = paths[1].read_text()
-    assert page.startswith("# A title\n\nCommand: `python benchmarks/bench_x.py --out 'a b'`")
+    assert page.startswith("# A title\n\nCommand: `python -m benchmarks.bench_x --out 'a b'`")
     assert "Signature: `s:1`" in page and page.endswith("| 1.5 |\n")
     drawn: list[Path] = []
     paths = report.write_report(doc, tmp_path / "out", "y", lambda r: f"{r['rows'][0]}",
@@ -36,7 +37,7 @@ def test_cpu_busy_reads_the_share_of_cpu_time_in_use(tmp_path: Path) -> None:
     None without the file."""
     import threading
 
-    report = _module("report")
+    report = report_module
     stat = tmp_path / "stat"
     # user nice system idle iowait irq softirq
     stat.write_text("cpu  100 0 50 800 50 0 0\ncpu0 1 2 3 4\n")

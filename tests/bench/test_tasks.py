@@ -1,19 +1,16 @@
-"""Tests of benchmarks/tasks.py: task readers on small files in each format, prompt encoding
+"""Tests of benchmarks/common/tasks.py: task readers on small files in each format, prompt encoding
 with truncation, and (when ../shared/data is present) the real task files."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.common.tasks import TASKS, TaskError, TaskExample, encode_prompt, load_task
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))  # the task readers live beside the benchmarks
-
-from tasks import TASKS, TaskError, TaskExample, encode_prompt, load_task  # noqa: E402
-
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

@@ -8,8 +8,10 @@ Hugging Face model with Medusa heads for ``smollm2``/``PATH``, a tiny BlockwiseL
 ``runs/small``, a miniature shared-data folder, ...), in README order, so the files one line
 writes are what the next lines read; a line that would be slow here (a real training run, the
 benchmarks), or one that reads what such a line would have written, is run with ``--help``
-instead; the benchmark scripts' every option must be in their help. A README line of a command
-this test does not know fails it.
+instead; the benchmark scripts (``python -m benchmarks.NAME``, run from the repository root)
+must have every option a line gives them in their help, and a line that runs one as a file
+(``python benchmarks/NAME.py``) fails. A README line of a command this test does not know
+fails it.
 """
 
 from __future__ import annotations
@@ -128,8 +130,9 @@ def _parse(tokens: list[str]) -> tuple[Any, ...]:
 
 
 def readme_lines() -> list[Line]:
-    """The README's command lines (``blockdraft ...`` and ``python benchmarks/...``) inside its
-    code blocks (fenced, or indented by 4 spaces)."""
+    """The README's command lines (``blockdraft ...`` and ``python -m benchmarks.NAME ...``, or
+    the old ``python benchmarks/NAME.py ...``) inside its code blocks (fenced, or indented by 4
+    spaces)."""
     lines = README.read_text(encoding="utf-8").splitlines()
     out: list[Line] = []
     fenced = False
@@ -142,7 +145,8 @@ def readme_lines() -> list[Line]:
             continue
         text = raw.strip()
         code = fenced or raw.startswith("    ")
-        if code and (text.startswith("blockdraft ") or re.match(r"\S*python benchmarks/", text)):
+        if code and (text.startswith("blockdraft ")
+                     or re.match(r"\S*python (-m benchmarks\.|benchmarks/)", text)):
             start = i
             while text.endswith("\\"):
                 i += 1
@@ -179,13 +183,17 @@ def test_every_form_parses(line: Line) -> None:
                                  f"(exit {e.code})") from None
 
 
-@pytest.mark.parametrize("line", [ln for ln in readme_lines() if "benchmarks/" in ln.text],
+@pytest.mark.parametrize("line", [ln for ln in readme_lines()
+                                  if not ln.text.startswith("blockdraft")],
                          ids=lambda ln: f"README:{ln.number}")
 def test_benchmark_lines_name_options_their_scripts_have(line: Line) -> None:
     tokens = line.form(lambda i, g: 0)
-    script = next(t for t in tokens if t.startswith("benchmarks/"))
+    assert tokens[1] == "-m" and tokens[2].startswith("benchmarks."), (
+        f"README:{line.number}: {shlex.join(tokens[:2])}: run a benchmark as a module from the "
+        "repository root (python -m benchmarks.NAME); as a file it does not import")
+    script = tokens[2]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", script, "--help"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     options = [t for t in tokens if t.startswith("--")]

@@ -482,7 +482,7 @@ def _chat_explain(paths: list[Path], task: str) -> Iterator[ChatExample]:
         yield ChatExample(task, f"explain:{i}", text)
 
 
-CHAT_EVAL = Path(__file__).resolve().parent / "chat_eval.jsonl"
+CHAT_EVAL = Path(__file__).resolve().parents[1] / "chat_eval.jsonl"
 """The held-out chat set written for the benchmarks (36 requests of six kinds, never trained
 on): the ``chat`` task reads it from the repository, not from the shared data."""
 

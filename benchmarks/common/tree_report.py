@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from real_report import _median
-from report import finite, save_figure
-from report import write_report as write_report_files
+
+from benchmarks.common.real_report import _median
+from benchmarks.common.report import finite, save_figure
+from benchmarks.common.report import write_report as write_report_files
 
 DEFINITIONS = [
     "N: the budget, nodes of the tree (the root, the certain token, included), i.e. the tokens "

@@ -2,13 +2,14 @@
 ``<stem>.md`` (and a ``<stem>.png`` where the benchmark draws one), each written atomically, each
 carrying the command and the signature that made it.
 
-    command_line(script, argv) -> str      "python benchmarks/<script> <argv...>" (shell-quoted)
+    command_line(module, argv) -> str      "python -m <module> <argv...>" (shell-quoted)
     header(title, report) -> list[str]     a page's Markdown title, command and signature lines
     finite(report) -> report               every non-finite float as None (strict JSON)
     write_report(report, out, stem, markdown, plot=None) -> [paths]
     save_figure(fig, path, report, width=200, top=1.0)   a PNG captioned with the command and
                                                           signature
     cpu_busy(seconds=2.0) -> float | None  the share of the machine's CPU time in use now
+    log(msg)                               a timestamped progress line on stderr
 """
 
 from __future__ import annotations
@@ -52,10 +53,16 @@ def cpu_busy(seconds: float = 2.0, stat: Path = Path("/proc/stat")) -> float | N
     return max(0.0, min(1.0, 1.0 - idle / total))
 
 
-def command_line(script: str, argv: Sequence[str] | None) -> str:
-    """How the benchmark was run: ``python benchmarks/<script>`` and its arguments, quoted."""
+def command_line(module: str, argv: Sequence[str] | None) -> str:
+    """How the benchmark was run: ``python -m <module>`` (``benchmarks.bench_real``, run from
+    the repository root) and its arguments, quoted."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return " ".join(["python", f"benchmarks/{script}", *(shlex.quote(a) for a in args)])
+    return " ".join(["python", "-m", module, *(shlex.quote(a) for a in args)])
+
+
+def log(msg: str) -> None:
+    """``msg`` as one progress line on stderr, after the wall-clock time (``[HH:MM:SS]``)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def header(title: str, report: dict[str, Any]) -> list[str]:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from report import finite, save_figure
-from report import write_report as write_report_files
 
+from benchmarks.common.report import finite, save_figure
+from benchmarks.common.report import write_report as write_report_files
 from blockdraft.core.efficiency import block_efficiency
 
 # ---- summarising ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ the oracle plot.
 
 Re-running this module on a saved ``kim.json`` redraws the page without re-simulating:
 
-    .venv/bin/python benchmarks/kim_report.py benchmarks/results/kim/kim.json
+    .venv/bin/python -m benchmarks.common.kim_report benchmarks/results/kim/kim.json
 """
 
 from __future__ import annotations
@@ -19,10 +19,6 @@ import math
 import sys
 from pathlib import Path
 from typing import Any
-
-BENCH = Path(__file__).resolve().parent
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
 
 SEARCHED = ("Where the paper's figures were looked for: the `search` tool's stored public pages "
             "and documentation (corpora `pages` and `docs`) hold arxiv.org/html/2404.09221v1 and "
@@ -360,7 +356,8 @@ def plot_oracle(report: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from report import save_figure
+
+    from benchmarks.common.report import save_figure
 
     fig, (ax, side) = plt.subplots(1, 2, figsize=(10, 4.6), gridspec_kw={"width_ratios": [3, 2]})
     for i, (name, s) in enumerate(report["sets"].items()):
@@ -397,7 +394,7 @@ def plot_oracle(report: dict[str, Any], path: Path) -> None:
 
 def write_page(report: dict[str, Any], out: Path) -> list[Path]:
     """``kim.json`` (strict JSON), ``kim.md`` and ``kim_oracle.png`` in ``out``."""
-    from report import finite, write_report
+    from benchmarks.common.report import finite, write_report
 
     paths = write_report(report, out, "kim", markdown)
     plot_oracle(finite(report), out / "kim_oracle.png")
@@ -406,6 +403,6 @@ def write_page(report: dict[str, Any], out: Path) -> list[Path]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        raise SystemExit("usage: kim_report.py KIM_JSON")
+        raise SystemExit("usage: python -m benchmarks.common.kim_report KIM_JSON")
     src = Path(sys.argv[1])
     print("\n".join(str(p) for p in write_page(json.loads(src.read_text()), src.parent)))

@@ -1,6 +1,6 @@
 """Markdown tables and PNG plots of bench_eval.py's results (eval.json -> eval.md, eval_*.png).
 
-    .venv/bin/python benchmarks/eval_report.py benchmarks/results/eval.json
+    .venv/bin/python -m benchmarks.common.eval_report benchmarks/results/eval.json
 
 Each table mirrors one of Kim et al. (2024) and carries the signature of the settings that
 produced it. Re-running this script on a saved eval.json redraws everything without

@@ -6,8 +6,8 @@ weights, so a GPU machine that cannot hold the real weights measures the decode 
 at the real model's block efficiency by replaying, step for step, the tree sizes and accepted
 lengths a real decode recorded on a CPU:
 
-    python benchmarks/replay.py --model smollm2 --out benchmarks/replay/smollm2_chat.json
-    python benchmarks/replay.py --tiny --out /tmp/replay.json        # a smoke run (seconds)
+    python -m benchmarks.common.replay --model smollm2 --out benchmarks/replay/smollm2_chat.json
+    python -m benchmarks.common.replay --tiny --out /tmp/replay.json        # a smoke run (seconds)
 
 The file (JSON, ``"format": "blockdraft-replay/1"``) holds the command, the signature, the
 model's heads digest, ``max_new_tokens`` and, per strategy (:func:`strategies`), one entry per
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -181,8 +180,8 @@ class ReplayTreeDrafter:
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from report import command_line
 
+    from benchmarks.common.report import command_line
     from blockdraft.core.files import write_text_atomic
     from blockdraft.core.signature import environment, format_signature
 
@@ -196,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.tiny:
-        from bench_static_host import tiny_model
+        from benchmarks.common.stand_ins import tiny_model
 
         model, name, eos = tiny_model(), "tiny-random-llama", None
         prompts: list[list[int]] = [[5, 9, 2, 33, 7, 8, 9, 10, 11], [3, 1, 4, 1, 5, 9, 2, 6]]
@@ -207,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         name, tok = args.model, model.tokenizer
         prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in PROMPTS]
         eos = tok.eos_id
-    data = {"format": FORMAT, "command": command_line("replay.py", argv),
+    data = {"format": FORMAT, "command": command_line("benchmarks.common.replay", argv),
             "signature": format_signature({
                 "model": name, "runtime": args.runtime, "criterion": "exact",
                 "max_new_tokens": args.max_new_tokens, "prompts": len(prompts),
@@ -226,5 +225,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     raise SystemExit(main())
