@@ -64,9 +64,6 @@ def test_head_drafter_vanilla_and_pbest():
         HeadDrafter(k=0)
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: drafts/heads.py _narrow accepts a lattice "
-                   "narrower than HeadPaths.k (drafts from k=8 when k=16 is declared) where "
-                   "drafts/grow.py's _narrow refuses it by name")
 def test_head_drafter_refuses_a_lattice_narrower_than_its_k():
     lat = SausageLattice.from_logits(np.random.default_rng(0).normal(size=(5, 30)), k=8)
     with pytest.raises(DraftError, match="needs a lattice of width k >= 16"):

@@ -181,11 +181,6 @@ def test_a_runtime_without_exact_trees_drafts_chains(seed: int) -> None:
     assert is_chain(tree) and tree.num_nodes == 4
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src bug: drafts/spec.py DraftSpec._chain_capable counts every tree-lattice spec as "
-    "chain-capable (its `s in (..., *_RATED)` makes the `p <= 1` clause dead) and _build "
-    "returns ConditionalDrafter(p=self.p) whatever `chains` says: tree-lattice p=3 on an "
-    "int8 runtime builds a 3-path trie, neither refused nor cut to one path"))
 def test_a_tree_lattice_p_best_on_int8_is_a_chain_or_refused() -> None:
     spec = DraftSpec("tree-lattice", k=4, p=3)
     try:
@@ -197,10 +192,6 @@ def test_a_tree_lattice_p_best_on_int8_is_a_chain_or_refused() -> None:
     assert is_chain(drafter.draft(view(zero, tree=TreeLattice(4, wide_expand))))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src bug: drafts/grow.py Grown.tree grows over view.tree without narrowing each node to "
-    "its k arcs (Needs.k: the caller's lattice is 'at least this wide'), so the int8 chain "
-    "drafter (ConditionalTreeDrafter(k=1, budget=h)) drafts a tree over a wider tree lattice"))
 def test_the_tree_lattice_chain_stays_a_chain_over_a_wider_lattice() -> None:
     chain = DraftSpec("tree-lattice", k=4, p=0, budget=16).build(caps=INT8_PREFIX, cost=COST)
     zero = SausageLattice(tokens=np.zeros((4, 1), dtype=np.int64), scores=np.zeros((4, 1)))

@@ -119,12 +119,6 @@ def test_longest_draft_wins_ties_go_to_the_first(tiny_trace: Trace) -> None:
     assert rec.drafts.tolist() == [[1, 2, 0]]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src bug: oracle/simulate.py TraceSteps.view_at builds slot 1 from head 1's stored top-1 "
-    "(ex.lattice(t, k)) while the step engine's certain token is y_(t+1) (TraceSteps.verify's "
-    "next_token): at a visited position where they differ the engine refuses the drafter's "
-    "tree ('proposed a tree rooted at 0; the root must be the certain token d_1 = 3') "
-    "instead of warning and following y"))
 def test_mismatch_is_reported_not_fatal(write_tiny_trace: Callable[..., Trace]) -> None:
     rows = [list(map(list, r)) for r in TINY]
     ex0 = [[list(slot) for slot in pos] for pos in TINY[0][2]]
@@ -137,7 +131,9 @@ def test_mismatch_is_reported_not_fatal(write_tiny_trace: Callable[..., Trace]) 
     assert r.num_mismatches == 2
     assert r.mismatch_example.tolist() == [0, 0] and r.mismatch_t.tolist() == [1, 2]
     assert r.steps.n.tolist() == [1, 0, 2, 1]  # n never looks at d_1
-    assert r.steps.drafts[1].tolist() == [0, 8, 5]  # slot 1 is the stored top-1
+    # the walk follows y: the step's certain token (its draft's root) is y_3 = 3, not the
+    # stored top-1 0 (the step engine roots every tree at the certain token, online and off)
+    assert r.steps.drafts[1].tolist() == [3, 8, 5]
     assert r.to_dict()["mismatches"] == [[0, 1], [0, 2]]
     with warnings.catch_warnings():
         warnings.simplefilter("error")

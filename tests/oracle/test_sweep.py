@@ -308,10 +308,6 @@ def test_a_worker_refuses_another_trace(world: dict[str, Path], tmp_path: Path) 
 
 
 # ------------------------------------------------------------------------------ engines
-@pytest.mark.xfail(strict=True, reason=(
-    "src bug: oracle/simulate.py imports blockdraft.verify.acceptance and verify.engine; "
-    "blockdraft/verify/__init__.py imports verify/acceptance.py, which imports torch at "
-    "module level, so every sweep worker imports torch"))
 def test_a_worker_simulates_without_importing_torch(world: dict[str, Path]) -> None:
     """A sweep worker's fixed cost is its imports: a fresh interpreter runs a task of every
     strategy without the n-gram LM (and the n-gram heads when built) and never imports torch

@@ -51,15 +51,6 @@ from blockdraft.rescorers.ngram.lm import NgramLM
 from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer
 
 
-def _narrow(lattice: SausageLattice, k: int) -> SausageLattice:
-    """The lattice's first ``k`` arcs per slot (it must be at least that wide)."""
-    if lattice.k < k:
-        raise DraftError(f"the tree needs a lattice of width k >= {k}, got k = {lattice.k}")
-    if lattice.k == k:
-        return lattice
-    return SausageLattice(tokens=lattice.tokens[:, :k], scores=lattice.scores[:, :k])
-
-
 def confidence_tree(lattice: SausageLattice, budget: int) -> DraftTree:
     """The ``budget`` nodes of highest cumulative head log-probability (EAGLE-2's tree, with
     the lattice's top-``k`` per depth as the candidates), in the order found."""
@@ -162,11 +153,7 @@ class Grown:
 
     def tree(self, view: StepView) -> DraftTree:
         """This step's grown tree."""
-        if self.tree_lattice:
-            assert view.tree is not None  # declared: a decode without one refuses this source
-            lattice: Searchable = view.tree
-        else:
-            lattice = _narrow(view.lattice, self.k)
+        lattice = view.tree_lattice(self.k) if self.tree_lattice else view.sausage(self.k)
         cut = self.cut
         if cut is None or cut.cost is None:
             return grow(lattice, self.budget, scorer=self.scorer, alpha=self.alpha,

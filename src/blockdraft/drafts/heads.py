@@ -25,7 +25,6 @@ from blockdraft.core.checks import check_positive_int
 from blockdraft.drafts.pipeline import Pipeline
 from blockdraft.drafts.protocol import Feedback, Needs, StepView
 from blockdraft.drafts.trie import Trie
-from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.lattice.search import pbest
 from blockdraft.rescorers.base import PathScorer, Rescorer
 
@@ -33,13 +32,6 @@ from blockdraft.rescorers.base import PathScorer, Rescorer
 def _add_batch(trie: Trie, batch: DraftBatch, label: str) -> None:
     for row, score in zip(batch.tokens, batch.scores.tolist(), strict=True):
         trie.add(row, score, label)
-
-
-def _narrow(lattice: SausageLattice, k: int) -> SausageLattice:
-    """The lattice cut to ``k`` arcs a slot."""
-    if lattice.k <= k:
-        return lattice
-    return SausageLattice(tokens=lattice.tokens[:, :k], scores=lattice.scores[:, :k])
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,7 +62,7 @@ class HeadPaths:
 
     def paths(self, view: StepView) -> DraftBatch:
         """This step's paths, best first."""
-        lattice = _narrow(view.lattice, self.k)
+        lattice = view.sausage(self.k)
         if self.rescorer is None:
             return lattice.best_paths(self.p)
         return self.rescorer.rescore(lattice, view.context, self.p)
@@ -118,8 +110,7 @@ class TreePaths:
     label = "conditional"
 
     def add(self, view: StepView, trie: Trie) -> None:
-        assert view.tree is not None  # declared: the decode loop refuses a model without one
-        batch = pbest(view.tree, self.p, scorer=self.scorer, alpha=self.alpha,
+        batch = pbest(view.tree_lattice(self.k), self.p, scorer=self.scorer, alpha=self.alpha,
                       context=view.context, max_expansions=self.max_expansions)
         _add_batch(trie, batch, self.label)
 

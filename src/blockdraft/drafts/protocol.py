@@ -35,8 +35,8 @@ from blockdraft.core.batch import DraftError
 from blockdraft.core.checks import check_int
 from blockdraft.core.tree import DraftTree
 from blockdraft.lattice.conditional import TreeLattice
-from blockdraft.lattice.sausage import SausageLattice
-from blockdraft.lattice.search import Searchable
+from blockdraft.lattice.sausage import LatticeError, SausageLattice
+from blockdraft.lattice.search import Searchable, narrowed
 from blockdraft.rescorers.base import VocabChecked
 
 
@@ -113,6 +113,25 @@ class StepView:
     def searchable(self) -> Searchable:
         """The lattice a search walks: the tree lattice when there is one, else the sausage."""
         return self.tree if self.tree is not None else self.lattice
+
+    def sausage(self, k: int) -> SausageLattice:
+        """The sausage lattice cut to ``k`` arcs a slot.
+
+        Raises:
+            DraftError: a lattice narrower than ``k`` (the caller builds it ``needs.k`` wide).
+        """
+        try:
+            out = narrowed(self.lattice, k)
+        except LatticeError as e:
+            raise DraftError(str(e)) from e
+        assert isinstance(out, SausageLattice)
+        return out
+
+    def tree_lattice(self, k: int) -> Searchable:
+        """The tree lattice, ``k`` arcs a node at most (a model's expansions may be wider when
+        the drafter's sources read several widths)."""
+        assert self.tree is not None  # declared (Needs.tree_lattice): checked where it starts
+        return narrowed(self.tree, k)
 
     @property
     def text(self) -> np.ndarray:

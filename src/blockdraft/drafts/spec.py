@@ -298,7 +298,7 @@ class DraftSpec:
     def _chain_capable(self) -> bool:
         """Whether the strategy drafts (or can be cut to) one path a step."""
         s = self.strategy
-        return (s in ("lookup", "oracle", *_RATED) or (s == "heads" and self.p == 1)
+        return (s in ("lookup", "oracle", "cost-aware") or (s == "heads" and self.p == 1)
                 or (s == "tree-lattice" and self.p <= 1))
 
     def _build(self, res: Resources, caps: Capabilities | None, cost: CostCurve | None,

@@ -25,6 +25,7 @@ Public surface:
     Searchable                       the protocol (``h``, ``expand``, ``peek``)
     pbest(lattice, p, *, scorer=None, alpha=1.0, context=(), max_expansions=None) -> DraftBatch
     grow(lattice, budget, *, scorer=None, alpha=1.0, context=(), stop=None, source) -> DraftTree
+    narrowed(lattice, k) -> Searchable        k arcs a node at most
 """
 
 from __future__ import annotations
@@ -227,6 +228,40 @@ def grow(lattice: Searchable, budget: int, *, scorer: PathScorer | None = None,
     return DraftTree(tokens=np.asarray(tokens, dtype=np.int64),
                      parents=np.asarray(parents, dtype=np.int64),
                      scores=np.asarray(totals, dtype=np.float64), source=source)
+
+
+class _Narrowed:
+    """A lattice whose every node keeps its first ``k`` arcs (``expand`` gives them best first)."""
+
+    def __init__(self, lattice: Searchable, k: int) -> None:
+        self._lattice, self._k = lattice, k
+        self.h = lattice.h
+
+    def expand(self, prefix: tuple[int, ...]) -> Arcs:
+        ids, scores = self._lattice.expand(prefix)
+        return ids[: self._k], scores[: self._k]
+
+    def peek(self, prefix: tuple[int, ...]) -> Arcs | None:
+        arcs = self._lattice.peek(prefix)
+        return None if arcs is None else (arcs[0][: self._k], arcs[1][: self._k])
+
+
+def narrowed(lattice: Searchable, k: int) -> Searchable:
+    """``lattice`` with ``k`` arcs a node at most: a sausage's first ``k`` arcs a slot (it must
+    be at least that wide: a narrower one is refused), a tree lattice's first ``k`` arcs of
+    every expansion.
+
+    Raises:
+        LatticeError: a sausage narrower than ``k``.
+    """
+    if isinstance(lattice, SausageLattice):
+        if lattice.k < k:
+            raise LatticeError(f"the drafter needs a lattice of width k >= {k}, got "
+                               f"k = {lattice.k}")
+        if lattice.k == k:
+            return lattice
+        return SausageLattice(tokens=lattice.tokens[:, :k], scores=lattice.scores[:, :k])
+    return _Narrowed(lattice, k)
 
 
 def as_searchable(lattice: Any) -> Searchable:

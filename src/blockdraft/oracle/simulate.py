@@ -50,6 +50,7 @@ from blockdraft.core.errors import BlockdraftError
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.protocol import Drafter, StepView
 from blockdraft.drafts.spec import DraftSpec
+from blockdraft.lattice.sausage import SausageLattice
 from blockdraft.oracle.acceptance import Oracle, accept_lengths, oracle_accept_lengths
 from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.results import SimulationResult, StepRecords
@@ -124,9 +125,17 @@ class TraceSteps:
         return self.view_at(self.t, max_depth)
 
     def view_at(self, t: int, max_depth: int | None = None) -> StepView:
-        """The step at position ``t``."""
+        """The step at position ``t``: the trace's lattice there, its slot 1 the certain token
+        ``y_{t+1}`` (head 1's stored top-1, but where a numerical tie made them differ: the
+        walk follows ``y``, and :func:`simulate` warns)."""
         ex = self.example
-        return StepView(lattice=ex.lattice(t, self.k), context=ex.context(t),
+        lattice = ex.lattice(t, self.k)
+        certain = int(self.y[t])
+        if int(lattice.tokens[0, 0]) != certain:  # a tie between the greedy run and the trace
+            tokens = lattice.tokens.copy()
+            tokens[0, 0] = certain
+            lattice = SausageLattice(tokens=tokens, scores=lattice.scores)
+        return StepView(lattice=lattice, context=ex.context(t),
                         prompt_length=int(ex.prompt_ids.size), max_depth=max_depth,
                         reference=self.y[t:])
 

@@ -10,13 +10,47 @@
                                                       min_block, gadpp, typical
 """
 
-from blockdraft.core.moved import moved_getattr
-from blockdraft.verify.acceptance import tree_accepted, tree_winner
-from blockdraft.verify.criteria import CRITERIA, Criterion
-from blockdraft.verify.decode import DecodeResult, DecodeStep, decode
-from blockdraft.verify.engine import Steps, Verdict, accept, run
-from blockdraft.verify.errors import VerifyError
-from blockdraft.verify.verifier import HeadsModel, Verifier, VerifyOutcome
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from blockdraft.core.moved import moved_error
+
+if TYPE_CHECKING:
+    from blockdraft.verify.acceptance import tree_accepted, tree_winner
+    from blockdraft.verify.criteria import CRITERIA, Criterion
+    from blockdraft.verify.decode import DecodeResult, DecodeStep, decode
+    from blockdraft.verify.engine import Steps, Verdict, accept, run
+    from blockdraft.verify.errors import VerifyError
+    from blockdraft.verify.verifier import HeadsModel, Verifier, VerifyOutcome
+
+_WHERE = {
+    "tree_accepted": "acceptance", "tree_winner": "acceptance", "CRITERIA": "criteria",
+    "Criterion": "criteria", "DecodeResult": "decode", "DecodeStep": "decode",
+    "decode": "decode", "Steps": "engine", "Verdict": "engine", "accept": "engine",
+    "run": "engine", "VerifyError": "errors", "HeadsModel": "verifier", "Verifier": "verifier",
+    "VerifyOutcome": "verifier",
+}
+"""Each public name's module, imported at the first use (PEP 562): the offline simulator reads
+the verdict's walk and the step engine (numpy) without importing torch."""
+_MOVED = {
+    "predict": ("drafter.draft(StepView(lattice, context)) with "
+                "blockdraft.lattice.step.head_lattice(head_logits, k)",
+                "a drafter has one call, on a step view"),
+    "Drafter": ("blockdraft.drafts.Drafter", "the drafting room declares the protocol"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        new, why = _MOVED[name]
+        raise moved_error(f"blockdraft.verify.{name}", new, why)
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'blockdraft.verify' has no attribute {name!r}")
+    value = getattr(import_module(f"blockdraft.verify.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CRITERIA",
@@ -35,11 +69,3 @@ __all__ = [
     "tree_accepted",
     "tree_winner",
 ]
-
-__getattr__ = moved_getattr("blockdraft.verify", {
-    "predict": ("drafter.draft(StepView(lattice, context)) with "
-                "blockdraft.lattice.step.head_lattice(head_logits, k)",
-                "a drafter has one call, on a step view"),
-    "Drafter": ("blockdraft.drafts.Drafter", "the drafting room declares the protocol"),
-})
-

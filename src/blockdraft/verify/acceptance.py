@@ -25,11 +25,16 @@ Public surface:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from blockdraft.core.tree import DraftTree
-from blockdraft.verify.criteria import Criterion
+
+if TYPE_CHECKING:  # the verdict's walk is numpy; only the logits' matches need torch
+    import torch
+
+    from blockdraft.verify.criteria import Criterion
 
 
 def tree_accepted(
@@ -47,6 +52,8 @@ def tree_accepted(
     Raises:
         VerifyError: a criterion the logits cannot satisfy (``topk`` k > V).
     """
+    from blockdraft.verify.criteria import Criterion
+
     crit = Criterion.parse(criterion)
     crit.check_model(int(base_logits.shape[-1]), None)
     return accepted_nodes(tree, base_logits, tree.parents[1:], crit, eos_id)
@@ -60,6 +67,8 @@ def accepted_nodes(tree: DraftTree, base: torch.Tensor, parent_rows: np.ndarray,
     verifier's per-step path (it projects the base head at every node, so its rows are the
     parents themselves).
     """
+    import torch
+
     if tree.num_nodes == 1:
         return np.ones(1, dtype=bool)
     dev = base.device

@@ -162,8 +162,8 @@ def archive_answers(dset: DistillSet, path: str | os.PathLike[str]) -> Archive:
             "digest": digest}
     out = Path(path)
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
-                        **arrays)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
     with atomic_path(out) as tmp:
         tmp.write_bytes(buffer.getvalue())
     return Archive(plan=dset.plan, shards=tuple(shards), digest=digest)
@@ -276,7 +276,7 @@ def restore_distill_set(archive: Archive, model: Any, prompt_ids: Sequence[Seque
                 for b, h in zip(rows, states, strict=True):
                     hidden[b] = h.to(stored)
                 bar.advance(len(rows))
-            made = Shard.from_lists(shard.prompt_index, prompts, answers,
+            made = Shard.from_lists(shard.prompt_index.tolist(), prompts, answers,
                                     [h for h in hidden if h is not None])
             seconds = time.monotonic() - start
             write_shard(dset.shard_path(shard.name), made, {
