@@ -30,10 +30,12 @@ class StepRecords:
         n: int64 ``[S]``, tokens accepted beyond the certain ``d_1`` (``0 .. h-1``).
         tokens: int64 ``[S]``, tokens of ``y`` the call made certain:
             ``min(1 + n, m - (t + 1))``.
-        winner: int64 ``[S]``, the index of the winning draft in the strategy's batch.
-        drafts: int64 ``[S, h]``, the winning draft ``d_1 .. d_h``.
-        num_drafts: int64 ``[S]``, drafts the strategy proposed (``p``, or fewer when the
-            lattice has fewer paths).
+        winner: int64 ``[S]``, the accepted node of the step's tree (a batch of drafts is
+            verified as its trie: the first leaf below the node ends the winning draft).
+        drafts: int64 ``[S, h]``, the winning draft ``d_1 .. d_h`` (the root path of the accepted
+            node's first leaf, the lattice's top-1 tokens after it).
+        num_drafts: int64 ``[S]``, drafts the strategy proposed (the tree's leaves: ``p``, or
+            fewer when the lattice has fewer paths).
         nodes: int64 ``[S]``, tokens the step's verification forward holds (the tree's nodes,
             or the trie of a batch's drafts; ``h`` for the oracle's chain), the size a cost
             curve prices; zeros when unknown (records built elsewhere).

@@ -94,7 +94,7 @@ class NeuralPathScorer:
     def next_scores(self, path: Sequence[int], context: Sequence[int] | np.ndarray,
                     candidates: Any) -> np.ndarray:
         """float64 ``[c]``: ``ln P(candidate | context, path)`` for every candidate."""
-        cand = np.asarray(candidates, dtype=np.int64).reshape(-1)
+        cand = np.array(candidates, dtype=np.int64).reshape(-1)  # a writable copy for torch
         lp = self._logprobs(list(path), context)
         if lp is None:
             return np.zeros(cand.size)
