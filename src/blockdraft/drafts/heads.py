@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from blockdraft.core.batch import DraftBatch, DraftError
 from blockdraft.core.checks import check_positive_int
 from blockdraft.drafts.pipeline import Pipeline
@@ -62,6 +64,11 @@ class HeadPaths:
 
     def paths(self, view: StepView) -> DraftBatch:
         """This step's paths, best first."""
+        if self.p == 1 and self.rescorer is None:  # the heads' chain: every slot's top arc
+            chain = view.lattice.vanilla()
+            score = view.lattice.scores[:, 0].sum(keepdims=True)
+            return DraftBatch(tokens=chain[None], scores=score, head_scores=score,
+                              lm_scores=np.zeros(1), requested=1, source="lattice")
         lattice = view.sausage(self.k)
         if self.rescorer is None:
             return lattice.best_paths(self.p)
