@@ -35,9 +35,10 @@ complete new one replaces it.
 
 Modules: ``parser`` (the argument parser, assembled from each group's ``add_parsers``),
 ``common`` (output helpers, argument types, readers), one per command group: ``analyses``
-(oracle, repetition, entropy), ``sweep``, ``models`` (train, trace, decode), ``heads`` (heads
-distill, label, train, curve), ``demo``, ``lattice`` (rescore, lattice draw), ``ngram``,
-``bench``, ``doctor``.
+(oracle, repetition, entropy), ``sweep``, ``models`` (train), ``trace``, ``decode`` (with
+``model_options``, the options of both), ``heads`` (the group, heads train, curve; with
+``heads_data``: prompts, questions, follow-ups, distill, label; ``heads_package``), ``demo``,
+``lattice`` (rescore, lattice draw), ``ngram``, ``bench``, ``doctor``.
 """
 
 from __future__ import annotations

@@ -207,6 +207,26 @@ def read_texts(files: Sequence[str]) -> list[str]:
     return out
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+"""The torch dtypes a command's ``--dtype`` takes."""
+
+
+def default_of(function: Callable[..., Any], name: str) -> Any:
+    """The default of ``function``'s parameter ``name``: the library's defaults are the CLI's."""
+    import inspect
+
+    return inspect.signature(function).parameters[name].default
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command line as typed (:func:`blockdraft.cli.main` records it), for the records a
+    run writes."""
+    import shlex
+    import sys
+
+    return str(getattr(args, "command_line", "") or "blockdraft " + shlex.join(sys.argv[1:]))
+
+
 def add_command(parent: Any, name: str, help_: str, func: Command) -> argparse.ArgumentParser:
     """A subcommand ``name`` of the subparsers ``parent`` that runs ``func(args)``."""
     p: argparse.ArgumentParser = parent.add_parser(name, help=help_, description=help_)

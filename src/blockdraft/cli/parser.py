@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import argparse
 
-from blockdraft.cli import analyses, bench, demo, doctor, heads, lattice, models, ngram, sweep
+from blockdraft.cli import (
+    analyses,
+    bench,
+    decode,
+    demo,
+    doctor,
+    heads,
+    lattice,
+    models,
+    ngram,
+    sweep,
+    trace,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     analyses.add_parsers(sub)  # oracle, repetition, entropy
     sweep.add_parsers(sub)  # sweep
-    models.add_parsers(sub)  # train, trace, decode
+    models.add_parsers(sub)  # train
+    trace.add_parser(sub)  # trace
+    decode.add_parser(sub)  # decode
     heads.add_parsers(sub)  # heads distill, heads train, heads curve
     demo.add_parser(sub)  # demo
     lattice.add_parsers(sub)  # rescore, lattice draw
