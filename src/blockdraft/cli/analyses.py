@@ -15,11 +15,10 @@ from blockdraft.cli.common import (
     add_command,
     add_overwrite,
     check_plot,
-    finite_float,
-    int_list,
     print_json,
     print_table,
 )
+from blockdraft.cli.values import finite_float, int_list
 
 
 def _trace(path: Path) -> Any:

@@ -14,14 +14,12 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_group,
-    finite_float,
-    int_list,
-    positive_int,
     print_json,
     print_table,
     progress_bar,
     read_id_lines,
 )
+from blockdraft.cli.values import finite_float, int_list, positive_int
 
 
 def cmd_bench_rescore(args: argparse.Namespace) -> int:

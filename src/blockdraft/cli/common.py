@@ -134,26 +134,6 @@ def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
     return wrap
 
 
-def _csv_ints(text: str, what: str, minimum: int, allow_empty: bool) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
-    if (not vals and not allow_empty) or any(v < minimum for v in vals):
-        raise argparse.ArgumentTypeError(f"expected {what} >= {minimum}, got {text!r}")
-    return vals
-
-
-def int_list(text: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]`` (argparse type): positive integers, at least one."""
-    return _csv_ints(text, "positive integers", 1, allow_empty=False)
-
-
-def id_list(text: str) -> list[int]:
-    """``"17,4,99"`` -> token ids (argparse type; may be empty)."""
-    return _csv_ints(text, "token ids", 0, allow_empty=True)
-
-
 def read_text_file(path: Path, what: str = "file") -> str:
     """The UTF-8 text of ``path``, a byte-order mark at its start dropped (it would otherwise
     become a token of the first line).
@@ -275,28 +255,6 @@ def stopped_early(message: str) -> int:
     return STOPPED_EARLY
 
 
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def finite_float(text: str) -> float:
-    """A finite number (argparse type): ``nan`` and ``inf`` are refused."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
 def available_cores() -> int:
     """The CPU cores this process may run on (its affinity where the system tells)."""
     import os
@@ -321,17 +279,6 @@ def clamp_threads(args: argparse.Namespace) -> None:
         warnings.warn(f"--threads {threads} is more than the {cores} CPU core(s) this process "
                       f"may use; using {cores}", BlockdraftWarning, stacklevel=2)
         args.threads = cores
-
-
-def positive_int(text: str) -> int:
-    """An integer >= 1 (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (>= 1), got {text!r}")
-    return value
 
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")

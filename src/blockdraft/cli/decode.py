@@ -14,9 +14,6 @@ from blockdraft.cli.common import (
     add_command,
     check_device,
     device_name,
-    finite_float,
-    non_negative_int,
-    positive_int,
     print_json,
     print_table,
     utf8_argument,
@@ -28,6 +25,7 @@ from blockdraft.cli.model_options import (
     model_tokenizer,
     vocab_size_of,
 )
+from blockdraft.cli.values import finite_float, non_negative_int, positive_int
 
 NO_TOKENS = ("undefined: no token was generated (--max-new-tokens 0), so B = tokens / serial "
              "calls has nothing to measure")

@@ -18,12 +18,12 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_overwrite,
-    positive_int,
     print_json,
     print_table,
     progress_bar,
     utf8_argument,
 )
+from blockdraft.cli.values import positive_int
 from blockdraft.core.outputs import claim_output
 from blockdraft.demo.config import REAL_MAX_NEW_TOKENS
 

@@ -48,12 +48,12 @@ from blockdraft.cli.common import (
     add_command,
     add_group,
     command_line,
-    positive_int,
     print_json,
     print_table,
     stopped_early,
 )
 from blockdraft.cli.heads_data import data_arguments
+from blockdraft.cli.values import positive_int
 from blockdraft.core.outputs import claim_output
 
 

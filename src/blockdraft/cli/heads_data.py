@@ -22,11 +22,11 @@ from blockdraft.cli.common import (
     add_command,
     command_line,
     default_of,
-    positive_int,
     print_json,
     print_table,
     stopped_early,
 )
+from blockdraft.cli.values import positive_int
 from blockdraft.core.outputs import claim_output
 
 

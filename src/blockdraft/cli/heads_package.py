@@ -13,10 +13,10 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     command_line,
-    positive_int,
     print_json,
     print_table,
 )
+from blockdraft.cli.values import positive_int
 from blockdraft.core.outputs import claim_output
 
 PACKAGE_FILES = ("config.json", "medusa_lm_head.safetensors", "shortlist.safetensors",

@@ -15,11 +15,10 @@ from blockdraft.cli.common import (
     add_command,
     add_group,
     add_overwrite,
-    finite_float,
-    id_list,
     print_json,
     print_table,
 )
+from blockdraft.cli.values import finite_float, id_list
 from blockdraft.core.outputs import claim_output
 
 

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from blockdraft.cli.common import CliError, positive_int
+from blockdraft.cli.common import CliError
+from blockdraft.cli.values import positive_int
 
 
 def _stderr(message: str) -> None:

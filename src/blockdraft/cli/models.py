@@ -21,12 +21,12 @@ from blockdraft.cli.common import (
     add_command,
     check_device,
     device_name,
-    positive_int,
     print_json,
     print_table,
     progress_bar,
     read_texts,
 )
+from blockdraft.cli.values import positive_int
 from blockdraft.core.outputs import claim_output
 
 

@@ -25,12 +25,14 @@ from blockdraft.cli.common import (
     add_command,
     add_overwrite,
     check_plot,
+    print_json,
+    print_table,
+)
+from blockdraft.cli.values import (
     finite_float,
     int_list,
     non_negative_int,
     positive_int,
-    print_json,
-    print_table,
 )
 
 

@@ -13,8 +13,6 @@ from blockdraft.cli.common import (
     add_command,
     check_device,
     device_name,
-    non_negative_int,
-    positive_int,
     progress_bar,
     read_id_lines,
     read_texts,
@@ -27,6 +25,7 @@ from blockdraft.cli.model_options import (
     model_tokenizer,
     vocab_size_of,
 )
+from blockdraft.cli.values import non_negative_int, positive_int
 from blockdraft.core.outputs import claim_output
 
 
