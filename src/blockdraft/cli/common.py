@@ -177,13 +177,21 @@ def read_id_lines(path: Path) -> list[np.ndarray]:
     return out
 
 
-def read_texts(files: Sequence[str]) -> list[str]:
-    """The non-empty lines of text files, in order."""
+def read_texts(files: Sequence[str | Path], flag: str = "--corpus",
+               what: str = "text file") -> list[str]:
+    """The non-empty lines of text files, in order.
+
+    Raises:
+        CliError: a file that cannot be read, or no non-empty line in any of them (naming
+            ``flag`` and the files, in the words of the command typed).
+    """
     out: list[str] = []
     for f in files:
-        out += [ln for ln in read_text_file(Path(f), "text file").splitlines() if ln.strip()]
+        out += [ln for ln in read_text_file(Path(f), what).splitlines() if ln.strip()]
     if not out:
-        raise CliError("the corpus has no non-empty lines")
+        named = " ".join(str(f) for f in files)
+        raise CliError(f"{flag} {named}: no non-empty line to read; give a file of one "
+                       f"{'prompt' if 'prompt' in what else 'text'} a line")
     return out
 
 
@@ -214,24 +222,62 @@ def add_command(parent: Any, name: str, help_: str, func: Command) -> argparse.A
     return p
 
 
-def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
+def add_overwrite(p: argparse.ArgumentParser, what: str, needs: str | None = None) -> None:
     """``--overwrite`` of a command that writes ``what``: without it an existing output is
-    refused (:func:`blockdraft.core.outputs.claim_output`, the rule every command follows)."""
+    refused (:func:`blockdraft.core.outputs.claim_output`, the rule every command follows).
+    ``needs``: the option that names an optional output (``--plot``): ``--overwrite`` without
+    it applies to nothing, and is refused (:mod:`blockdraft.cli.values`)."""
     p.add_argument("--overwrite", action="store_true",
                    help=f"replace {what} if it exists (without --overwrite an existing one is "
                         "refused; the old one stays until the new one is complete)")
+    if needs is not None:
+        from blockdraft.cli.values import Rule, add_rules
+
+        dest = needs.lstrip("-").replace("-", "_")
+        add_rules(p, Rule("--overwrite", f"applies only with {needs} (it replaces {what}); "
+                                         f"give {needs}, or drop --overwrite",
+                          lambda args: getattr(args, dest, None) is not None,
+                          ("--overwrite",)))
 
 
-def check_plot(args: argparse.Namespace) -> None:
-    """``--plot FILE`` of the trace commands: a suffix the plots know and, like every output,
-    no existing file replaced without ``--overwrite`` (checked before any work)."""
-    from blockdraft.core.outputs import claim_output
+def plot_path(text: str) -> Path:
+    """``--plot FILE`` (argparse type): a suffix the plots know (``.png``, ``.pdf``,
+    ``.svg``), refused otherwise before any work."""
+    from blockdraft.core.errors import BlockdraftError
     from blockdraft.oracle.plots import plot_format
 
-    if args.plot:
-        plot_format(args.plot)
-        claim_output(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
-                     folder=False, flag="--plot")
+    try:
+        plot_format(text)
+    except BlockdraftError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return Path(text)
+
+
+def add_plot(p: Any, what: str) -> None:
+    """``--plot FILE`` on ``p`` (a parser or an argument group): ``what`` as an image."""
+    p.add_argument("--plot", type=plot_path, default=None,
+                   help=f"{what} as an image: .png, .pdf or .svg (by suffix)")
+
+
+def check_plot(args: argparse.Namespace) -> Any:
+    """The :class:`~blockdraft.core.outputs.Output` of ``--plot FILE`` (None without it):
+    like every output, no existing file replaced without ``--overwrite``, checked before any
+    work and again when the image is put in place (:func:`write_plot`)."""
+    from blockdraft.core.outputs import claim_output
+
+    if not args.plot:
+        return None
+    return claim_output(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
+                        folder=False, flag="--plot")
+
+
+def write_plot(output: Any, draw: Callable[[Path], object]) -> None:
+    """Draw the image of :func:`check_plot`'s ``output`` (``draw(path)``), built beside
+    ``--plot`` and renamed into place (no-op without ``--plot``)."""
+    if output is None:
+        return
+    with output.writing() as writing:
+        draw(writing.path)
 
 
 def add_group(sub: Any, name: str, help_: str) -> Any:

@@ -25,7 +25,7 @@ from blockdraft.cli.model_options import (
     model_tokenizer,
     vocab_size_of,
 )
-from blockdraft.cli.values import finite_float, non_negative_int, positive_int
+from blockdraft.cli.values import Rule, add_rules, non_negative_int, number, positive_int
 
 NO_TOKENS = ("undefined: no token was generated (--max-new-tokens 0), so B = tokens / serial "
              "calls has nothing to measure")
@@ -56,6 +56,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
     utf8_argument(args.prompt, "--prompt")
     check_device(args.device)
+    if args.alpha is None:  # the defaults of the options that apply with a rescorer alone
+        args.alpha = 1.0
+    if args.neural_backend is None:
+        args.neural_backend = "onnx"
     model = load_from_args(args)
     tok = model_tokenizer(model, args)
     prompt = encode_prompt(tok, args.prompt, args.chat)
@@ -163,6 +167,18 @@ def _lookup_drafter(model: Any, criterion: Any, rescorer: Any, args: argparse.Na
     return LookupDrafter()
 
 
+def criterion_spec(text: str) -> str:
+    """``--criterion`` (argparse type): a criterion :meth:`Criterion.parse
+    <blockdraft.verify.Criterion.parse>` reads, refused before any work otherwise."""
+    from blockdraft.core.errors import BlockdraftError
+    from blockdraft.verify import Criterion
+
+    try:
+        Criterion.parse(text)
+    except BlockdraftError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
 
 def add_parser(sub: Any) -> None:
     """``decode``."""
@@ -178,9 +194,11 @@ def add_parser(sub: Any) -> None:
                            help="n-gram LM for global rescoring (not with --rescorer-model)")
     rescoring.add_argument("--rescorer-model", type=Path, default=None,
                            help="RescorerLM checkpoint for local neural rescoring (not with --lm)")
-    p.add_argument("--neural-backend", choices=["torch", "onnx"], default="onnx")
-    p.add_argument("--alpha", type=finite_float, default=1.0)
-    p.add_argument("--criterion", default="exact",
+    p.add_argument("--neural-backend", choices=["torch", "onnx"], default=None,
+                   help="with --rescorer-model: where it runs (default onnx)")
+    p.add_argument("--alpha", type=number(0.0), default=None,
+                   help="with --lm or --rescorer-model: the LM's weight, >= 0 (default 1)")
+    p.add_argument("--criterion", type=criterion_spec, default="exact",
                    help='acceptance criterion, e.g. "exact", "topk:k=4", "gad++:beta=5,tau=3"')
     p.add_argument("--iad", action="store_true", help="add an input-guided draft")
     p.add_argument("--lookup", action="store_true",
@@ -192,3 +210,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", type=device_name, default="cpu",
                    help="cpu (default), cuda, cuda:N, mps or xpu")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_rules(p, Rule("--neural-backend", "applies only with --rescorer-model (where it runs); "
+                      "add --rescorer-model, or drop --neural-backend",
+                      lambda a: a.rescorer_model is not None, ("--neural-backend", "torch")),
+              Rule("--alpha", "weighs a rescoring LM, and neither --lm nor --rescorer-model "
+                   "names one; add one of them, or drop --alpha",
+                   lambda a: a.lm is not None or a.rescorer_model is not None,
+                   ("--alpha", "0.5")))

@@ -53,7 +53,16 @@ from blockdraft.cli.common import (
     stopped_early,
 )
 from blockdraft.cli.heads_data import data_arguments
-from blockdraft.cli.values import positive_int
+from blockdraft.cli.heads_package import check_shortlist_size
+from blockdraft.cli.values import (
+    ListAction,
+    Rule,
+    UsageError,
+    add_rules,
+    non_negative_int,
+    number,
+    positive_int,
+)
 from blockdraft.core.outputs import claim_output
 
 
@@ -72,11 +81,12 @@ def heads_settings(args: argparse.Namespace) -> Any:
     arguments, checked."""
     from blockdraft.training.heads import HeadsTrainSettings
 
+    shortlist = HeadsTrainSettings().shortlist if args.shortlist is None else args.shortlist
     settings = HeadsTrainSettings(
         heads=args.heads, layers=args.layers, seed=args.seed, steps=args.steps,
         batch=args.batch, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
         loss=args.loss, eval_every=args.eval_every, eval_positions=args.eval_positions,
-        patience=args.patience, vocab=args.vocab, shortlist=args.shortlist, arch=args.arch)
+        patience=args.patience, vocab=args.vocab, shortlist=shortlist, arch=args.arch)
     settings.check()
     return settings
 
@@ -88,16 +98,20 @@ def cmd_heads_train(args: argparse.Namespace) -> int:
     settings = heads_settings(args)
     if not args.prompts and not (args.data is not None and (args.data / "plan.json").is_file()
                                  and heads.open_distill_set(args.data).labelled):
-        raise CliError("heads train needs --prompts (the data step distils them), unless "
-                       "--data holds a labelled set (blockdraft heads label)")
+        raise UsageError("heads train needs --prompts (the data step distils them), unless "
+                         "--data holds a labelled set (blockdraft heads label)")
+    if args.shortlist is not None:  # against the base's vocabulary, before any work
+        check_shortlist_size(args.shortlist, args.base)
     out = Path(args.out)
     if (args.resume and not args.overwrite and out.is_dir() and any(out.iterdir())
             and not (out / heads.CURVE_FILE).is_file()):
         raise CliError(f"-o {out} holds no heads written by blockdraft heads train (no "
                        f"{heads.CURVE_FILE}), so there is no run to continue; pass --overwrite "
                        "to replace it, or choose a new path")
+    # written at the end by a rename (its progress is in the training folder): a new -o is
+    # built beside it, and what appeared there meanwhile is not replaced
     output = claim_output(out, what="Medusa heads", error=CliError, overwrite=args.overwrite,
-                          resume=args.resume, own=heads.HEADS_FILES)
+                          resume=args.resume, own=heads.HEADS_FILES, in_place=False)
     if args.data is not None:
         heads.check_distill_folder(args.data)
     if args.work is not None:
@@ -150,9 +164,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                         "%(default)s)")
     p.add_argument("--layers", type=positive_int, default=defaults.layers,
                    help="ResBlocks per head (default %(default)s)")
-    p.add_argument("--distill-minutes", type=float, default=None,
+    p.add_argument("--distill-minutes", type=number(0.0), default=None,
                    help="time box of the data step, minutes (0: only read the set as it is)")
-    p.add_argument("--minutes", type=float, default=None,
+    p.add_argument("--minutes", type=number(0.0), default=None,
                    help="time box of the training, minutes (a later run with --resume goes on)")
     p.add_argument("--arch", choices=("medusa", "prefix"), default=defaults.arch,
                    help="medusa: independent heads; prefix: each head also reads the token "
@@ -167,9 +181,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="optimizer steps, the cosine schedule's length (default %(default)s)")
     p.add_argument("--batch", type=positive_int, default=defaults.batch,
                    help="positions per step (default %(default)s)")
-    p.add_argument("--lr", type=float, default=defaults.lr,
+    p.add_argument("--lr", type=number(above=0.0), default=defaults.lr,
                    help="peak learning rate (default %(default)s)")
-    p.add_argument("--warmup", type=int, default=defaults.warmup,
+    p.add_argument("--warmup", type=non_negative_int, default=defaults.warmup,
                    help="linear warm-up steps (default %(default)s)")
     p.add_argument("--schedule", choices=("cosine", "constant"), default=defaults.schedule)
     p.add_argument("--loss", choices=("ce", "kl"), default=defaults.loss,
@@ -179,15 +193,16 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                         "tokens seen in the training answers (several times faster), or the "
                         "--shortlist most frequent of them: the draft vocabulary of heads "
                         "packaged with that shortlist (faster still)")
-    p.add_argument("--shortlist", type=positive_int, default=defaults.shortlist,
-                   help="the training shortlist's size, with --vocab shortlist "
-                        "(default %(default)s; package the heads with the same size)")
+    p.add_argument("--shortlist", type=positive_int, default=None,
+                   help="with --vocab shortlist: the training shortlist's size, at most the "
+                        f"base's vocabulary (default {defaults.shortlist}; package the heads "
+                        "with the same size)")
     p.add_argument("--eval-every", type=positive_int, default=defaults.eval_every,
                    help="steps between held-out evaluations and checkpoints "
                         "(default %(default)s)")
     p.add_argument("--eval-positions", type=positive_int, default=defaults.eval_positions,
                    help="held-out positions scored per evaluation (default %(default)s)")
-    p.add_argument("--patience", type=int, default=defaults.patience,
+    p.add_argument("--patience", type=non_negative_int, default=defaults.patience,
                    help="stop after this many evaluations without progress (0: never)")
     p.add_argument("--data", type=Path, default=None,
                    help="the distillation folder (default: $BLOCKDRAFT_CACHE/distill/<key>)")
@@ -200,6 +215,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace what -o holds (only once the new heads are complete)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_rules(p, Rule("--shortlist", "applies only with --vocab shortlist (the softmax over the "
+                                     "shortlist); add --vocab shortlist, or drop --shortlist",
+                      lambda a: a.vocab == "shortlist", ("--vocab", "full", "--shortlist", "512")))
 
 
 def train_namespace(**given: Any) -> argparse.Namespace:
@@ -262,7 +280,7 @@ def add_parsers(sub: Any) -> None:
     p = add_command(group, "curve",
                     "score trained heads on every held-out position of a distillation set "
                     "(data_curve.json, .md, .png)", cmd_heads_curve)
-    p.add_argument("runs", nargs="+", type=Path,
+    p.add_argument("runs", action=ListAction, type=Path,
                    help="heads folders (-o of heads train) or training folders (its --work)")
     p.add_argument("--data", required=True, type=Path,
                    help="the distillation folder whose held-out split scores them")

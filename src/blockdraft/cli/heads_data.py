@@ -26,7 +26,15 @@ from blockdraft.cli.common import (
     print_table,
     stopped_early,
 )
-from blockdraft.cli.values import positive_int
+from blockdraft.cli.values import (
+    ListAction,
+    Rule,
+    Weights,
+    add_rules,
+    non_negative_int,
+    number,
+    positive_int,
+)
 from blockdraft.core.outputs import claim_output
 
 
@@ -40,7 +48,8 @@ def cmd_heads_distill(args: argparse.Namespace) -> int:
             shard_size=args.shard_size, seed=args.seed, heldout_fraction=args.heldout_fraction,
             heldout_min=args.heldout_min, max_prompts=args.max_prompts,
             max_tokens=args.max_tokens, minutes=args.minutes, threads=args.threads,
-            reverse=args.reverse, ray=args.ray, workers=args.workers)
+            reverse=args.reverse, ray=args.ray,
+            workers=DISTILL_WORKERS if args.workers is None else args.workers)
 
     return _write_set(args, run, lambda dset: bool(dset.complete), "a distillation set",
                       "is partial")
@@ -55,9 +64,6 @@ def _write_set(args: argparse.Namespace, run: Callable[[Path | None], Any],
     from blockdraft.training import heads
 
     if args.folder is None:  # the cache's folder, keyed by the settings: always continued
-        if args.overwrite or args.resume:
-            raise CliError("--overwrite and --resume apply to a --folder; the default folder "
-                           "in the cache is keyed by the settings and always continued")
         dset = run(None)
         _report_distill(args, dset)
         if complete(dset):
@@ -133,7 +139,7 @@ def data_arguments(p: argparse.ArgumentParser, prompts_required: bool = True) ->
     p.add_argument("--base", default="smollm2",
                    help="the base model: a known name (smollm2), a Hugging Face folder or a "
                         ".gguf file (default smollm2)")
-    p.add_argument("--prompts", nargs="+", required=prompts_required, type=Path,
+    p.add_argument("--prompts", action=ListAction, required=prompts_required, type=Path,
                    help='JSON-lines files of training prompts, {"source": ..., "prompt": ...} '
                         "a line (training data only, never evaluation text)"
                         + ("" if prompts_required else "; not needed when --data holds a "
@@ -147,14 +153,15 @@ def data_arguments(p: argparse.ArgumentParser, prompts_required: bool = True) ->
                    help="prompts generated together (default %(default)s)")
     p.add_argument("--shard-size", type=positive_int, default=default_of(distill, "shard_size"),
                    help="prompts per data shard (default %(default)s)")
-    p.add_argument("--heldout-fraction", type=float,
+    p.add_argument("--heldout-fraction", type=number(0.0, below=1.0),
                    default=default_of(distill, "heldout_fraction"),
                    help="share of the prompts held out for evaluation (default %(default)s)")
-    p.add_argument("--heldout-min", type=int, default=default_of(distill, "heldout_min"),
+    p.add_argument("--heldout-min", type=non_negative_int,
+                   default=default_of(distill, "heldout_min"),
                    help="at least this many prompts held out (default %(default)s)")
     p.add_argument("--max-prompts", type=positive_int, default=None,
                    help="training prompts to distil (default: all)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seeds the held-out split (and, for heads train, the heads)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads (default: 1 when the machine is busy, else every core)")
@@ -178,16 +185,8 @@ def cmd_heads_prompts(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     output = _prompt_output(args)
-    weights = dict(DEFAULT_WEIGHTS)
-    if args.weights:
-        weights = {k: 0.0 for k in weights}
-        for part in args.weights.split(","):
-            kind, _, value = part.partition("=")
-            try:
-                weights[kind.strip()] = float(value)
-            except ValueError:
-                raise CliError(f"--weights {part!r}: expected KIND=NUMBER (kinds: "
-                               f"{', '.join(DEFAULT_WEIGHTS)})") from None
+    weights = (dict(DEFAULT_WEIGHTS) if args.weights is None
+               else {kind: args.weights.get(kind, 0.0) for kind in DEFAULT_WEIGHTS})
     prompts, record = build_mix(args.data, args.n, weights, seed=args.seed)
     record["command"] = command_line(args)
     with output.writing() as writing:  # the file and its record, renamed in together
@@ -245,10 +244,9 @@ def cmd_heads_questions(args: argparse.Namespace) -> int:
     return _write_prompts(args, output, prompts, record, "questions")
 
 
-
 def _prompt_file_arguments(p: argparse.ArgumentParser) -> None:
     """The options every command that writes a prompt file shares."""
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("-o", "--out", type=Path, required=True,
                    help="the prompt file (JSON lines; its record beside it as .mix.json)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
@@ -256,15 +254,38 @@ def _prompt_file_arguments(p: argparse.ArgumentParser) -> None:
 
 
 
+DISTILL_WORKERS = 2
+"""``heads distill --ray``'s actors when ``--workers`` is not given."""
+
+SET_RULES = tuple(
+    Rule(option, "applies to a --folder; the default folder in the cache is keyed by the "
+         f"settings and always continued: give --folder, or drop {option}",
+         lambda a: a.folder is not None, (option,)) for option in ("--overwrite", "--resume"))
+"""``--overwrite`` and ``--resume`` of a set's command (``heads distill``, ``heads label``)."""
+
+DISTILL_RULES = (
+    Rule("--workers", "applies only with --ray (it counts the Ray actors; without --ray the "
+         "shards are generated here, one after the other); add --ray, or drop --workers",
+         lambda a: a.ray is not None, ("--workers", "3")),
+    *(Rule(option, "stops the serial data step between shards, and shards generated on Ray "
+                   f"(--ray) stop by --max-prompts only; drop {option} or --ray",
+           lambda a: a.ray is None, ("--ray", option, "1"))
+      for option in ("--max-tokens", "--minutes")),
+)
+"""The options of ``heads distill`` that apply only with or without ``--ray``."""
+
+
 def add_parsers(group: Any) -> None:
     """``heads prompts|questions|follow-ups|distill|label`` in the ``heads`` group."""
+    from blockdraft.training.heads.mix import KINDS
+
     p = add_command(group, "prompts",
                     "distillation prompts that look like what users ask, kinds mixed by "
                     "declared weights over the shared data", cmd_heads_prompts)
     p.add_argument("--data", type=Path, required=True,
                    help="the shared data folder (corpus/ and prompts/ are read)")
     p.add_argument("-n", type=positive_int, default=40000, help="prompts to make")
-    p.add_argument("--weights", default="",
+    p.add_argument("--weights", type=Weights(KINDS), default=None,
                    help="KIND=WEIGHT,... (default: instructions=0.20,explain=0.17,howto=0.15,"
                         "summarize=0.15,rewrite=0.13,reasoning=0.12,t0=0.08); unnamed kinds 0")
     _prompt_file_arguments(p)
@@ -275,8 +296,8 @@ def add_parsers(group: Any) -> None:
                    help="the shared data folder (corpus/ is read)")
     p.add_argument("--base", default="smollm2", help="the model that writes the questions")
     p.add_argument("-n", type=positive_int, default=2000, help="questions to collect")
-    p.add_argument("--oversample", type=float, default=1.6,
-                   help="passages asked per question wanted (some answers are dropped)")
+    p.add_argument("--oversample", type=number(1.0), default=1.6,
+                   help="passages asked per question wanted, >= 1 (some answers are dropped)")
     p.add_argument("--dtype", choices=DTYPES, default="float32")
     p.add_argument("--batch-size", type=positive_int, default=32,
                    help="requests generated together")
@@ -289,7 +310,7 @@ def add_parsers(group: Any) -> None:
                     "distillation set, and a follow-up request", cmd_heads_followups)
     p.add_argument("--distill", type=Path, required=True,
                    help="the distillation folder whose training answers are the middle turns")
-    p.add_argument("--prompts", nargs="+", required=True, type=Path,
+    p.add_argument("--prompts", action=ListAction, required=True, type=Path,
                    help="the prompt files that made that set, in the same order")
     p.add_argument("--base", default="smollm2", help="the set's base model (its tokenizer)")
     p.add_argument("-n", type=positive_int, default=4000, help="conversations to make")
@@ -305,7 +326,7 @@ def add_parsers(group: Any) -> None:
                         "keyed by the settings and always continued)")
     p.add_argument("--max-tokens", type=positive_int, default=None,
                    help="answer tokens to reach (this run stops between shards)")
-    p.add_argument("--minutes", type=float, default=None,
+    p.add_argument("--minutes", type=number(0.0), default=None,
                    help="time box of this run, minutes (it stops between shards)")
     p.add_argument("--reverse", action="store_true",
                    help="missing shards last first (a second process on another core)")
@@ -313,13 +334,14 @@ def add_parsers(group: Any) -> None:
                    help="generate the shards on Ray actors that each load the base once: a "
                         "local Ray of --workers CPUs, or the cluster at ADDRESS (the same set, "
                         "shard for shard; blockdraft[ray])")
-    p.add_argument("--workers", type=positive_int, default=2,
-                   help="Ray actors, one CPU each (default %(default)s)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="with --ray: Ray actors, one CPU each (default 2)")
     p.add_argument("--resume", action="store_true",
                    help="--folder holds a set made with these settings: add to it")
     p.add_argument("--overwrite", action="store_true",
                    help="replace what --folder holds (only once this run ends)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_rules(p, *SET_RULES, *DISTILL_RULES)
 
     p = add_command(group, "label",
                     "a distillation set's texts labelled by the base in one forward each "
@@ -342,7 +364,8 @@ def add_parsers(group: Any) -> None:
                    help="replace what --folder holds (only once this run ends)")
     p.add_argument("--max-tokens", type=positive_int, default=None,
                    help="tokens to reach in all (this run stops between shards)")
-    p.add_argument("--minutes", type=float, default=None,
+    p.add_argument("--minutes", type=number(0.0), default=None,
                    help="time box of this run, minutes (it stops between shards)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_rules(p, *SET_RULES)

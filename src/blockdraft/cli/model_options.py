@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from blockdraft.cli.common import CliError
-from blockdraft.cli.values import positive_int
+from blockdraft.cli.values import Rule, add_rules, positive_int
 
 
 def _stderr(message: str) -> None:
@@ -24,12 +24,6 @@ def load_from_args(args: argparse.Namespace) -> Any:
     ``--precision``, ``--threads``); a first ONNX export reports its stages on stderr."""
     from blockdraft.models import load_model
 
-    if args.precision is not None and args.runtime != "onnxruntime":
-        raise CliError(f"--precision {args.precision} is for --runtime onnxruntime; PyTorch's "
-                       "precision is --dtype")
-    if args.dtype not in (None, "float32") and args.runtime == "onnxruntime":
-        raise CliError(f"--dtype {args.dtype} is PyTorch's; --runtime {args.runtime} takes "
-                       "--precision float32|int8")
     return load_model(args.model, dtype=args.dtype, device=args.device, heads=args.heads,
                       runtime=args.runtime, precision=args.precision, threads=args.threads,
                       log=_stderr)
@@ -64,13 +58,29 @@ def encode_prompt(tok: Any, text: str, chat: bool) -> list[int]:
 
 
 def model_name(args: argparse.Namespace) -> str:
+    """``--model`` as a signature names it: a path's last part, or the name."""
     name = str(args.model)
     return Path(name).name if Path(name).exists() else name
 
 
+MODEL_RULES = (
+    Rule("--precision", "is for --runtime onnxruntime; PyTorch's (and the static runtime's) "
+         "precision is --dtype", lambda a: a.runtime == "onnxruntime",
+         ("--precision", "int8")),
+    Rule("--dtype", "is PyTorch's; --runtime onnxruntime takes --precision float32|int8",
+         lambda a: a.runtime != "onnxruntime" or a.dtype == "float32",
+         ("--runtime", "onnxruntime", "--dtype", "bfloat16")),
+    Rule("--device", "does not apply with --runtime onnxruntime (it runs on the CPU); drop "
+         "--device, or use --runtime torch|static",
+         lambda a: a.runtime != "onnxruntime" or a.device == "cpu",
+         ("--runtime", "onnxruntime", "--device", "cuda")),
+)
+"""The model options that apply only with some runtimes (:mod:`blockdraft.cli.values`)."""
+
 
 def model_arguments(p: argparse.ArgumentParser) -> None:
-    """``--model``, ``--heads``, ``--dtype`` and ``--chat`` of ``trace`` and ``decode``."""
+    """``--model``, ``--heads``, ``--dtype``, ``--runtime``, ``--precision``, ``--threads`` and
+    ``--chat`` of ``trace`` and ``decode`` (each adds its own ``--device``), and their rules."""
     p.add_argument("--model", required=True,
                    help="a blockdraft checkpoint folder, a known model name (smollm2), a "
                         "Hugging Face model folder or .gguf file (with --heads), or a Medusa "
@@ -95,4 +105,5 @@ def model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat", action="store_true",
                    help="wrap each prompt in the model's chat template as one user turn "
                         "(an error if the model has none)")
+    add_rules(p, *MODEL_RULES)
 

@@ -26,7 +26,16 @@ from blockdraft.cli.common import (
     progress_bar,
     read_texts,
 )
-from blockdraft.cli.values import positive_int
+from blockdraft.cli.values import (
+    ListAction,
+    Rule,
+    UsageError,
+    add_rules,
+    integer,
+    non_negative_int,
+    number,
+    positive_int,
+)
 from blockdraft.core.outputs import claim_output
 
 
@@ -52,45 +61,74 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _check_train_arguments(args: argparse.Namespace) -> None:
-    """The argument combinations ``train`` refuses, before it touches anything."""
-    if args.mode == "medusa":
-        if not args.prompts:
-            raise CliError("--mode medusa needs --prompts (JSON-lines files of training prompts, "
-                           '{"source": ..., "prompt": ...} a line)')
-        flags = (("--corpus", args.corpus), ("--init", args.init),
-                 ("--tokenizer", args.tokenizer), ("--rescorer", args.rescorer),
-                 ("--distill", args.distill))
-        unused = [flag for flag, value in flags if value]
-        if unused:
-            raise CliError(f"--mode medusa does not take {', '.join(unused)}")
-        h = 6 if args.h is None else args.h
-        if h < 2:
-            raise CliError(
-                f"--h is the heads with the base (h = 1 + Medusa heads), >= 2; got {h}")
-        return
-    if not args.corpus:
-        raise CliError(f"--mode {args.mode} needs --corpus (text files to train on)")
-    if args.prompts or args.base:
-        raise CliError("--prompts and --base are for --mode medusa")
-    sizes = ("h", "n_layer", "n_head", "d_model", "d_ff")
-    for f in sizes:
-        value = getattr(args, f)
-        if value is not None and value < 1:
-            raise CliError(f"--{f.replace('_', '-')} must be an integer >= 1, got {value}")
-    if args.rescorer and args.h not in (None, 1):
-        raise CliError(f"--rescorer trains a RescorerLM of one head (h = 1); got --h {args.h}")
-    if args.init is not None:
-        given = [f"--{f.replace('_', '-')}" for f in sizes if getattr(args, f) is not None]
-        if given or args.rescorer:
-            raise CliError(
-                f"--init {args.init} continues that model with its own config; drop "
-                f"{', '.join(given + (['--rescorer'] if args.rescorer else []))}"
-            )
-    if args.distill and (args.init is None or args.mode != "heads"):
-        raise CliError(
-            "--distill trains the heads on the base model's own greedy outputs (Stern sec. "
-            "6.2), so it needs a trained base: use --mode heads --init MODEL_DIR"
-        )
+    """What ``train`` needs besides its rules (:data:`TRAIN_RULES`), before it touches
+    anything.
+
+    Raises:
+        UsageError: ``--mode medusa`` without ``--prompts``, another mode without ``--corpus``.
+    """
+    if args.mode == "medusa" and not args.prompts:
+        raise UsageError("--mode medusa needs --prompts (JSON-lines files of training prompts, "
+                         '{"source": ..., "prompt": ...} a line)')
+    if args.mode != "medusa" and not args.corpus:
+        raise UsageError(f"--mode {args.mode} needs --corpus (text files to train on)")
+
+
+_SIZES = ("--h", "--n-layer", "--n-head", "--d-model", "--d-ff")
+_MEDUSA_ONLY = ("--base", "--prompts", "--medusa-layers", "--max-prompts", "--minutes",
+                "--distill-minutes", "--dtype")
+_BLOCKWISE_ONLY = ("--corpus", "--init", "--tokenizer", "--rescorer", "--distill", "--preset",
+                   "--vocab-size", "--n-layer", "--n-head", "--d-model", "--d-ff", "--seq-len",
+                   "--eval-fraction", "--checkpoint-interval")
+_EXAMPLE_VALUE = {"--rescorer": (), "--corpus": ("c.txt",), "--prompts": ("p.jsonl",),
+                  "--dtype": ("float32",), "--preset": ("tiny",), "--vocab-size": ("300",),
+                  "--eval-fraction": ("0.1",), "--minutes": ("1",), "--distill-minutes": ("1",)}
+
+
+def _example(option: str) -> tuple[str, ...]:
+    return (option, *_EXAMPLE_VALUE.get(option, ("4",)))
+
+
+TRAIN_RULES = (
+    *(Rule(option, "applies only with --mode medusa (Medusa heads on a Hugging Face base); "
+          f"add --mode medusa, or drop {option}", lambda a: a.mode == "medusa",
+           ("--corpus", "c.txt", *_example(option))) for option in _MEDUSA_ONLY),
+    *(Rule(option, "does not apply with --mode medusa (its heads learn from --prompts, the "
+                   f"base's own answers, with heads train's settings); drop {option}",
+           lambda a: a.mode != "medusa",
+           ("--mode", "medusa", "--prompts", "p.jsonl", *_example(option)))
+      for option in _BLOCKWISE_ONLY),
+    Rule("--device", "does not apply with --mode medusa (heads train runs on the CPU); drop "
+         "--device", lambda a: a.mode != "medusa" or a.device == "cpu",
+         ("--mode", "medusa", "--prompts", "p.jsonl", "--device", "cuda")),
+    Rule("--h", "is the heads with the base (h = 1 + Medusa heads): with --mode medusa it "
+         "must be >= 2", lambda a: a.mode != "medusa" or a.h >= 2,
+         ("--mode", "medusa", "--prompts", "p.jsonl", "--h", "1")),
+    Rule("--h", "does not apply with --rescorer, which trains a RescorerLM of one head "
+         "(h = 1); drop --h",
+         lambda a: not a.rescorer or a.h == 1, ("--corpus", "c.txt", "--rescorer", "--h", "4")),
+    *(Rule(option, "sets the size of a new model, and --init continues a trained one with its "
+                   f"own config; drop {option}", lambda a: a.init is None,
+           ("--corpus", "c.txt", "--init", "m", option, "4")) for option in _SIZES),
+    Rule("--rescorer", "trains a new RescorerLM, and --init continues a trained model with its "
+         "own config; drop --rescorer", lambda a: a.init is None,
+         ("--corpus", "c.txt", "--init", "m", "--rescorer")),
+    Rule("--preset", "sizes a new model, and --init continues a trained one with its own "
+         "config; drop --preset", lambda a: a.init is None,
+         ("--corpus", "c.txt", "--init", "m", "--preset", "tiny")),
+    Rule("--vocab-size", "sizes the tokenizer trained here, and --tokenizer or --init brings "
+         "its own; drop --vocab-size", lambda a: a.tokenizer is None and a.init is None,
+         ("--corpus", "c.txt", "--tokenizer", "t.json", "--vocab-size", "300")),
+    Rule("--distill", "trains the heads on the base model's own greedy outputs (Stern sec. "
+         "6.2), so it needs a trained base: use --mode heads --init MODEL_DIR",
+         lambda a: a.mode == "heads" and a.init is not None,
+         ("--corpus", "c.txt", "--distill", "3")),
+    *(Rule(option, f"applies only with --distill N (the distillation prompts); add --distill, "
+                   f"or drop {option}", lambda a: a.distill is not None,
+           ("--corpus", "c.txt", option, "8"))
+      for option in ("--distill-len", "--distill-prompt-len")),
+)
+"""The options of ``train`` that apply only in some modes (:mod:`blockdraft.cli.values`)."""
 
 
 def _train(args: argparse.Namespace, shown_out: Path | None = None) -> int:
@@ -109,10 +147,14 @@ def _train(args: argparse.Namespace, shown_out: Path | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.steps = 2000 if args.steps is None else args.steps
-    args.batch_size = 32 if args.batch_size is None else args.batch_size
+    for name, default in (("steps", 2000), ("batch_size", 32), ("seq_len", 128),
+                          ("eval_fraction", 0.01), ("checkpoint_interval", 200),
+                          ("vocab_size", 4096), ("preset", "small"), ("distill", 0),
+                          ("distill_len", 64), ("distill_prompt_len", 32)):
+        if getattr(args, name) is None:  # the defaults of the options that apply here only
+            setattr(args, name, default)
     sizes = ("h", "n_layer", "n_head", "d_model", "d_ff")
-    lines = read_texts(args.corpus)
+    lines = read_texts(args.corpus, "--corpus")
     tok: Any
     if args.tokenizer:
         tok = load_tokenizer(args.tokenizer)
@@ -177,7 +219,7 @@ def _train_medusa(args: argparse.Namespace) -> int:
 
     given: dict[str, Any] = {
         "base": args.base or "smollm2", "prompts": args.prompts, "out": args.out,
-        "heads": (6 if args.h is None else args.h) - 1, "layers": args.medusa_layers,
+        "heads": (6 if args.h is None else args.h) - 1, "layers": args.medusa_layers or 1,
         "max_prompts": args.max_prompts, "minutes": args.minutes,
         "distill_minutes": args.distill_minutes, "seed": args.seed, "threads": args.threads,
         "lr": args.lr, "overwrite": args.overwrite, "resume": args.resume, "json": args.json,
@@ -222,16 +264,16 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-
 def add_parsers(sub: Any) -> None:
     """``train``."""
     p = add_command(sub, "train", "train a BlockwiseLM (or a RescorerLM) and its BPE tokenizer",
                     cmd_train)
-    p.add_argument("--corpus", nargs="+", default=None,
+    p.add_argument("--corpus", action=ListAction, default=None,
                    help="text files, one document a line (every mode but medusa)")
     p.add_argument("-o", "--out", required=True, type=Path, help="checkpoint directory")
-    p.add_argument("--preset", default="small", choices=["tiny", "small", "base"])
-    p.add_argument("--h", type=int, default=None,
+    p.add_argument("--preset", default=None, choices=["tiny", "small", "base"],
+                   help="the size of a new model (default small)")
+    p.add_argument("--h", type=positive_int, default=None,
                    help="prediction heads, the base's included (default: the preset's; "
                         "--mode medusa: 1 + Medusa heads, default 6)")
     p.add_argument("--rescorer", action="store_true",
@@ -249,48 +291,56 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--base", default=None,
                    help="--mode medusa: the base model (a name, HF folder or .gguf; default "
                         "smollm2)")
-    p.add_argument("--prompts", nargs="+", type=Path, default=None,
+    p.add_argument("--prompts", action=ListAction, type=Path, default=None,
                    help="--mode medusa: JSON-lines files of training prompts")
-    p.add_argument("--medusa-layers", type=int, default=1,
+    p.add_argument("--medusa-layers", type=positive_int, default=None,
                    help="--mode medusa: ResBlocks per Medusa head (default 1)")
-    p.add_argument("--max-prompts", type=int, default=None,
+    p.add_argument("--max-prompts", type=positive_int, default=None,
                    help="--mode medusa: training prompts to distil (default: all)")
-    p.add_argument("--minutes", type=float, default=None,
+    p.add_argument("--minutes", type=number(0.0), default=None,
                    help="--mode medusa: time box of the head training (minutes)")
-    p.add_argument("--distill-minutes", type=float, default=None,
+    p.add_argument("--distill-minutes", type=number(0.0), default=None,
                    help="--mode medusa: time box of the distillation data step (minutes)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                    help="--mode medusa: the base's dtype while generating (default float32)")
     p.add_argument("--init", type=Path, default=None,
                    help="start from this trained model directory (its config and tokenizer)")
-    p.add_argument("--distill", type=int, default=0, metavar="N",
+    p.add_argument("--distill", type=positive_int, default=None, metavar="N",
                    help="with --mode heads --init: train the heads on the base model's greedy "
                         "continuations of N corpus prompts (Stern sec. 6.2)")
-    p.add_argument("--distill-len", type=int, default=64,
+    p.add_argument("--distill-len", type=positive_int, default=None,
                    help="greedy tokens per distillation prompt (default 64)")
-    p.add_argument("--distill-prompt-len", type=int, default=32,
+    p.add_argument("--distill-prompt-len", type=positive_int, default=None,
                    help="corpus tokens per distillation prompt (default 32)")
-    p.add_argument("--vocab-size", type=int, default=4096)
-    p.add_argument("--n-layer", type=int, default=None, help="transformer blocks (preset's)")
-    p.add_argument("--n-head", type=int, default=None, help="attention heads (preset's)")
-    p.add_argument("--d-model", type=int, default=None, help="residual width (preset's)")
-    p.add_argument("--d-ff", type=int, default=None, help="MLP hidden width (preset's)")
-    p.add_argument("--steps", type=int, default=None,
+    p.add_argument("--vocab-size", type=integer(259), default=None,
+                   help="the tokenizer trained here: its largest vocabulary (default 4096)")
+    p.add_argument("--n-layer", type=positive_int, default=None,
+                   help="transformer blocks (default: the preset's)")
+    p.add_argument("--n-head", type=positive_int, default=None,
+                   help="attention heads (default: the preset's)")
+    p.add_argument("--d-model", type=positive_int, default=None,
+                   help="residual width (default: the preset's)")
+    p.add_argument("--d-ff", type=positive_int, default=None,
+                   help="MLP hidden width (default: the preset's)")
+    p.add_argument("--steps", type=positive_int, default=None,
                    help="optimizer steps (default 2000; --mode medusa: its default)")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=positive_int, default=None,
                    help="sequences per step (default 32; --mode medusa: positions per step, "
                         "its default)")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--eval-fraction", type=float, default=0.01,
+    p.add_argument("--seq-len", type=integer(2), default=None,
+                   help="tokens per training sequence (default 128)")
+    p.add_argument("--lr", type=number(above=0.0), default=1e-3,
+                   help="peak learning rate, > 0 (default %(default)s)")
+    p.add_argument("--eval-fraction", type=number(0.0, below=1.0), default=None,
                    help="tail of the corpus held out for evaluation (default 0.01)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--overwrite", action="store_true",
                    help="replace what --out holds (without it an existing model is refused)")
-    p.add_argument("--checkpoint-interval", type=int, default=200,
+    p.add_argument("--checkpoint-interval", type=non_negative_int, default=None,
                    help="steps between resumable checkpoints (0: only at the end; default 200)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads")
     p.add_argument("--device", type=device_name, default="cpu",
                    help="cpu (default), cuda, cuda:N, mps or xpu")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_rules(p, *TRAIN_RULES)

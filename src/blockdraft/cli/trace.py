@@ -25,16 +25,13 @@ from blockdraft.cli.model_options import (
     model_tokenizer,
     vocab_size_of,
 )
-from blockdraft.cli.values import non_negative_int, positive_int
+from blockdraft.cli.values import Rule, add_rules, non_negative_int, positive_int
 from blockdraft.core.outputs import claim_output
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from blockdraft.core.signature import environment
     from blockdraft.oracle.record import record_trace
-
-    if args.ids and args.chat:
-        raise CliError("--chat wraps text prompts in the chat template; --ids prompts are ids")
     from blockdraft.oracle.trace.format import TRACE_FILES
 
     check_device(args.device)
@@ -53,7 +50,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         eos = args.eos_id
     else:
         tok = model_tokenizer(model, args)
-        lines = read_texts([args.prompts])
+        lines = read_texts([args.prompts], "--prompts", "prompt file")
         prompts = [encode_prompt(tok, line, args.chat) for line in lines]
         eos = tok.eos_id if args.eos_id is None else args.eos_id
     sig: dict[str, Any] = {"model": model_name(args), "prompts": Path(args.prompts).name}
@@ -77,7 +74,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def add_parser(sub: Any) -> None:
     """``trace``."""
     p = add_command(sub, "trace",
@@ -96,3 +92,6 @@ def add_parser(sub: Any) -> None:
                    help="replace an existing trace in -o (only once the new one is complete)")
     p.add_argument("--device", type=device_name, default="cpu",
                    help="cpu (default), cuda, cuda:N, mps or xpu")
+    add_rules(p, Rule("--chat", "wraps text prompts in the chat template, and --ids prompts are "
+                                "token ids; drop one of them", lambda a: not a.ids,
+                      ("--ids", "--chat")))

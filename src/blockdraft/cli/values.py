@@ -23,11 +23,11 @@ options; 1 for an error while running (a missing or damaged file, a model that d
 
 Public surface:
     UsageError                               a command line that cannot run: exit 2
-    Number(kind, minimum, maximum, above)    argparse type: a number in a range
-    integer(minimum, maximum), number(minimum, maximum, above)
+    Number(kind, minimum, maximum, above, below)   argparse type: a number in a range
+    integer(minimum, maximum), number(minimum, maximum, above=, below=)
     positive_int, non_negative_int, finite_float, probability
     Values(item, unique=True, allow_empty=False)   argparse type: a comma-separated list
-    Choice(choices), words(choices), int_list, id_list, paths
+    Choice(choices), words(choices), int_list, id_list, paths, Weights(keys)
     ListAction                               an option of several values, each given once
     Rule(option, needs, applies, example)    an option that applies only in some modes
     add_rules(parser, *rules), check_rules(args)
@@ -57,20 +57,21 @@ class Number:
     Attributes:
         kind: ``int`` or ``float``.
         minimum, maximum: the inclusive bounds (None: unbounded).
-        above: an exclusive lower bound (``--lr``: a number > 0), or None.
+        above, below: exclusive bounds (``--lr``: a number > 0; a fraction < 1), or None.
     """
 
     kind: type = int
     minimum: float | None = None
     maximum: float | None = None
     above: float | None = None
+    below: float | None = None
 
     @property
     def description(self) -> str:
         """What the option takes, as its error says it (``a positive integer (>= 1)``,
-        ``an integer in [2, 5]``, ``a number > 0``, ``a finite number``)."""
-        lo, hi = self.minimum, self.maximum
+        ``an integer in [2, 5]``, ``a number > 0``, ``a number in [0, 1)``)."""
         if self.kind is int:
+            lo, hi = self.minimum, self.maximum
             if lo is not None and hi is not None:
                 return f"an integer in [{lo:g}, {hi:g}]"
             if lo == 1:
@@ -78,19 +79,24 @@ class Number:
             if lo is not None:
                 return f"an integer >= {lo:g}"
             return "an integer" if hi is None else f"an integer <= {hi:g}"
-        if self.above is not None:
-            return f"a number > {self.above:g}" + ("" if hi is None else f" and <= {hi:g}")
-        if lo is not None and hi is not None:
-            return f"a number in [{lo:g}, {hi:g}]"
-        if lo is not None:
-            return f"a number >= {lo:g}"
-        return "a finite number" if hi is None else f"a number <= {hi:g}"
+        low = (("[", self.minimum) if self.minimum is not None
+               else ("(", self.above) if self.above is not None else None)
+        high = (("]", self.maximum) if self.maximum is not None
+                else (")", self.below) if self.below is not None else None)
+        if low is not None and high is not None:
+            return f"a number in {low[0]}{low[1]:g}, {high[1]:g}{high[0]}"
+        if low is not None:
+            return f"a number {'>=' if low[0] == '[' else '>'} {low[1]:g}"
+        if high is not None:
+            return f"a number {'<=' if high[0] == ']' else '<'} {high[1]:g}"
+        return "a finite number"
 
     def inside(self, value: float) -> bool:
         """Whether ``value`` lies in the range."""
         return not ((self.minimum is not None and value < self.minimum)
                     or (self.maximum is not None and value > self.maximum)
-                    or (self.above is not None and value <= self.above))
+                    or (self.above is not None and value <= self.above)
+                    or (self.below is not None and value >= self.below))
 
     def __call__(self, text: str) -> Any:
         value: float
@@ -111,10 +117,11 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Number:
     return Number(int, minimum, maximum)
 
 
-def number(minimum: float | None = None, maximum: float | None = None,
-           above: float | None = None) -> Number:
-    """A finite number option's type: ``minimum <= value <= maximum`` (``above < value``)."""
-    return Number(float, minimum, maximum, above)
+def number(minimum: float | None = None, maximum: float | None = None, *,
+           above: float | None = None, below: float | None = None) -> Number:
+    """A finite number option's type: ``minimum <= value <= maximum`` (``above < value <
+    below``)."""
+    return Number(float, minimum, maximum, above, below)
 
 
 positive_int = integer(1)
@@ -193,6 +200,35 @@ class Values:
         return out
 
 
+@dataclass(frozen=True)
+class Weights:
+    """An argparse type: ``KIND=NUMBER,...`` -> ``{kind: number}``, each kind one of ``keys``
+    and named once, each number in ``value``'s range, at least one of them > 0."""
+
+    keys: tuple[str, ...]
+    value: Number = field(default_factory=lambda: number(0.0))
+
+    def __call__(self, text: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pair in Values(Text("KIND=NUMBER"), unique=False)(text):
+            key, sep, raw = pair.partition("=")
+            key = key.strip()
+            if not sep or key not in self.keys:
+                raise argparse.ArgumentTypeError(
+                    f"expected KIND=NUMBER with KIND one of {', '.join(self.keys)}, got "
+                    f"{pair!r}")
+            if key in out:
+                raise argparse.ArgumentTypeError(
+                    f"{key!r} appears twice in {text!r}; name each kind once")
+            try:
+                out[key] = self.value(raw.strip())
+            except argparse.ArgumentTypeError as e:
+                raise argparse.ArgumentTypeError(f"{key}: {e}") from None
+        if not any(v > 0 for v in out.values()):
+            raise argparse.ArgumentTypeError(f"expected at least one weight > 0, got {text!r}")
+        return out
+
+
 def words(choices: Sequence[str]) -> Values:
     """A comma-separated list of ``choices``, each at most once."""
     return Values(Choice(tuple(choices)))
@@ -246,8 +282,9 @@ class Rule:
 
     Attributes:
         option: the option as typed (``"--workers"``).
-        needs: what makes it apply, the message's words after the option (``"applies only
-            with --ray (it counts the Ray actors); add --ray, or drop --workers"``).
+        needs: the rest of the message after the option and its value, a predicate
+            (``"applies only with --ray (it counts the Ray actors); add --ray, or drop
+            --workers"``), or a function of the parsed arguments that words it.
         applies: whether the option applies to the parsed arguments.
         example: words that give the option where it does not apply, besides the command's
             required arguments (for the CLI probe: ``("--workers", "3")``).
@@ -256,7 +293,7 @@ class Rule:
     """
 
     option: str
-    needs: str
+    needs: str | Callable[[argparse.Namespace], str]
     applies: Callable[[argparse.Namespace], bool]
     example: tuple[str, ...]
     dest: str = ""
@@ -295,7 +332,8 @@ def check_rules(args: argparse.Namespace) -> None:
     for rule in getattr(args, "option_rules", ()):
         value = getattr(args, rule.attribute, None)
         if rule.given(value) and not rule.applies(args):
-            raise UsageError(f"{rule.option}{_shown(value)}: {rule.needs}")
+            needs = rule.needs if isinstance(rule.needs, str) else rule.needs(args)
+            raise UsageError(f"{rule.option}{_shown(value)} {needs}")
 
 
 def out_of_range(option: str, value: Any, what: str, low: Any, high: Any) -> UsageError:
