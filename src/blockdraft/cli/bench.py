@@ -116,7 +116,4 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     add_rules(p, Rule("--heldout", "applies only with --kind hits (the held-out tokens the hits "
                                    "are drawn from); add --kind hits, or drop --heldout",
-                      lambda a: a.kind == "hits", ("--heldout", "ids.txt")),
-              Rule("--arpa", "is the ARPA file of the wfst backend, and --backends does not "
-                   "name wfst; add it, or drop --arpa", lambda a: "wfst" in a.backends,
-                   ("--backends", "exact", "--arpa", "lm.arpa")))
+                      lambda a: a.kind == "hits", ("--heldout", "ids.txt")))

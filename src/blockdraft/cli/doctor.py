@@ -54,22 +54,20 @@ def _native() -> Part:
     env = os.environ.get("BLOCKDRAFT_NATIVE_LIB")
     set_by = f" (BLOCKDRAFT_NATIVE_LIB={env})" if env else ""
     lost = f"the exact p-best search runs in Python, {native.PYTHON_SLOWDOWN}"
+    get = (f"point BLOCKDRAFT_NATIVE_LIB at the built library, or unset it; to build it: "
+           f"{native.HOW_TO_BUILD}" if env else native.HOW_TO_BUILD)
     try:
         loaded = native.available()
     except OSError as e:  # a file that is not a loadable library (e.g. invalid ELF header)
         why = " ".join(str(e).split()) or type(e).__name__
         return Part("native search", False, None,
-                    f"not loadable: {why}{set_by}; {lost}",
-                    "point BLOCKDRAFT_NATIVE_LIB at the built library, or unset it"
-                    if env else native.HOW_TO_BUILD)
+                    f"not loadable: {why}{set_by}; {lost}", get)
     if loaded:
         extra = "" if native.can_write_binary() else " (built before its binary writer)"
         return Part("native search", True, None, f"{path}{extra}{set_by}", "")
     where = (f"BLOCKDRAFT_NATIVE_LIB={env} points to no file" if env
              else f"missing ({path})")
-    return Part("native search", False, None, f"{where}: {lost}",
-                "point BLOCKDRAFT_NATIVE_LIB at the built library, or unset it" if env
-                else native.HOW_TO_BUILD)
+    return Part("native search", False, None, f"{where}: {lost}", get)
 
 
 def _kenlm_tools() -> Part:

@@ -99,7 +99,7 @@ def cmd_heads_package(args: argparse.Namespace) -> int:
     with output.writing() as writing:  # every file read back before it is put in place
         package_heads(args.heads, writing.path, shortlist=ids, shortlist_info=info,
                       ngram=args.ngram, acceptance=args.acceptance, recipe=recipe,
-                      tokenizer=tok)
+                      tokenizer=tok, shown=out)
     summary = {"out": str(out), "shortlist": None if ids is None else int(ids.size),
                "coverage": None if info is None else info["coverage"],
                "ngram": None if args.ngram is None else str(args.ngram),

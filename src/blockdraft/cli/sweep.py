@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +66,8 @@ def _rescorers(args: argparse.Namespace) -> list[tuple[str, str]]:
 def grid_from_args(args: argparse.Namespace, trace: Any) -> Any:
     """The :class:`~blockdraft.oracle.sweep.Grid` of parsed ``sweep`` arguments, checked
     against the trace before any work: each ``--k`` against its ``K``, each ``--p`` against
-    the paths of a lattice of ``k`` arcs over its ``h - 1`` drafted slots (a larger ``p``
-    would draft them all, under its own label), the LM files there.
+    the paths of the widest lattice (``k`` arcs over the trace's ``h - 1`` drafted slots: a
+    larger ``p`` would draft them all, under its own label), the LM files there.
 
     Raises:
         UsageError: a ``k`` or ``p`` the trace cannot hold.
@@ -86,18 +86,46 @@ def grid_from_args(args: argparse.Namespace, trace: Any) -> Any:
                                1, trace.K)
     ps = args.p if args.p is not None else DEFAULT_P
     if any(s in LATTICE for s in args.strategy):
-        slots = trace.h - 1
-        for k in ks:
-            for p in ps:
-                if p > 1 and p > k ** slots:
-                    raise out_of_range(
-                        "--p", p, f"a lattice of k = {k} arcs over the trace's h - 1 = {slots} "
-                        f"drafted slots has {k ** slots} paths", 1, k ** slots)
+        slots, widest = trace.h - 1, max(ks)
+        for p in ps:  # a p no lattice of the grid holds: nothing would draft it
+            if p > widest ** slots:
+                raise out_of_range(
+                    "--p", p, f"a lattice of k = {widest} arcs over the trace's h - 1 = "
+                    f"{slots} drafted slots has {widest ** slots} paths", 1, widest ** slots)
     return Grid(strategies=args.strategy, ks=ks, ps=ps,
                 alphas=args.alpha if args.alpha is not None else DEFAULT_ALPHA,
                 rescorers=rescorers or [("", "")],
                 trees=args.tree if args.tree is not None else DEFAULT_TREE,
                 budgets=args.budget if args.budget is not None else DEFAULT_BUDGET)
+
+
+def fit_paths(settings: Sequence[Any], trace: Any) -> tuple[Any, ...]:
+    """The grid's settings with each ``p`` above its lattice's paths (``k`` arcs over the
+    trace's ``h - 1`` drafted slots) lowered to them, said in one warning line: such a
+    configuration drafts every path, and its row says so (``p`` = the paths, not the ``p``
+    asked); a setting that becomes another one of the grid is simulated once."""
+    import dataclasses
+    import warnings
+
+    from blockdraft.core.errors import BlockdraftWarning
+
+    slots = trace.h - 1
+    out: dict[Any, None] = {}
+    lowered: dict[tuple[int, int], int] = {}
+    for s in settings:
+        paths = s.k ** slots
+        if s.strategy in LATTICE and s.p > paths:
+            lowered[(s.k, s.p)] = paths
+            s = dataclasses.replace(s, p=paths)
+        out.setdefault(s, None)
+    if lowered:
+        said = "; ".join(f"--p {p} with --k {k}: {n} path{'' if n == 1 else 's'}"
+                         for (k, p), n in sorted(lowered.items()))
+        warnings.warn(f"a lattice of k arcs over the trace's h - 1 = {slots} drafted slots "
+                      f"has k^{slots} paths, fewer than p here ({said}); those configurations "
+                      "draft every path and are reported with p = the paths",
+                      BlockdraftWarning, stacklevel=2)
+    return tuple(out)
 
 
 def _engine(args: argparse.Namespace) -> Any:
@@ -137,7 +165,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     plot = check_plot(args)
     cost = read_cost_curve(args.cost, args.cost_variant) if args.cost else None
     trace = Trace.open(args.trace)
-    settings = grid_from_args(args, trace).expand()
+    settings = fit_paths(grid_from_args(args, trace).expand(), trace)
     engine = _engine(args)
     examples = (None if args.max_examples is None
                 else range(min(args.max_examples, trace.num_examples)))

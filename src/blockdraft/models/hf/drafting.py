@@ -159,6 +159,5 @@ def check_recipe_tokenizer(recipe: DraftingRecipe | None, vocab_size: int,
                                ModelError)
     except ModelError as e:
         raise ModelError(f"the drafting recipe packaged with these heads names the n-gram LM "
-                         f"{recipe.ngram}, which does not fit the base: {e}; package the heads "
-                         "again with an LM over the base's tokenizer (blockdraft heads package "
-                         "--ngram)") from e
+                         f"{recipe.ngram}, which does not fit the base: {e} (then package the "
+                         "heads again: blockdraft heads package --ngram)") from e

@@ -20,7 +20,7 @@ loads them, and the LM's tokenizer record against the base's tokenizer (the chec
 
 Public surface:
     package_heads(heads, out, *, shortlist=None, shortlist_info=None, ngram=None,
-                  acceptance=None, recipe=None, tokenizer=None) -> Path
+                  acceptance=None, recipe=None, tokenizer=None, shown=None) -> Path
     check_package(folder, tokenizer=None, shown=None)
 """
 
@@ -48,7 +48,8 @@ def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
                   shortlist_info: dict[str, Any] | None = None,
                   ngram: str | os.PathLike[str] | None = None,
                   acceptance: str | os.PathLike[str] | None = None,
-                  recipe: dict[str, Any] | None = None, tokenizer: Any = None) -> Path:
+                  recipe: dict[str, Any] | None = None, tokenizer: Any = None,
+                  shown: str | os.PathLike[str] | None = None) -> Path:
     """A copy of the version-2 heads folder ``heads`` at ``out`` with a shortlist and a
     drafting recipe (either may be left out; the folder's own are kept unless replaced).
 
@@ -63,6 +64,8 @@ def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
         recipe: the tuned settings (:data:`RECIPE_KEYS`).
         tokenizer: the base's tokenizer: the packaged n-gram LM is checked against it (``V``
             and the vocabulary fingerprint of its record); None checks the LM's files alone.
+        shown: the path messages name for ``out`` (where the folder will lie, when ``out`` is
+            a place it is built in); default ``out``.
 
     Raises:
         TrainingError: not a version-2 heads folder, a missing file, an unknown recipe key, a
@@ -128,7 +131,7 @@ def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
             config[DRAFTING_KEY] = entry
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                          encoding="utf-8")
-        check_package(tmp, tokenizer, shown=target)  # before it is put in place
+        check_package(tmp, tokenizer, shown=shown or target)  # before it is put in place
     return target
 
 
