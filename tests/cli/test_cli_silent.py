@@ -266,7 +266,8 @@ def test_row7_distill_workers_without_ray_is_refused(tmp_path: Path, capsys: Any
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"source": "t", "prompt": "hi"}) + "\n")
     code, err = _run(capsys, ["heads", "distill", "--prompts", str(prompts), "--workers", "3",
-                              "--folder", str(tmp_path / "set")])
+                              "--base", str(tmp_path / "no-base"), "--folder",
+                              str(tmp_path / "set")])
     assert code == 2, err
     assert _last(err).startswith("blockdraft: error: --workers 3 applies only with --ray")
     assert not (tmp_path / "set").exists()
@@ -350,7 +351,8 @@ def test_row11_every_invalid_value_and_conflict_exits_2(trace: Path, tmp_path: P
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("not json\n")  # never read: refused before any work
     code, err = _run(capsys, ["heads", "distill", "--prompts", str(prompts), "--ray",
-                              "--max-tokens", "100", "--folder", str(tmp_path / "set")])
+                              "--max-tokens", "100", "--base", str(tmp_path / "no-base"),
+                              "--folder", str(tmp_path / "set")])
     assert code == 2 and _last(err).startswith("blockdraft: error: --max-tokens 100 "), err
     assert "not json" not in err and not (tmp_path / "set").exists()
 
