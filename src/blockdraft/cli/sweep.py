@@ -113,10 +113,10 @@ def fit_paths(settings: Sequence[Any], trace: Any) -> tuple[Any, ...]:
     out: dict[Any, None] = {}
     lowered: dict[tuple[int, int], int] = {}
     for s in settings:
-        paths = s.k ** slots
-        if s.strategy in LATTICE and s.p > paths:
-            lowered[(s.k, s.p)] = paths
-            s = dataclasses.replace(s, p=paths)
+        count = s.k ** slots
+        if s.strategy in LATTICE and s.p > count:
+            lowered[(s.k, s.p)] = count
+            s = dataclasses.replace(s, p=count)
         out.setdefault(s, None)
     if lowered:
         said = "; ".join(f"--p {p} with --k {k}: {n} path{'' if n == 1 else 's'}"

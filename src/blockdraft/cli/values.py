@@ -338,5 +338,5 @@ def check_rules(args: argparse.Namespace) -> None:
 
 def out_of_range(option: str, value: Any, what: str, low: Any, high: Any) -> UsageError:
     """The :class:`UsageError` of a value that an input bounds: ``--k 9: the trace keeps the
-    top K = 8 of each head, so k must be in [1, 8]``."""
+    top K = 8 of each head, so it must be in [1, 8]``."""
     return UsageError(f"{option} {value}: {what}, so it must be in [{low}, {high}]")

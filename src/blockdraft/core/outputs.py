@@ -155,7 +155,7 @@ class Output:
             replace_together(made, [p for p in self.group if not (root / p.name).exists()]
                              if replace else [], replace=replace)
         except FileExistsError as e:
-            taken = e.filename or self.path
+            taken = "it" if e.filename in (None, str(self.path)) else e.filename
             raise self.error(
                 f"{self.flag} {self.path}: {taken} appeared while this command ran (another "
                 f"run writing the same path?), and this run does not replace what was not "
