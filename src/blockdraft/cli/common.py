@@ -375,3 +375,16 @@ def utf8_argument(text: str, flag: str) -> str:
                        "text (check the terminal's locale, or put the text in a UTF-8 file)"
                        ) from None
     return text
+
+
+_MOVED = {"positive_int", "non_negative_int", "finite_float", "int_list", "id_list"}
+"""Argument types that live in :mod:`blockdraft.cli.values` now (the one rule)."""
+
+
+def __getattr__(name: str) -> Any:
+    """The argument types' old import path (:data:`_MOVED`), kept."""
+    if name in _MOVED:
+        from blockdraft.cli import values
+
+        return getattr(values, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -293,3 +293,20 @@ def add_parsers(sub: Any) -> None:
                    help="replace what -o holds (only once the new curve is complete)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     heads_package.add_parser(group)  # package
+
+
+_MOVED = {"cmd_heads_distill": "heads_data", "cmd_heads_label": "heads_data",
+          "cmd_heads_prompts": "heads_data", "cmd_heads_questions": "heads_data",
+          "cmd_heads_followups": "heads_data", "cmd_heads_package": "heads_package",
+          "PACKAGE_FILES": "heads_package", "DTYPES": "common"}
+"""Names of the data and package commands, in their own modules now."""
+
+
+def __getattr__(name: str) -> Any:
+    """The old import path of what moved to :mod:`blockdraft.cli.heads_data`,
+    :mod:`blockdraft.cli.heads_package` and :mod:`blockdraft.cli.common`, kept."""
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module(f"blockdraft.cli.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

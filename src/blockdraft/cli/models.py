@@ -344,3 +344,18 @@ def add_parsers(sub: Any) -> None:
                    help="cpu (default), cuda, cuda:N, mps or xpu")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     add_rules(p, *TRAIN_RULES)
+
+
+_MOVED = {"cmd_trace": "trace", "cmd_decode": "decode", "NO_TOKENS": "decode",
+          "encode_prompt": "model_options"}
+"""Names of ``trace`` and ``decode``, in their own modules now."""
+
+
+def __getattr__(name: str) -> Any:
+    """The old import path of what moved to :mod:`blockdraft.cli.trace`,
+    :mod:`blockdraft.cli.decode` and :mod:`blockdraft.cli.model_options`, kept."""
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module(f"blockdraft.cli.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
