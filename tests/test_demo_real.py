@@ -167,10 +167,12 @@ def test_the_demo_command_prints_the_real_table(tmp_path: Path, monkeypatch: Any
 def test_demo_flags_of_the_other_path_are_refused(capsys: Any) -> None:
     from blockdraft.cli import main
 
-    assert main(["demo", "--examples", "3"]) == 1
-    assert "--examples does not apply without --blockwise" in capsys.readouterr().err
-    assert main(["demo", "--blockwise", "--model", "x", "--dtype", "bfloat16"]) == 1
-    assert "--model, --dtype do not apply with --blockwise" in capsys.readouterr().err
+    assert main(["demo", "--examples", "3"]) == 2  # issue 42: refused before any work, 2
+    assert "--examples 3 does not apply without --blockwise" in capsys.readouterr().err
+    assert main(["demo", "--blockwise", "--model", "x", "--dtype", "bfloat16"]) == 2
+    assert "--model x does not apply with --blockwise" in capsys.readouterr().err
+    assert main(["demo", "--blockwise", "--dtype", "bfloat16"]) == 2
+    assert "--dtype bfloat16 does not apply with --blockwise" in capsys.readouterr().err
 
 
 def test_a_model_without_a_tokenizer_is_refused(tmp_path: Path, monkeypatch: Any) -> None:
@@ -227,6 +229,6 @@ def test_the_demo_on_the_static_runtime(tmp_path: Path, monkeypatch: Any,
     data = json.loads(capsys.readouterr().out)
     assert data["runtime"] == "static" and len(data["rows"]) == 8
     assert all(r["equals_greedy"] for r in data["rows"])
-    assert main([*args, "--precision", "int8", "--overwrite"]) == 1
+    assert main([*args, "--precision", "int8", "--overwrite"]) == 2
     assert "--precision int8 is for --runtime onnxruntime; static's precision is --dtype" in \
         capsys.readouterr().err

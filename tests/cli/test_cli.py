@@ -116,7 +116,7 @@ def test_ngram_train_from_a_distillation_set(tmp_path, word_corpus, capsys):
         f.unlink()
     assert main(["ngram", "train", "--distilled", str(folder), "-o", str(tmp_path / "x")]) == 1
     assert "no finished training shard" in capsys.readouterr().err
-    assert main(["ngram", "train", "-o", str(tmp_path / "x")]) == 1
+    assert main(["ngram", "train", "-o", str(tmp_path / "x")]) == 2  # no sources: a usage error
     assert "--distilled" in capsys.readouterr().err
 
 
@@ -236,10 +236,10 @@ def test_train_heads_by_distillation_from_a_trained_base(tmp_path, capsys):
             assert torch.equal(a_state[name], b_state[name]), name
     meta = json.loads((out / "config.json").read_text())
     assert meta["meta"]["train"]["distill"] == 3
-    assert main(["train", "--corpus", str(corpus), "-o", str(out), "--distill", "3"]) == 1
+    assert main(["train", "--corpus", str(corpus), "-o", str(out), "--distill", "3"]) == 2
     assert "needs a trained base" in capsys.readouterr().err
     assert main(["train", "--corpus", str(corpus), "-o", str(out), "--init", str(base),
-                 "--d-model", "32"]) == 1
+                 "--d-model", "32"]) == 2
     assert "drop --d-model" in capsys.readouterr().err
 
 
@@ -269,8 +269,11 @@ def test_decode_command_is_lossless_and_reports_b(tmp_path, capsys):
         assert 1.0 <= out["block_efficiency"] <= 12.0 and out["greedy_s"] > 0
         assert len(out["tokens"]) <= 12
         assert ("lookup" in out["drafter"]) == ("--lookup" in extra), out["drafter"]
-    assert main(base + ["--criterion", "topk:k=0"]) == 1
-    assert "blockdraft: error" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # issue 42: an invalid value exits 2, at the parser
+        main(base + ["--criterion", "topk:k=0"])
+    assert e.value.code == 2
+    assert "argument --criterion: topk(k=...): k must be an integer >= 1, got 0" in \
+        capsys.readouterr().err
     # A rescoring LM saved with another tokenizer of the same size: its ids fit the model's
     # vocabulary but mean other tokens, so it is refused (issue 13 item 2).
     other = Tokenizer.train([t.replace("value", "price") for t in texts], vocab_size=300)

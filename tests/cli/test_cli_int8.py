@@ -127,5 +127,5 @@ def test_demo_on_int8_runs_the_chains_and_says_why_it_skips_trees(
 def test_demo_refuses_int8_on_torch(folders: dict[str, Path], tmp_path: Path,
                                     capsys: Any) -> None:
     err = _run(capsys, ["demo", "--runtime", "torch", "--precision", "int8", "--out",
-                        str(tmp_path / "demo")], 1).err
+                        str(tmp_path / "demo")], 2).err
     assert "--precision int8 is for --runtime onnxruntime" in err

@@ -30,8 +30,11 @@ def test_train_refuses_sizes_below_one(flag, value, tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text("a b c\n")
     out = tmp_path / "m"
-    assert main(["train", "--corpus", str(corpus), "-o", str(out), flag, value]) == 1
-    _one_line_error(capsys, f"{flag} must be an integer >= 1, got {value}")
+    with pytest.raises(SystemExit) as e:  # issue 42: an invalid value exits 2, at the parser
+        main(["train", "--corpus", str(corpus), "-o", str(out), flag, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: expected a positive integer (>= 1), got '{value}'" in err, err
     assert not out.exists()
 
 
@@ -39,7 +42,7 @@ def test_train_refuses_heads_for_a_rescorer(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text("a b c\n")
     assert main(["train", "--corpus", str(corpus), "-o", str(tmp_path / "m"), "--rescorer",
-                 "--h", "4"]) == 1
+                 "--h", "4"]) == 2  # issue 42: a conflict of options exits 2
     _one_line_error(capsys, "--h 4")
 
 
@@ -48,8 +51,8 @@ def test_oracle_and_repetition_refuse_k_above_the_trace_k(tmp_path, capsys):
 
     trace = tmp_path / "trace"
     synthetic_trace(trace, num_examples=2, h=3, K=4, V=30, seed=1)
-    assert main(["oracle", str(trace), "--k", "1,100000"]) == 1
-    _one_line_error(capsys, "--k 100000", "K = 4", "[1, 4]")
+    assert main(["oracle", str(trace), "--k", "1,100000"]) == 2  # issue 42: a value out of
+    _one_line_error(capsys, "--k 100000", "K = 4", "[1, 4]")  # the range its input sets: 2
     assert main(["oracle", str(trace), "--json"]) == 0  # the default list is cut at K
     capsys.readouterr()
 
@@ -62,6 +65,6 @@ def test_repetition_refuses_k_above_the_trace_k(tmp_path, capsys):
     arpa = tmp_path / "lm.arpa"
     arpa.write_text("\\data\\\nngram 1=4\nngram 2=1\n\n\\1-grams:\n-1.0\t<unk>\t0\n-99\t<s>\t0\n"
                     "-1.0\t</s>\t0\n-0.5\t3\t0\n\n\\2-grams:\n-0.1\t3 3\n\n\\end\\\n")
-    assert main(["repetition", str(trace), "--lm", str(arpa), "--k", "9"]) == 1
+    assert main(["repetition", str(trace), "--lm", str(arpa), "--k", "9"]) == 2
     _one_line_error(capsys, "--k 9", "[1, 4]")
     assert main(["repetition", str(trace), "--lm", str(arpa), "--json"]) == 0

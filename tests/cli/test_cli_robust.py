@@ -328,8 +328,12 @@ def test_plot_suffix_decides_the_format(tmp_path, capsys):
     assert main(["entropy", str(tmp_path / "trace"), "--plot", str(svg)]) == 0
     assert b"<svg" in svg.read_bytes()[:2000]
     capsys.readouterr()
-    assert main(["oracle", str(tmp_path / "trace"), "--plot", str(tmp_path / "c.jpg")]) == 1
-    _one_line_error(capsys, "unsupported suffix .jpg", ".png, .pdf, .svg")
+    with pytest.raises(SystemExit) as e:  # issue 42: an invalid value, at the parser: 2
+        main(["oracle", str(tmp_path / "trace"), "--plot", str(tmp_path / "c.jpg")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --plot:" in err and "unsupported suffix .jpg" in err
+    assert ".png, .pdf, .svg" in err and "Traceback" not in err
     assert not (tmp_path / "c.jpg").exists()
 
 
@@ -436,6 +440,10 @@ def test_no_new_tokens_has_no_block_efficiency(tiny, capsys):
 def test_a_criterion_missing_a_parameter_names_all_it_needs(tiny, capsys):
     """Issue 23 item 6: typical with eps alone named only delta."""
     for given in ("eps=0.1", "delta=0.3"):
-        assert main(["decode", "--model", str(tiny), "--prompt", "x", "--criterion",
-                     f"typical:{given}"]) == 1
-        _one_line_error(capsys, "typical needs parameter(s) ['eps', 'delta']")
+        with pytest.raises(SystemExit) as e:  # issue 42: an invalid value, at the parser: 2
+            main(["decode", "--model", str(tiny), "--prompt", "x", "--criterion",
+                  f"typical:{given}"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --criterion:" in err and "Traceback" not in err
+        assert "typical needs parameter(s) ['eps', 'delta']" in err, err

@@ -108,11 +108,20 @@ def test_greedy_names_a_negative_id_without_a_vocabulary_bound() -> None:
 def test_prompt_weights_must_be_finite(tmp_path: Path, capsys: Any) -> None:
     """As filed: --weights explain=inf said "cannot convert float NaN to integer"."""
     data = _shared_data(tmp_path)
-    code = main(["heads", "prompts", "--data", str(data), "-n", "4", "--weights",
-                 "explain=inf", "-o", str(tmp_path / "p.jsonl")])
+    with pytest.raises(SystemExit) as e:  # issue 42: refused at the parser, exit 2
+        main(["heads", "prompts", "--data", str(data), "-n", "4", "--weights",
+              "explain=inf", "-o", str(tmp_path / "p.jsonl")])
     err = capsys.readouterr().err
-    assert code == 1 and "weights must be finite numbers >= 0" in _last(err), err
-    assert "'explain': inf" in err and not (tmp_path / "p.jsonl").exists()
+    assert e.value.code == 2, err
+    assert "argument --weights: explain: expected a finite number, got 'inf'" in err, err
+    assert not (tmp_path / "p.jsonl").exists()
+    for bad, said in (("explain=1,,rewrite=1", "item 2 of 'explain=1,,rewrite=1' is empty"),
+                      ("explain=1,explain=2", "'explain' appears twice"),
+                      ("explain=-1", "explain: expected a number >= 0, got '-1'"),
+                      ("explain=0", "expected at least one weight > 0")):
+        with pytest.raises(SystemExit):
+            main(["heads", "prompts", "--data", str(data), "--weights", bad, "-o", "p.jsonl"])
+        assert said in capsys.readouterr().err, bad
 
 
 def test_distill_names_its_folder_option(tmp_path: Path, capsys: Any) -> None:

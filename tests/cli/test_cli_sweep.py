@@ -97,17 +97,25 @@ def test_an_unreachable_ray_cluster_is_one_error(trace: Path, capsys: Any) -> No
     assert "no Ray cluster answers there" in err
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (["--k", "7"], "K = 6"),
-    (["--lm", "missing.bin"], "missing.bin does not exist"),
-    (["--cost-variant", "onnxruntime:float32"], "--cost-variant"),
-    (["--cache", "c", "--no-cache"], "pass one of them"),
-    (["--ray", "auto", "--workers", "2"], "--workers"),
-    (["--plot", "x.gif"], "unsupported suffix"),
+@pytest.mark.parametrize(("extra", "message", "code"), [
+    (["--k", "7"], "K = 6", 2),  # issue 42: every invalid value and every conflict exits 2
+    (["--lm", "missing.bin"], "missing.bin does not exist", 1),  # a missing file: an error
+    (["--cost-variant", "onnxruntime:float32"], "--cost-variant", 2),
+    (["--cache", "c", "--no-cache"], "pass one of them", 2),
+    (["--ray", "auto", "--workers", "2"], "--workers", 2),
+    (["--plot", "x.gif"], "unsupported suffix", 2),
 ])
 def test_refusals(trace: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                  extra: list[str], message: str) -> None:
+                  extra: list[str], message: str, code: int) -> None:
     monkeypatch.chdir(tmp_path)
-    _, err = _run(capsys, ["sweep", str(trace), "--no-cache" if "--cache" not in extra
-                           else "--json", *extra], 1)
-    assert message in err and err.startswith("blockdraft: error:")
+    argv = ["sweep", str(trace), "--no-cache" if "--cache" not in extra else "--json", *extra]
+    capsys.readouterr()
+    try:
+        got = main(argv)
+    except SystemExit as e:  # refused by the parser itself: usage on stderr, then the error
+        got = int(e.code or 0)
+    err = capsys.readouterr().err
+    assert got == code, err
+    assert message in err and err.rstrip("\n").split("\n")[-1].startswith(
+        ("blockdraft: error:", "usage: ", "blockdraft sweep: error:")), err
+    assert [p.name for p in tmp_path.iterdir()] == ["trace"]  # nothing made

@@ -127,7 +127,7 @@ PROBES: dict[str, Probe] = {
         "--eval-positions", "16", "--warmup", "1", "--lr", str(1e-3 * (1 + v))],
         limit=("--minutes", "0")),
     "heads curve": Probe(lambda w, o, v: [
-        "heads", "curve", str(w["run"]), *([str(w["run"])] if v else []), "--data",
+        "heads", "curve", str(w["run"]), *([str(w["run2"])] if v else []), "--data",
         str(w["set"]), "--base", str(w["model"]), "-o", str(o), "--threads", "1"]),
     "heads package": Probe(lambda w, o, v: [
         "heads", "package", str(w["heads"]), "--data", str(w["set"]), "--shortlist",
@@ -203,6 +203,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                  str(w["set"]), "-o", str(w["run"]), "--heads", "2", "--steps", "2",
                  "--batch", "8", "--eval-every", "2", "--eval-positions", "16", "--warmup",
                  "1", "--json"]) == 0
+    w["run2"] = Path(shutil.copytree(w["run"], root / "run2"))  # a second run, the same heads
     yield w
     if old_cache is None:
         os.environ.pop("BLOCKDRAFT_CACHE", None)

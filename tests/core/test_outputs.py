@@ -135,3 +135,72 @@ def test_a_new_output_that_stopped_early_is_kept_and_says_so(tmp_path: Path) -> 
     assert not w.complete and _tree(out) == {"a": b"part"}
     assert w.partial_message() == (f"stopped at 1 of 3: -o {out} holds a partial thing; the "
                                    "same command with --resume goes on from there")
+
+
+# ---------------------------------------------------------------- issue 42: at the rename
+
+
+def _write_group(w: object, names: tuple[str, ...]) -> None:
+    from blockdraft.core.files import write_text_atomic
+
+    path = w.path  # type: ignore[attr-defined]
+    for name in names:
+        write_text_atomic(path.with_name(name), f"mine {name}")
+
+
+@pytest.mark.parametrize("kind", ["file", "folder", "group", "prefix"])
+def test_an_output_that_appeared_meanwhile_is_not_replaced(tmp_path: Path, kind: str) -> None:
+    """Issue 42 row 1: the check before any work held, but another run's output that appeared
+    after it was replaced at the rename without --overwrite. Now the rename itself refuses
+    (every kind of output), the other run's output stays, and no temporary is left."""
+    from blockdraft.core.files import write_text_atomic
+
+    out = tmp_path / ("out" if kind in ("folder", "prefix") else "out.txt")
+    kw: dict[str, object] = {"folder": kind == "folder"}
+    if kind == "group":
+        kw["sidecars"] = (".mix.json",)
+    if kind == "prefix":
+        kw.update(prefix=True, sidecars=(".arpa", ".bin"))
+    theirs = {"file": [out], "folder": [out / "a"], "group": [out.with_name("out.txt.mix.json")],
+              "prefix": [out.with_name("out.bin")]}[kind]
+    with pytest.raises(RoomError, match=r"appeared while this command ran .* pass --overwrite"):
+        with claim_output(out, what="a thing", error=RoomError,
+                          **kw).writing() as w:  # type: ignore[arg-type]
+            for path in theirs:  # another run of the same command put its output there
+                path.parent.mkdir(exist_ok=True)
+                path.write_text("theirs")
+            if kind == "folder":
+                write_text_atomic(w.path / "a", "mine")
+            elif kind == "file":
+                write_text_atomic(w.path, "mine")
+            elif kind == "group":
+                _write_group(w, ("out.txt", "out.txt.mix.json"))
+            else:
+                _write_group(w, ("out.arpa", "out.bin"))
+    assert all(p.read_text() == "theirs" for p in theirs)
+    made = sorted(p.name for p in tmp_path.rglob("*"))
+    assert made == sorted({p.name for p in theirs} | {p.parent.name for p in theirs
+                                                       if p.parent != tmp_path})
+    assert not [p for p in tmp_path.rglob(".*")]
+    if kind != "file":
+        return
+    # with --overwrite given, the user allowed the path to be replaced whenever it appears
+    out.unlink()
+    output = claim_output(out, what="a thing", error=RoomError, overwrite=True, folder=False)
+    assert output.mode == "new"
+    with output.writing() as w:
+        out.write_text("theirs")
+        write_text_atomic(w.path, "mine")
+    assert out.read_text() == "mine"
+
+
+def test_a_new_output_built_beside_its_path_is_kept_when_stopped_early(tmp_path: Path) -> None:
+    """A new output that is renamed into place (not filled in place) still follows rule 4."""
+    out = tmp_path / "heads"
+    with claim_output(out, what="heads", error=RoomError, resume=False,
+                      in_place=False).writing() as w:
+        assert w.path != out
+        (w.path / "a").write_text("part")
+        w.stopped("stopped at step 3 of 9")
+    assert not w.complete and _tree(out) == {"a": b"part"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heads"]

@@ -22,11 +22,14 @@ Subcommands (``blockdraft COMMAND --help`` for each):
 Human tables by default, ``--json`` for machines (strict JSON: a number that is not finite is
 written as ``null`` with a ``<field>_reason`` string beside it), ``--plot FILE.png`` (or
 ``.pdf``/``.svg``) where a picture helps.
-Exit codes: 0 success (the output complete), 1 error (one line on stderr), 2 usage error, 3
-stopped early by a limit (``--max-tokens``, ``--minutes``, ``--max-prompts``: the output is
-sound but partial, and ``--resume`` goes on), 130 interrupted (Ctrl-C or SIGTERM; outputs are
-left as they were). ``BLOCKDRAFT_DEBUG=1`` shows the traceback of an
-unexpected error. blockdraft's warnings are one line each on stderr (``blockdraft: warning:``).
+Exit codes: 0 success (the output complete), 1 error while running (one line on stderr: a
+missing or damaged file, a model that does not fit), 2 a command line that cannot run (every
+invalid value and every conflict of options, refused before any work: the one rule of
+:mod:`blockdraft.cli.values`), 3 stopped early by a limit (``--max-tokens``, ``--minutes``,
+``--max-prompts``: the output is sound but partial, and ``--resume`` goes on), 130 interrupted
+(Ctrl-C or SIGTERM; outputs are left as they were). ``BLOCKDRAFT_DEBUG=1`` shows the traceback
+of an unexpected error. blockdraft's warnings are one line each on stderr (``blockdraft:
+warning:``), from every engine a command runs on (local workers and Ray tasks included).
 Every command that writes a file or folder follows one rule
 (:mod:`blockdraft.core.outputs`): an existing output (sidecars included) is refused unless
 ``--overwrite`` (or, where it can continue, ``--resume``); a folder holding files the command
@@ -34,10 +37,12 @@ does not write is refused, naming them; under ``--overwrite`` the old output sta
 complete new one replaces it.
 
 Modules: ``parser`` (the argument parser, assembled from each group's ``add_parsers``),
-``common`` (output helpers, argument types, readers), one per command group: ``analyses``
-(oracle, repetition, entropy), ``sweep``, ``models`` (train, trace, decode), ``heads`` (heads
-distill, label, train, curve), ``demo``, ``lattice`` (rescore, lattice draw), ``ngram``,
-``bench``, ``doctor``.
+``common`` (output helpers, readers), ``values`` (the one rule for values and options: every
+number's range, lists, the rules of options that apply only in some modes), one per command
+group: ``analyses`` (oracle, repetition, entropy), ``sweep``, ``models`` (train), ``trace``,
+``decode`` (with ``model_options``, the options of both), ``heads`` (the group, heads train,
+curve; with ``heads_data``: prompts, questions, follow-ups, distill, label; ``heads_package``),
+``demo``, ``lattice`` (rescore, lattice draw), ``ngram``, ``bench``, ``doctor``.
 """
 
 from __future__ import annotations
@@ -55,8 +60,6 @@ from typing import Any
 from blockdraft.cli.common import (
     CliError,
     clamp_threads,
-    id_list,
-    int_list,
     print_json,
     print_table,
     progress_bar,
@@ -64,10 +67,12 @@ from blockdraft.cli.common import (
     read_texts,
 )
 from blockdraft.cli.parser import build_parser
+from blockdraft.cli.values import UsageError, check_rules, id_list, int_list
 from blockdraft.core.errors import BlockdraftError, BlockdraftWarning
 
 __all__ = [
     "CliError",
+    "UsageError",
     "build_parser",
     "id_list",
     "int_list",
@@ -81,15 +86,20 @@ __all__ = [
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted)."""
+    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage, 3 stopped early, 130
+    interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     # the command as typed, for the records a command writes (a README, a curve's Markdown)
     args.command_line = "blockdraft " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
         with _sigterm_as_interrupt(), _warnings_as_lines():
+            check_rules(args)  # an option where it does not apply: refused before any work
             clamp_threads(args)
             return int(args.func(args))
+    except UsageError as e:  # the command line cannot run: 2, like argparse's own refusals
+        print(f"blockdraft: error: {_one_line(e)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("blockdraft: interrupted", file=sys.stderr)
         return 130

@@ -11,15 +11,15 @@ import numpy as np
 
 from blockdraft.cli.common import (
     JSON_HELP,
-    CliError,
     add_command,
     add_overwrite,
+    add_plot,
     check_plot,
-    finite_float,
-    int_list,
     print_json,
     print_table,
+    write_plot,
 )
+from blockdraft.cli.values import Rule, add_rules, int_list, number, out_of_range, positive_int
 
 
 def _trace(path: Path) -> Any:
@@ -32,22 +32,30 @@ def _sig_caption(trace: Any) -> str:
     return "signature: " + trace.signature_string()
 
 
+def check_k(k: int, trace: Any) -> None:
+    """``--k k`` against the trace's ``K`` (before any work).
+
+    Raises:
+        UsageError: ``k`` outside ``[1, K]``.
+    """
+    if not 1 <= k <= trace.K:
+        raise out_of_range("--k", k, f"the trace keeps the top K = {trace.K} of each head",
+                           1, trace.K)
+
+
 def cmd_oracle(args: argparse.Namespace) -> int:
     from blockdraft.oracle import oracle_curve, plot_oracle_curve
 
-    check_plot(args)
+    plot = check_plot(args)
     trace = _trace(args.trace)
     if args.k is None:
         ks = [1, 2, 4, 8, 16]  # those above the trace's K are dropped, K is added
     else:
         ks = args.k
-        too_wide = [k for k in ks if not 1 <= k <= trace.K]
-        if too_wide:
-            raise CliError(f"--k {too_wide[0]}: the trace keeps the top K = {trace.K} of each "
-                           f"head, so k must be in [1, {trace.K}]")
+        for k in ks:
+            check_k(k, trace)
     curve = oracle_curve(trace, ks=ks)
-    if args.plot:
-        plot_oracle_curve(curve, args.plot)
+    write_plot(plot, lambda path: plot_oracle_curve(curve, path))
     if args.json:
         print_json({"signature": dict(trace.signature), **curve.to_dict()})
         return 0
@@ -71,16 +79,14 @@ def cmd_repetition(args: argparse.Namespace) -> int:
     if args.lm:
         from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 
+        if args.k is not None:
+            check_k(args.k, trace)
         lm = NgramLM(args.lm)
         lm.check_vocab(trace.V)
-        if args.k is None:
-            args.k = min(16, trace.K)
-        if not 1 <= args.k <= trace.K:
-            raise CliError(f"--k {args.k}: the trace keeps the top K = {trace.K} of each "
-                           f"head, so k must be in [1, {trace.K}]")
-        drafter = HeadDrafter(k=args.k, p=1,
-                              rescorer=NgramRescorer(lm, alpha=args.alpha))
-        rows.append((f"{lm.order}-gram rescored (k={drafter.k}, alpha={args.alpha})",
+        alpha = 1.0 if args.alpha is None else args.alpha
+        drafter = HeadDrafter(k=args.k or min(16, trace.K), p=1,
+                              rescorer=NgramRescorer(lm, alpha=alpha))
+        rows.append((f"{lm.order}-gram rescored (k={drafter.k}, alpha={alpha})",
                      repetition(simulate(trace, drafter, progress=True))))
     if args.json:
         print_json({"signature": dict(trace.signature),
@@ -100,12 +106,11 @@ def cmd_entropy(args: argparse.Namespace) -> int:
     from blockdraft.drafts.heads import HeadDrafter
     from blockdraft.oracle import head_entropy, plot_entropy_densities, simulate
 
-    check_plot(args)
+    plot = check_plot(args)
     trace = _trace(args.trace)
     visited = None if args.all_positions else simulate(trace, HeadDrafter(k=1, p=1))
     stats = head_entropy(trace, visited)
-    if args.plot:
-        plot_entropy_densities(stats, args.plot)
+    write_plot(plot, lambda path: plot_entropy_densities(stats, path))
     if args.json:
         print_json({"signature": dict(trace.signature), "mean": stats.mean,
                     "h_max": stats.h_max, "positions": int(stats.entropy.shape[0])})
@@ -133,9 +138,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--k", type=int_list, default=None,
                    help="lattice widths in [1, K] (default 1,2,4,8,16 up to K; the trace's K "
                         "is added)")
-    p.add_argument("--plot", type=Path, default=None,
-                   help="write the curve as an image: .png, .pdf or .svg (by suffix)")
-    add_overwrite(p, "the --plot image")
+    add_plot(p, "the curve")
+    add_overwrite(p, "the --plot image", needs="--plot")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
 
     p = add_command(sub, "repetition",
@@ -144,16 +148,20 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("trace", type=Path, help="trace directory")
     p.add_argument("--lm", type=Path, default=None,
                    help="an n-gram LM: also report the 1-best of the rescored lattice")
-    p.add_argument("--k", type=int, default=None,
-                   help="lattice width for rescoring, in [1, K] (default min(16, K))")
-    p.add_argument("--alpha", type=finite_float, default=1.0)
+    p.add_argument("--k", type=positive_int, default=None,
+                   help="with --lm: lattice width for rescoring, in [1, K] (default "
+                        "min(16, K))")
+    p.add_argument("--alpha", type=number(0.0), default=None,
+                   help="with --lm: its weight, >= 0 (default 1)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_rules(p, *(Rule(option, "applies only with --lm (the rescored drafts); add --lm, "
+                                f"or drop {option}", lambda args: args.lm is not None,
+                        (option, "2")) for option in ("--k", "--alpha")))
 
     p = add_command(sub, "entropy", "head entropies, their means and h_max", cmd_entropy)
     p.add_argument("trace", type=Path, help="trace directory")
     p.add_argument("--all-positions", action="store_true",
                    help="every position, not only those vanilla BPD visits")
-    p.add_argument("--plot", type=Path, default=None,
-                   help="write densities per head as an image: .png, .pdf or .svg (by suffix)")
-    add_overwrite(p, "the --plot image")
+    add_plot(p, "densities per head")
+    add_overwrite(p, "the --plot image", needs="--plot")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

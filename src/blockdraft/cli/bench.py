@@ -14,13 +14,20 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_group,
-    finite_float,
-    int_list,
-    positive_int,
     print_json,
     print_table,
     progress_bar,
     read_id_lines,
+)
+from blockdraft.cli.values import (
+    Rule,
+    UsageError,
+    add_rules,
+    int_list,
+    non_negative_int,
+    number,
+    positive_int,
+    words,
 )
 
 
@@ -31,6 +38,8 @@ def cmd_bench_rescore(args: argparse.Namespace) -> int:
     from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
     from blockdraft.rescorers.ngram.records import check_arpa_pair
 
+    if args.kind == "hits" and not args.heldout:
+        raise UsageError("--kind hits needs --heldout FILE (held-out token ids)")
     lm = NgramLM(args.lm)
     if args.arpa is not None:
         if lm.is_arpa:
@@ -40,17 +49,13 @@ def cmd_bench_rescore(args: argparse.Namespace) -> int:
         else:
             check_arpa_pair(args.lm, args.arpa, order=lm.order, unigrams=lm.vocab_size)
     backends: dict[str, Any] = {}
-    for b in args.backends.split(","):
+    for b in args.backends:
         if b == "exact":
             backends[b] = NgramRescorer(lm, alpha=args.alpha)
-        elif b == "wfst":
+        else:
             backends[b] = NgramRescorer(NgramLM(args.arpa or args.lm), alpha=args.alpha,
                                         backend="wfst")
-        else:
-            raise CliError(f"unknown backend {b!r}; choose from exact, wfst")
     if args.kind == "hits":
-        if not args.heldout:
-            raise CliError("--kind hits needs --heldout FILE (held-out token ids)")
         held = np.concatenate(read_id_lines(Path(args.heldout)))
         unigram = np.bincount(held, minlength=int(held.max()) + 1).astype(np.float64)
         source = hits_source(held, unigram / unigram.sum())
@@ -103,8 +108,12 @@ def add_parsers(sub: Any) -> None:
                         "(needs --heldout); random: uniformly random tokens")
     p.add_argument("--heldout", type=Path, default=None,
                    help="held-out token ids (whitespace-separated) for --kind hits")
-    p.add_argument("--backends", default="exact,wfst", help="comma-separated (default exact,wfst)")
-    p.add_argument("--alpha", type=finite_float, default=1.0)
+    p.add_argument("--backends", type=words(("exact", "wfst")), default=["exact", "wfst"],
+                   help="comma-separated (default exact,wfst)")
+    p.add_argument("--alpha", type=number(0.0), default=1.0, help="LM weight, >= 0")
     p.add_argument("--n", type=positive_int, default=100, help="lattices per (h, k) (default 100)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_rules(p, Rule("--heldout", "applies only with --kind hits (the held-out tokens the hits "
+                                   "are drawn from); add --kind hits, or drop --heldout",
+                      lambda a: a.kind == "hits", ("--heldout", "ids.txt")))

@@ -134,26 +134,6 @@ def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
     return wrap
 
 
-def _csv_ints(text: str, what: str, minimum: int, allow_empty: bool) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
-    if (not vals and not allow_empty) or any(v < minimum for v in vals):
-        raise argparse.ArgumentTypeError(f"expected {what} >= {minimum}, got {text!r}")
-    return vals
-
-
-def int_list(text: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]`` (argparse type): positive integers, at least one."""
-    return _csv_ints(text, "positive integers", 1, allow_empty=False)
-
-
-def id_list(text: str) -> list[int]:
-    """``"17,4,99"`` -> token ids (argparse type; may be empty)."""
-    return _csv_ints(text, "token ids", 0, allow_empty=True)
-
-
 def read_text_file(path: Path, what: str = "file") -> str:
     """The UTF-8 text of ``path``, a byte-order mark at its start dropped (it would otherwise
     become a token of the first line).
@@ -197,14 +177,42 @@ def read_id_lines(path: Path) -> list[np.ndarray]:
     return out
 
 
-def read_texts(files: Sequence[str]) -> list[str]:
-    """The non-empty lines of text files, in order."""
+def read_texts(files: Sequence[str | Path], flag: str = "--corpus",
+               what: str = "text file") -> list[str]:
+    """The non-empty lines of text files, in order.
+
+    Raises:
+        CliError: a file that cannot be read, or no non-empty line in any of them (naming
+            ``flag`` and the files, in the words of the command typed).
+    """
     out: list[str] = []
     for f in files:
-        out += [ln for ln in read_text_file(Path(f), "text file").splitlines() if ln.strip()]
+        out += [ln for ln in read_text_file(Path(f), what).splitlines() if ln.strip()]
     if not out:
-        raise CliError("the corpus has no non-empty lines")
+        named = " ".join(str(f) for f in files)
+        raise CliError(f"{flag} {named}: no non-empty line to read; give a file of one "
+                       f"{'prompt' if 'prompt' in what else 'text'} a line")
     return out
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+"""The torch dtypes a command's ``--dtype`` takes."""
+
+
+def default_of(function: Callable[..., Any], name: str) -> Any:
+    """The default of ``function``'s parameter ``name``: the library's defaults are the CLI's."""
+    import inspect
+
+    return inspect.signature(function).parameters[name].default
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command line as typed (:func:`blockdraft.cli.main` records it), for the records a
+    run writes."""
+    import shlex
+    import sys
+
+    return str(getattr(args, "command_line", "") or "blockdraft " + shlex.join(sys.argv[1:]))
 
 
 def add_command(parent: Any, name: str, help_: str, func: Command) -> argparse.ArgumentParser:
@@ -214,24 +222,62 @@ def add_command(parent: Any, name: str, help_: str, func: Command) -> argparse.A
     return p
 
 
-def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
+def add_overwrite(p: argparse.ArgumentParser, what: str, needs: str | None = None) -> None:
     """``--overwrite`` of a command that writes ``what``: without it an existing output is
-    refused (:func:`blockdraft.core.outputs.claim_output`, the rule every command follows)."""
+    refused (:func:`blockdraft.core.outputs.claim_output`, the rule every command follows).
+    ``needs``: the option that names an optional output (``--plot``): ``--overwrite`` without
+    it applies to nothing, and is refused (:mod:`blockdraft.cli.values`)."""
     p.add_argument("--overwrite", action="store_true",
                    help=f"replace {what} if it exists (without --overwrite an existing one is "
                         "refused; the old one stays until the new one is complete)")
+    if needs is not None:
+        from blockdraft.cli.values import Rule, add_rules
+
+        dest = needs.lstrip("-").replace("-", "_")
+        add_rules(p, Rule("--overwrite", f"applies only with {needs} (it replaces {what}); "
+                                         f"give {needs}, or drop --overwrite",
+                          lambda args: getattr(args, dest, None) is not None,
+                          ("--overwrite",)))
 
 
-def check_plot(args: argparse.Namespace) -> None:
-    """``--plot FILE`` of the trace commands: a suffix the plots know and, like every output,
-    no existing file replaced without ``--overwrite`` (checked before any work)."""
-    from blockdraft.core.outputs import claim_output
+def plot_path(text: str) -> Path:
+    """``--plot FILE`` (argparse type): a suffix the plots know (``.png``, ``.pdf``,
+    ``.svg``), refused otherwise before any work."""
+    from blockdraft.core.errors import BlockdraftError
     from blockdraft.oracle.plots import plot_format
 
-    if args.plot:
-        plot_format(args.plot)
-        claim_output(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
-                     folder=False, flag="--plot")
+    try:
+        plot_format(text)
+    except BlockdraftError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return Path(text)
+
+
+def add_plot(p: Any, what: str) -> None:
+    """``--plot FILE`` on ``p`` (a parser or an argument group): ``what`` as an image."""
+    p.add_argument("--plot", type=plot_path, default=None,
+                   help=f"{what} as an image: .png, .pdf or .svg (by suffix)")
+
+
+def check_plot(args: argparse.Namespace) -> Any:
+    """The :class:`~blockdraft.core.outputs.Output` of ``--plot FILE`` (None without it):
+    like every output, no existing file replaced without ``--overwrite``, checked before any
+    work and again when the image is put in place (:func:`write_plot`)."""
+    from blockdraft.core.outputs import claim_output
+
+    if not args.plot:
+        return None
+    return claim_output(args.plot, what="the plot", error=CliError, overwrite=args.overwrite,
+                        folder=False, flag="--plot")
+
+
+def write_plot(output: Any, draw: Callable[[Path], object]) -> None:
+    """Draw the image of :func:`check_plot`'s ``output`` (``draw(path)``), built beside
+    ``--plot`` and renamed into place (no-op without ``--plot``)."""
+    if output is None:
+        return
+    with output.writing() as writing:
+        draw(writing.path)
 
 
 def add_group(sub: Any, name: str, help_: str) -> Any:
@@ -253,28 +299,6 @@ def stopped_early(message: str) -> int:
 
     print(f"blockdraft: stopped early: {' '.join(message.split())}", file=sys.stderr)
     return STOPPED_EARLY
-
-
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def finite_float(text: str) -> float:
-    """A finite number (argparse type): ``nan`` and ``inf`` are refused."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
 
 
 def available_cores() -> int:
@@ -301,17 +325,6 @@ def clamp_threads(args: argparse.Namespace) -> None:
         warnings.warn(f"--threads {threads} is more than the {cores} CPU core(s) this process "
                       f"may use; using {cores}", BlockdraftWarning, stacklevel=2)
         args.threads = cores
-
-
-def positive_int(text: str) -> int:
-    """An integer >= 1 (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (>= 1), got {text!r}")
-    return value
 
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
@@ -362,3 +375,16 @@ def utf8_argument(text: str, flag: str) -> str:
                        "text (check the terminal's locale, or put the text in a UTF-8 file)"
                        ) from None
     return text
+
+
+_MOVED = {"positive_int", "non_negative_int", "finite_float", "int_list", "id_list"}
+"""Argument types that live in :mod:`blockdraft.cli.values` now (the one rule)."""
+
+
+def __getattr__(name: str) -> Any:
+    """The argument types' old import path (:data:`_MOVED`), kept."""
+    if name in _MOVED:
+        from blockdraft.cli import values
+
+        return getattr(values, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,12 +18,12 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_overwrite,
-    positive_int,
     print_json,
     print_table,
     progress_bar,
     utf8_argument,
 )
+from blockdraft.cli.values import ListAction, Rule, add_rules, non_negative_int, positive_int
 from blockdraft.core.outputs import claim_output
 from blockdraft.demo.config import REAL_MAX_NEW_TOKENS
 
@@ -31,6 +31,26 @@ DEMO_FILES = ("demo.json", "demo_lattice.png", "trace")
 """What the demo writes in --out (the trace: --blockwise only)."""
 _BLOCKWISE_ONLY = ("examples", "seed", "stop_at_eos")
 _REAL_ONLY = ("model", "heads", "dtype", "runtime", "precision", "prompt", "max_new_tokens")
+_EXAMPLES = {"stop_at_eos": (), "dtype": ("float32",), "runtime": ("torch",),
+             "precision": ("int8",), "model": ("m",), "heads": ("h",), "prompt": ("hi",)}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+DEMO_RULES = (
+    *(Rule(_flag(name), "does not apply without --blockwise (the small self-trained "
+                        f"model's); add --blockwise, or drop {_flag(name)}", lambda a: a.blockwise,
+           (_flag(name), *_EXAMPLES.get(name, ("4",)))) for name in _BLOCKWISE_ONLY),
+    *(Rule(_flag(name), "does not apply with --blockwise (it is the real model's); drop "
+                        f"{_flag(name)}, or --blockwise", lambda a: not a.blockwise,
+           ("--blockwise", _flag(name), *_EXAMPLES.get(name, ("4",)))) for name in _REAL_ONLY),
+    Rule("--precision", lambda a: f"is for --runtime onnxruntime; {a.runtime}'s precision is "
+                                  "--dtype", lambda a: a.runtime in (None, "onnxruntime"),
+         ("--runtime", "torch", "--precision", "int8")),
+)
+"""The options of ``demo`` that apply only with or without ``--blockwise``."""
 
 
 def _log(msg: str) -> None:
@@ -38,15 +58,6 @@ def _log(msg: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    given = [f"--{n.replace('_', '-')}" for n in
-             (_REAL_ONLY if args.blockwise else _BLOCKWISE_ONLY)
-             if getattr(args, n) is not None and getattr(args, n) is not False]
-    if given:
-        raise CliError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply "
-                       f"{'with' if args.blockwise else 'without'} --blockwise")
-    if args.precision is not None and args.runtime in ("torch", "static"):
-        raise CliError(f"--precision {args.precision} is for --runtime onnxruntime; "
-                       f"{args.runtime}'s precision is --dtype")
     prompts = ([utf8_argument(q, "--prompt") for q in args.prompt] if args.prompt
                else None)
     output = claim_output(args.out, what="the demo's output", error=CliError,
@@ -279,7 +290,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--precision", choices=("float32", "int8"), default=None,
                    help="--runtime onnxruntime: float32 (default, PyTorch's answers) or int8 "
                         "(chunk-invariant per-row int8: lossless against its own greedy)")
-    p.add_argument("--prompt", action="append", default=None, metavar="TEXT",
+    p.add_argument("--prompt", action=ListAction, nargs=None, default=None, metavar="TEXT",
                    help="a user turn to decode instead of the demo's Python questions "
                         "(repeat for several)")
     p.add_argument("--max-new-tokens", type=positive_int, default=None,
@@ -300,10 +311,11 @@ def add_parser(sub: Any) -> None:
                         "with every drafting strategy, print B and the oracle")
     p.add_argument("--examples", type=positive_int, default=None,
                    help="--blockwise: held-out prompts (default 8)")
-    p.add_argument("--seed", type=int, default=None,
+    p.add_argument("--seed", type=non_negative_int, default=None,
                    help="--blockwise: the split and the training (part of the cache key; "
                         "default 0)")
     p.add_argument("--stop-at-eos", action="store_true",
                    help="--blockwise: stop each decode at EOS (default: EOS is a paragraph "
                         "separator and every prompt gets 48 new tokens)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_rules(p, *DEMO_RULES)

@@ -15,11 +15,10 @@ from blockdraft.cli.common import (
     add_command,
     add_group,
     add_overwrite,
-    finite_float,
-    id_list,
     print_json,
     print_table,
 )
+from blockdraft.cli.values import id_list, number, positive_int
 from blockdraft.core.outputs import claim_output
 
 
@@ -58,8 +57,8 @@ def cmd_lattice_draw(args: argparse.Namespace) -> int:
     from blockdraft.lattice.draw import draw_lattice
     from blockdraft.lattice.io import load_lattice
 
-    claim_output(args.output, what="the drawing", error=CliError, overwrite=args.overwrite,
-                 folder=False)
+    output = claim_output(args.output, what="the drawing", error=CliError,
+                          overwrite=args.overwrite, folder=False)
     lf = load_lattice(args.lattice)
     reference = lf.reference if args.reference is None else np.asarray(args.reference)
     labels = None
@@ -71,7 +70,8 @@ def cmd_lattice_draw(args: argparse.Namespace) -> int:
         def labels(t: int) -> str:
             return tok.decode([t])
 
-    draw_lattice(lf.lattice, args.output, reference=reference, labels=labels)
+    with output.writing() as writing:  # built beside -o, renamed into place
+        draw_lattice(lf.lattice, writing.path, reference=reference, labels=labels)
     print(f"wrote {args.output}")
     return 0
 
@@ -82,8 +82,11 @@ def add_parsers(sub: Any) -> None:
                     cmd_rescore)
     p.add_argument("lattice", type=Path, help="lattice file (blockdraft.lattice JSON)")
     p.add_argument("--lm", required=True, type=Path, help="ARPA file or KenLM binary")
-    p.add_argument("--p", type=int, default=16, help="drafts wanted (default 16)")
-    p.add_argument("--alpha", type=finite_float, default=1.0, help="LM weight (default 1.0)")
+    p.add_argument("--p", type=positive_int, default=16,
+                   help="drafts wanted (default 16; a lattice of fewer paths returns them all, "
+                        "and says so)")
+    p.add_argument("--alpha", type=number(0.0), default=1.0,
+                   help="LM weight, >= 0 (default 1.0)")
     p.add_argument("--backend", choices=["exact", "wfst"], default="exact")
     p.add_argument("--context", type=id_list, default=None,
                    help="comma-separated context token ids (default: the file's context)")

@@ -28,9 +28,7 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
     from blockdraft.core.signature import human_count
     from blockdraft.training.ngram import LM_SUFFIXES, train_ngram
 
-    if not (args.text or args.ids or args.distilled):
-        raise CliError("give the training sequences: --text FILE..., --ids FILE... and/or "
-                       "--distilled FOLDER")
+    _check_train_arguments(args)
     # an LM at the prefix (any of its files) is replaced only when told, and as a whole
     output = claim_output(args.output, what="a new n-gram LM", error=CliError,
                           overwrite=args.overwrite, folder=False, prefix=True,
@@ -46,9 +44,6 @@ def cmd_ngram_train(args: argparse.Namespace) -> int:
         for f in args.ids:
             seqs += read_id_lines(Path(f))
     elif args.text:
-        if not args.tokenizer:
-            raise CliError("--text needs --tokenizer (a model name such as smollm2, a model or "
-                           "tokenizer folder, a tokenizer.json or a .gguf file)")
         lines = []
         for f in args.text:
             lines += [ln for ln in read_text_file(Path(f), "text file").splitlines()
@@ -120,14 +115,42 @@ def cmd_ngram_interpolate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_train_arguments(args: argparse.Namespace) -> None:
+    """What ``ngram train`` needs besides its types and rules, before any work.
+
+    Raises:
+        UsageError: no training sequences; ``--prune`` thresholds that do not fit ``--order``.
+    """
+    from blockdraft.cli.values import UsageError
+
+    if not (args.text or args.ids or args.distilled):
+        raise UsageError("give the training sequences: --text FILE..., --ids FILE... and/or "
+                         "--distilled FOLDER")
+    prune = args.prune or []
+    if prune and (len(prune) > args.order or prune[0] != 0
+                  or any(b < a for a, b in zip(prune, prune[1:], strict=False))):
+        raise UsageError(f"--prune {' '.join(map(str, prune))}: expected at most --order "
+                         f"{args.order} thresholds, non-decreasing, the first 0 (unigrams are "
+                         "never pruned), e.g. 0 0 1 1")
+
+
 def add_parsers(sub: Any) -> None:
     """``ngram train``, ``ngram interpolate``."""
+    from blockdraft.cli.values import (
+        ListAction,
+        Rule,
+        add_rules,
+        integer,
+        non_negative_int,
+        probability,
+    )
+
     ng = add_group(sub, "ngram", "n-gram LM tools")
     p = add_command(ng, "train", "train a modified Kneser-Ney n-gram LM over token ids "
                     "(ARPA + KenLM binary)", cmd_ngram_train)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--text", nargs="+", help="text files, one document per line")
-    src.add_argument("--ids", nargs="+", help="files of whitespace-separated token ids")
+    src.add_argument("--text", action=ListAction, help="text files, one document per line")
+    src.add_argument("--ids", action=ListAction, help="files of whitespace-separated token ids")
     p.add_argument("--distilled", type=Path, default=None,
                    help="a distillation set (blockdraft heads distill): add the base model's "
                         "own answers of its training split (never the held-out one) as "
@@ -137,10 +160,12 @@ def add_parsers(sub: Any) -> None:
                         "model folder or .gguf file, a blockdraft model folder, a tokenizer.json "
                         "or a GPT-2 vocab/merges dir; recorded beside the LM (PREFIX.vocab.json) "
                         "so a model with another tokenizer refuses it")
-    p.add_argument("--order", type=int, default=4, help="n-gram order, 2 to 5 (default 4)")
+    p.add_argument("--order", type=integer(2, 5), default=4,
+                   help="n-gram order, 2 to 5 (default 4)")
     p.add_argument("-o", "--output", required=True, type=Path,
                    help="output prefix: writes PREFIX.arpa and PREFIX.bin")
-    p.add_argument("--prune", type=int, nargs="+", default=None,
+    p.add_argument("--prune", type=non_negative_int, action=ListAction, unique=False,
+                   default=None,
                    help="drop n-grams seen at most this often, one threshold per order as "
                         "lmplz --prune, e.g. 0 0 1 1")
     p.add_argument("--estimator", choices=["builtin", "lmplz"], default="builtin",
@@ -151,6 +176,9 @@ def add_parsers(sub: Any) -> None:
                    help="lmplz and build_binary memory cap -S (default 1G; the built-in "
                         "estimator does not use it)")
     p.add_argument("--no-binary", action="store_true", help="skip the KenLM binary")
+    add_rules(p, Rule("--text", "needs --tokenizer (a model name such as smollm2, a model or "
+                      "tokenizer folder, a tokenizer.json or a .gguf file) to read the text "
+                      "as token ids", lambda a: a.tokenizer is not None, ("--text", "t.txt")))
     add_overwrite(p, "an LM at the -o prefix (PREFIX.arpa, .bin, .vocab.json, "
                      ".fingerprint.json)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -162,7 +190,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("a", type=Path, help="the first ARPA file (share WEIGHT)")
     p.add_argument("b", type=Path, help="the second ARPA file (share 1 - WEIGHT); its order "
                                         "may differ")
-    p.add_argument("--weight", type=float, required=True,
+    p.add_argument("--weight", type=probability, required=True,
                    help="the share of A, from 0 to 1 (1 reproduces A, 0 reproduces B)")
     p.add_argument("-o", "--output", required=True, type=Path,
                    help="output prefix: writes PREFIX.arpa, PREFIX.bin, PREFIX.mixture.json "

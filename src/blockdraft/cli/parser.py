@@ -7,6 +7,7 @@ import argparse
 
 import blockdraft.cli.analyses as analyses
 import blockdraft.cli.bench as bench
+import blockdraft.cli.decode as decode
 import blockdraft.cli.demo as demo
 import blockdraft.cli.doctor as doctor
 import blockdraft.cli.heads as heads
@@ -14,6 +15,7 @@ import blockdraft.cli.lattice as lattice
 import blockdraft.cli.models as models
 import blockdraft.cli.ngram as ngram
 import blockdraft.cli.sweep as sweep
+import blockdraft.cli.trace as trace
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     analyses.add_parsers(sub)  # oracle, repetition, entropy
     sweep.add_parsers(sub)  # sweep
-    models.add_parsers(sub)  # train, trace, decode
+    models.add_parsers(sub)  # train
+    trace.add_parser(sub)  # trace
+    decode.add_parser(sub)  # decode
     heads.add_parsers(sub)  # heads distill, heads train, heads curve
     demo.add_parser(sub)  # demo
     lattice.add_parsers(sub)  # rescore, lattice draw

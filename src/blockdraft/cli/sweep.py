@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,81 +24,122 @@ from blockdraft.cli.common import (
     CliError,
     add_command,
     add_overwrite,
+    add_plot,
     check_plot,
-    finite_float,
-    int_list,
-    non_negative_int,
-    positive_int,
     print_json,
     print_table,
+    write_plot,
+)
+from blockdraft.cli.values import (
+    ListAction,
+    Rule,
+    Values,
+    add_rules,
+    int_list,
+    integer,
+    non_negative_int,
+    number,
+    out_of_range,
+    paths,
+    positive_int,
+    words,
 )
 
-
-def _words(choices: tuple[str, ...]) -> Any:
-    def parse(text: str) -> list[str]:
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        bad = [x for x in items if x not in choices]
-        if not items or bad:
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list of {', '.join(choices)}, got {text!r}")
-        return items
-    return parse
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [finite_float(x) for x in text.split(",") if x.strip()] or _no_values(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated finite numbers, got "
-                                         f"{text!r}") from None
+DEFAULT_P = [1]
+DEFAULT_ALPHA = [1.0]
+DEFAULT_TREE = ["confidence"]
+DEFAULT_BUDGET = [16]
+DEFAULT_RETRIES = 2
+DEFAULT_THREADS = 1
+LATTICE = ("heads", "combined")
+"""The strategies that draft the p best paths of the heads' lattice (``--p``, rescorers)."""
+K_READERS = ("heads", "combined", "tree", "oracle")
+"""The strategies that read ``k`` arcs per slot (``--k``)."""
 
 
-def _no_values(text: str) -> list[float]:
-    raise argparse.ArgumentTypeError(f"expected at least one value, got {text!r}")
-
-
-def _paths(text: str) -> list[str]:
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"expected comma-separated paths, got {text!r}")
-    return items
+def _rescorers(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``(kind, path)`` of ``--lm`` (``none``: no rescorer) and ``--neural``."""
+    out = [("", "") if path == "none" else ("ngram", path) for path in args.lm or []]
+    return out + [("neural", path) for path in args.neural or []]
 
 
 def grid_from_args(args: argparse.Namespace, trace: Any) -> Any:
-    """The :class:`~blockdraft.oracle.sweep.Grid` of parsed ``sweep`` arguments (checked
-    against the trace: its ``K``, the LM files there)."""
+    """The :class:`~blockdraft.oracle.sweep.Grid` of parsed ``sweep`` arguments, checked
+    against the trace before any work: each ``--k`` against its ``K``, each ``--p`` against
+    the paths of the widest lattice (``k`` arcs over the trace's ``h - 1`` drafted slots: a
+    larger ``p`` would draft them all, under its own label), the LM files there.
+
+    Raises:
+        UsageError: a ``k`` or ``p`` the trace cannot hold.
+        CliError: an LM file that does not exist.
+    """
     from blockdraft.oracle.sweep import Grid
 
-    rescorers: list[tuple[str, str]] = []
-    for path in [p for group in args.lm or [] for p in group]:
-        rescorers.append(("", "") if path == "none" else ("ngram", path))
-    rescorers += [("neural", p) for group in args.neural or [] for p in group]
+    rescorers = _rescorers(args)
     for kind, path in rescorers:
         if kind and not Path(path).exists():
             raise CliError(f"--{'lm' if kind == 'ngram' else 'neural'} {path} does not exist")
     ks = args.k if args.k is not None else [min(8, trace.K)]
-    too_wide = [k for k in ks if k > trace.K]
-    if too_wide:
-        raise CliError(f"--k {too_wide[0]}: the trace keeps the top K = {trace.K} of each head, "
-                       f"so k must be in [1, {trace.K}]")
-    return Grid(strategies=args.strategy, ks=ks, ps=args.p, alphas=args.alpha,
-                rescorers=rescorers or [("", "")], trees=args.tree, budgets=args.budget)
+    for k in ks:
+        if k > trace.K:
+            raise out_of_range("--k", k, f"the trace keeps the top K = {trace.K} of each head",
+                               1, trace.K)
+    ps = args.p if args.p is not None else DEFAULT_P
+    if any(s in LATTICE for s in args.strategy):
+        slots, widest = trace.h - 1, max(ks)
+        for p in ps:  # a p no lattice of the grid holds: nothing would draft it
+            if p > widest ** slots:
+                raise out_of_range(
+                    "--p", p, f"a lattice of k = {widest} arcs over the trace's h - 1 = "
+                    f"{slots} drafted slots has {widest ** slots} paths", 1, widest ** slots)
+    return Grid(strategies=args.strategy, ks=ks, ps=ps,
+                alphas=args.alpha if args.alpha is not None else DEFAULT_ALPHA,
+                rescorers=rescorers or [("", "")],
+                trees=args.tree if args.tree is not None else DEFAULT_TREE,
+                budgets=args.budget if args.budget is not None else DEFAULT_BUDGET)
+
+
+def fit_paths(settings: Sequence[Any], trace: Any) -> tuple[Any, ...]:
+    """The grid's settings with each ``p`` above its lattice's paths (``k`` arcs over the
+    trace's ``h - 1`` drafted slots) lowered to them, said in one warning line: such a
+    configuration drafts every path, and its row says so (``p`` = the paths, not the ``p``
+    asked); a setting that becomes another one of the grid is simulated once."""
+    import dataclasses
+    import warnings
+
+    from blockdraft.core.errors import BlockdraftWarning
+
+    slots = trace.h - 1
+    out: dict[Any, None] = {}
+    lowered: dict[tuple[int, int], int] = {}
+    for s in settings:
+        count = s.k ** slots
+        if s.strategy in LATTICE and s.p > count:
+            lowered[(s.k, s.p)] = count
+            s = dataclasses.replace(s, p=count)
+        out.setdefault(s, None)
+    if lowered:
+        said = "; ".join(f"--p {p} with --k {k}: {n} path{'' if n == 1 else 's'}"
+                         for (k, p), n in sorted(lowered.items()))
+        warnings.warn(f"a lattice of k arcs over the trace's h - 1 = {slots} drafted slots "
+                      f"has k^{slots} paths, fewer than p here ({said}); those configurations "
+                      "draft every path and are reported with p = the paths",
+                      BlockdraftWarning, stacklevel=2)
+    return tuple(out)
 
 
 def _engine(args: argparse.Namespace) -> Any:
     from blockdraft.cli.common import available_cores
     from blockdraft.oracle.sweep import Engine
 
+    retries = DEFAULT_RETRIES if args.retries is None else args.retries
     if args.ray is not None:
         address = None if args.ray == "local" else args.ray
-        if address is not None and args.workers is not None:
-            raise CliError("--workers sizes a local Ray or local processes; a cluster you join "
-                           "(--ray ADDRESS) has its own")
         return Engine("ray", workers=args.workers or available_cores(), address=address,
-                      retries=args.retries)
+                      retries=retries)
     if args.workers is None or args.workers == 1:
-        return Engine("serial", retries=args.retries)
-    return Engine("processes", workers=args.workers, retries=args.retries)
+        return Engine("serial", retries=retries)
+    return Engine("processes", workers=args.workers, retries=retries)
 
 
 @contextlib.contextmanager
@@ -121,15 +162,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from blockdraft.oracle.plots import plot_sweep
     from blockdraft.oracle.sweep import ResultCache, default_cache_dir, sweep
 
-    check_plot(args)
-    if args.no_cache and args.cache is not None:
-        raise CliError("--cache names the folder of the results --no-cache would not keep; "
-                       "pass one of them")
+    plot = check_plot(args)
     cost = read_cost_curve(args.cost, args.cost_variant) if args.cost else None
-    if args.cost_variant and not args.cost:
-        raise CliError("--cost-variant picks a row of the --cost file; give --cost too")
     trace = Trace.open(args.trace)
-    settings = grid_from_args(args, trace).expand()
+    settings = fit_paths(grid_from_args(args, trace).expand(), trace)
     engine = _engine(args)
     examples = (None if args.max_examples is None
                 else range(min(args.max_examples, trace.num_examples)))
@@ -139,14 +175,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         with _progress(len(settings) * positions) as advance:
             result = sweep(args.trace, settings, engine=engine, cache=cache, examples=examples,
-                           shards=args.shards, threads=args.threads, progress=advance)
+                           shards=args.shards, progress=advance,
+                           threads=DEFAULT_THREADS if args.threads is None else args.threads)
     except KeyboardInterrupt:
         if cache is not None:
             print(f"blockdraft: the configurations that finished are cached in {cache.folder}; "
                   "the same command goes on from there", file=sys.stderr)
         raise
-    if args.plot:
-        plot_sweep(result, args.plot)
+    write_plot(plot, lambda path: plot_sweep(result, path))
     if args.json:
         print_json({"command": getattr(args, "command_line", ""), **result.to_dict(cost)})
         return 0
@@ -175,6 +211,61 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _any(args: argparse.Namespace, strategies: tuple[str, ...]) -> bool:
+    return any(s in strategies for s in args.strategy)
+
+
+def _rescored(args: argparse.Namespace) -> bool:
+    return any(kind for kind, _ in _rescorers(args))
+
+
+RULES = (
+    Rule("--k", "applies to the heads, combined, tree and oracle strategies, and --strategy "
+         "names none of them; drop --k, or add one of them",
+         lambda a: _any(a, K_READERS), ("--strategy", "lookup", "--k", "4")),
+    Rule("--p", "applies to the heads and combined strategies (drafts per step), and "
+         "--strategy names neither; drop --p, or add one of them",
+         lambda a: _any(a, LATTICE), ("--strategy", "tree", "--p", "4")),
+    Rule("--lm", "applies to the heads and combined strategies and to --tree rescored, and "
+         "--strategy names none of them; drop --lm, or add one of them",
+         lambda a: _any(a, LATTICE) or ("tree" in a.strategy and "rescored" in (a.tree or [])),
+         ("--strategy", "oracle", "--lm", "x.bin")),
+    Rule("--neural", "applies to the heads and combined strategies and to --tree rescored, "
+         "and --strategy names none of them; drop --neural, or add one of them",
+         lambda a: _any(a, LATTICE) or ("tree" in a.strategy and "rescored" in (a.tree or [])),
+         ("--strategy", "oracle", "--neural", "x")),
+    Rule("--alpha", "weighs a rescorer, and no --lm or --neural names one; add --lm or "
+         "--neural, or drop --alpha", _rescored, ("--alpha", "0.5")),
+    Rule("--tree", "applies to --strategy tree, which --strategy does not name; add tree to "
+         "--strategy, or drop --tree", lambda a: "tree" in a.strategy,
+         ("--tree", "medusa")),
+    Rule("--tree", "names the rescored tree, which an LM orders, and no --lm or --neural "
+         "names one; add one of them, or drop rescored",
+         lambda a: "rescored" not in a.tree or _rescored(a),
+         ("--strategy", "tree", "--tree", "rescored")),
+    Rule("--budget", "applies to --strategy tree (its nodes), which --strategy does not name; "
+         "add tree to --strategy, or drop --budget", lambda a: "tree" in a.strategy,
+         ("--budget", "8")),
+    Rule("--workers", "sizes local worker processes or a local Ray, and a cluster you join "
+         "(--ray ADDRESS) has its own; drop --workers, or run --ray alone",
+         lambda a: a.ray in (None, "local"), ("--ray", "auto", "--workers", "2")),
+    Rule("--retries", "runs a task again after its worker died, and without --workers N "
+         "(N > 1) or --ray the sweep runs here, in no worker; drop --retries, or add "
+         "--workers or --ray", lambda a: a.ray is not None or (a.workers or 1) > 1,
+         ("--retries", "3")),
+    Rule("--threads", "sets the torch threads of a neural rescorer, and no --neural names "
+         "one; drop --threads, or add --neural", lambda a: bool(a.neural),
+         ("--threads", "2")),
+    Rule("--cache", "names the folder of the results --no-cache would not keep; pass one of "
+         "them", lambda a: not a.no_cache, ("--cache", "c", "--no-cache")),
+    Rule("--cost-variant", "picks a row of the --cost file; give --cost too",
+         lambda a: a.cost is not None, ("--cost-variant", "onnxruntime:float32")),
+)
+"""The options of ``sweep`` that apply only in some modes (:mod:`blockdraft.cli.values`): a
+grid axis that applies to none of the grid's strategies is refused, never silently dropped
+(one that applies to some of them is dropped for the others: see the group's help)."""
+
+
 def add_parsers(sub: Any) -> None:
     """``sweep``."""
     from blockdraft.oracle.sweep import STRATEGIES, TREES
@@ -184,25 +275,27 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("trace", type=Path, help="trace directory (blockdraft trace)")
     grid = p.add_argument_group("the grid (every combination; an axis that does not apply to "
                                 "a strategy is dropped for it)")
-    grid.add_argument("--strategy", type=_words(STRATEGIES), default=["heads"],
+    grid.add_argument("--strategy", type=words(STRATEGIES), default=["heads"],
                       help="heads (the heads' p best drafts, rescored with --lm/--neural), "
                            "combined (the same plus prompt lookup's draft), tree (--tree), "
                            "lookup (prompt lookup alone), oracle (top-k oracle); default heads")
     grid.add_argument("--k", type=int_list, default=None,
                       help="lattice widths, e.g. 4,8,16 (default min(8, K))")
-    grid.add_argument("--p", type=int_list, default=[1], help="drafts per step, e.g. 1,4,16")
-    grid.add_argument("--alpha", type=_floats, default=[1.0],
-                      help="LM weights of the rescorers, e.g. 0.5,1,2 (default 1)")
-    grid.add_argument("--lm", type=_paths, nargs="+", action="extend", default=None,
+    grid.add_argument("--p", type=int_list, default=None,
+                      help="drafts per step, e.g. 1,4,16 (default 1; at most k^(h-1), the "
+                           "paths of the lattice)")
+    grid.add_argument("--alpha", type=Values(number(0.0)), default=None,
+                      help="LM weights of the rescorers, >= 0, e.g. 0.5,1,2 (default 1)")
+    grid.add_argument("--lm", type=paths, action=ListAction, default=None,
                       help="n-gram LMs (ARPA or KenLM binary), separated by spaces or commas; "
                            "'none' for no rescorer beside them (default: none)")
-    grid.add_argument("--neural", type=_paths, nargs="+", action="extend", default=None,
+    grid.add_argument("--neural", type=paths, action=ListAction, default=None,
                       help="RescorerLM folders (blockdraft train --rescorer)")
-    grid.add_argument("--tree", type=_words(TREES), default=["confidence"],
+    grid.add_argument("--tree", type=words(TREES), default=None,
                       help="trees of --strategy tree: confidence, medusa, rescored (needs "
                            "--lm or --neural); default confidence")
-    grid.add_argument("--budget", type=int_list, default=[16],
-                      help="tree sizes N, nodes with the root (default 16)")
+    grid.add_argument("--budget", type=Values(integer(2)), default=None,
+                      help="tree sizes N, nodes with the root, >= 2 (default 16)")
     run = p.add_argument_group("where it runs")
     run.add_argument("--workers", type=positive_int, default=None,
                      help="local worker processes (default 1: this process), or the CPUs of "
@@ -212,12 +305,12 @@ def add_parsers(sub: Any) -> None:
                           "--workers CPUs (default: every core); with an ADDRESS (auto, "
                           "HOST:PORT, ray://HOST:PORT), that cluster (the trace and LMs at "
                           "the same paths on every node)")
-    run.add_argument("--retries", type=non_negative_int, default=2,
+    run.add_argument("--retries", type=non_negative_int, default=None,
                      help="runs of a task again after its worker died (default 2)")
     run.add_argument("--shards", type=positive_int, default=None,
                      help="pieces each configuration is split into (default: one per 1,000 "
                           "positions, at most 8); results do not depend on it")
-    run.add_argument("--threads", type=positive_int, default=1,
+    run.add_argument("--threads", type=positive_int, default=None,
                      help="torch threads of a neural rescorer per worker (default 1)")
     run.add_argument("--max-examples", type=positive_int, default=None,
                      help="simulate the trace's first N examples only")
@@ -232,7 +325,7 @@ def add_parsers(sub: Any) -> None:
                           "costs.json with --cost-variant): adds the simulated speedup")
     out.add_argument("--cost-variant", default=None,
                      help="the row of a costs.json, e.g. onnxruntime:float32")
-    out.add_argument("--plot", type=Path, default=None,
-                     help="B against each swept axis as an image: .png, .pdf or .svg")
-    add_overwrite(p, "the --plot image")
+    add_plot(out, "B against each swept axis")
+    add_overwrite(p, "the --plot image", needs="--plot")
     out.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_rules(p, *RULES)

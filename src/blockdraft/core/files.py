@@ -12,12 +12,16 @@ Public surface:
     write_bytes_atomic(path, data), write_text_atomic(path, text)
     write_files_atomic({path: data, ...}): files that belong together (a file and its record
         beside it), all written before any is renamed into place
-    replace_together(moves, remove=()): a group of finished files renamed into place (and
-        old members deleted) with interrupts held back
+    replace_together(moves, remove=(), replace=True): a group of finished files renamed into
+        place (and old members deleted) with interrupts held back; with ``replace=False`` none
+        is put in place if one of them appeared meanwhile
+    move_new(src, dest): a finished file or folder renamed onto ``dest`` only if nothing is
+        there, checked at the rename itself (atomic: a link for a file, a rename that refuses
+        a non-empty folder for a folder)
     atomic_directory(path) -> context manager yielding a fresh temporary folder, swapped into
         place (replacing an existing folder) when the block exits
-    new_temporary_directory(path), replace_directory(tmp, path): the same in two steps, for
-        writers that live longer than one ``with`` block
+    new_temporary_directory(path), replace_directory(tmp, path, replace=True): the same in two
+        steps, for writers that live longer than one ``with`` block
     folder_lock(folder), sweep_stale_temporaries(path): the lock around a swap, and the removal
         of temporaries whose writer was killed outright (``pid_alive(pid)`` tells)
     publish_modes(path): the modes of an ordinary new file or folder, for what a writer made
@@ -271,17 +275,87 @@ def write_files_atomic(contents: Mapping[str | os.PathLike[str], bytes]) -> None
         raise
 
 
-def replace_together(moves: Sequence[tuple[Path, Path]], remove: Sequence[Path] = ()) -> None:
+def replace_together(moves: Sequence[tuple[Path, Path]], remove: Sequence[Path] = (),
+                     replace: bool = True) -> None:
     """Rename each finished ``(source, destination)`` of a group of files into place and
     delete the ``remove`` files (an old member of the group the new one lacks), with SIGINT
-    and SIGTERM held back, so an interrupt lands before or after the group, never inside."""
+    and SIGTERM held back, so an interrupt lands before or after the group, never inside.
+
+    With ``replace=False`` (a new output) no destination may exist at the moment of the
+    renames: each is linked in place (a link never replaces), and when one of them is
+    already there (another writer put it there since the command started) the links made so
+    far are removed again and :class:`FileExistsError` names it; the sources stay.
+    """
     with _signals_held():
-        for src, dest in moves:
-            with _naming(dest):
-                os.replace(src, dest)
+        if replace:
+            for src, dest in moves:
+                with _naming(dest):
+                    os.replace(src, dest)
+        else:
+            linked: list[Path] = []
+            try:
+                for src, dest in moves:
+                    _link_new(src, dest)
+                    linked.append(dest)
+            except BaseException:
+                for dest in linked:
+                    with contextlib.suppress(OSError):
+                        os.unlink(dest)
+                raise
+            for src, _ in moves:
+                with contextlib.suppress(OSError):
+                    os.unlink(src)
         for stale in remove:
             with contextlib.suppress(FileNotFoundError), _naming(stale):
                 os.unlink(stale)
+
+
+def _appeared(dest: Path) -> FileExistsError:
+    return FileExistsError(errno.EEXIST, f"{str(dest)!r} appeared while this output was "
+                           "written", str(dest))
+
+
+def _link_new(src: Path, dest: Path) -> None:
+    """``dest`` becomes a second name of the file ``src``, atomically, only if nothing is
+    there (a file system without links: checked, then renamed)."""
+    try:
+        os.link(src, dest)
+    except FileExistsError:
+        raise _appeared(dest) from None
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV,
+                           errno.EMLINK):
+            with _naming(dest):
+                raise
+        if dest.exists() or dest.is_symlink():  # no links here: the nearest check there is
+            raise _appeared(dest) from None
+        with _naming(dest):
+            os.replace(src, dest)
+
+
+def move_new(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """Rename the finished file or folder ``src`` onto ``dest`` only if nothing is there (an
+    empty folder counts as nothing), checked by the rename itself: a file is linked (a link
+    never replaces) and its source removed; a folder is renamed, which fails on a folder that
+    holds anything or on a file.
+
+    Raises:
+        FileExistsError: ``dest`` exists (naming it); ``src`` is left as it was.
+    """
+    src, dest = Path(src), Path(dest)
+    if src.is_dir() and not src.is_symlink():
+        publish_modes(src)
+        try:
+            os.rename(src, dest)
+        except OSError as e:
+            if e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                raise _appeared(dest) from None
+            with _naming(dest):
+                raise
+        return
+    _link_new(src, dest)
+    with contextlib.suppress(OSError):
+        os.unlink(src)
 
 
 @contextlib.contextmanager
@@ -335,12 +409,22 @@ def new_temporary_directory(path: str | os.PathLike[str]) -> Path:
     return tmp
 
 
-def replace_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+def replace_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str],
+                      replace: bool = True) -> None:
     """Move the finished folder ``tmp`` onto ``path`` (replacing what is there) under a lock
-    on the parent folder; on failure ``path`` is as it was and ``tmp`` still exists."""
+    on the parent folder; on failure ``path`` is as it was and ``tmp`` still exists.
+
+    With ``replace=False`` (a new output) nothing at ``path`` is replaced
+    (:func:`move_new`: :class:`FileExistsError` when a folder of files or a file appeared
+    there since the command started).
+    """
     tmp, dest = Path(tmp), Path(path)
     with _naming(dest):
         publish_modes(tmp)  # what writers inside created private (safetensors: 0600)
+    if not replace:
+        with folder_lock(dest.parent):
+            move_new(tmp, dest)
+        return
     with folder_lock(dest.parent):
         old = None
         if dest.exists() or dest.is_symlink():

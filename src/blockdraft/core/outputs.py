@@ -21,12 +21,19 @@ until its output is in place.
 4. **A partial output says so.** A new or continued output that a limit stopped early is kept
    (it is sound, and ``--resume`` goes on from it) and :attr:`Writing.complete` is False: the
    command line exits with 3, not 0 (0 exactly when the output is complete).
+5. **The check of rule 1 holds until the output is in place.** A new output (nothing there at
+   the start) is built beside its path too and put in place by a rename that never replaces
+   (:func:`~blockdraft.core.files.move_new`): a file or folder that appeared there meanwhile
+   (another run of the same command) is not replaced without ``--overwrite``, and the command
+   fails naming it. Only a folder the command fills as it goes (``in_place``: a distillation
+   set, a training checkpoint, continued by ``--resume``) is written in place.
 
 Public surface:
     claim_output(path, *, what, error, overwrite=False, resume=None, folder=True, flag="-o",
-                 own=None, sidecars=(), prefix=False) -> Output   the checks of rules 1 and 2
+                 own=None, sidecars=(), prefix=False, in_place=None) -> Output
+                                 the checks of rules 1 and 2
     Output.mode                  "new" | "resume" | "overwrite"
-    Output.writing() -> context manager yielding a Writing    rules 3 and 4
+    Output.writing() -> context manager yielding a Writing    rules 3, 4 and 5
     Writing.path, Writing.stopped(reason), Writing.complete, Writing.final(path)
 """
 
@@ -42,7 +49,11 @@ from pathlib import Path
 from typing import Literal
 
 from blockdraft.core.errors import BlockdraftError
-from blockdraft.core.files import new_temporary_directory, replace_directory, replace_together
+from blockdraft.core.files import (
+    new_temporary_directory,
+    replace_directory,
+    replace_together,
+)
 
 OutputMode = Literal["new", "resume", "overwrite"]
 
@@ -64,6 +75,9 @@ class Output:
             ``prefix``, the files of the output (``lm.arpa``, ``lm.bin`` for ``lm``).
         resumable: the command can continue a partial output (it has ``--resume``).
         prefix: ``path`` only names the files (``sidecars``); it is not written itself.
+        replace: the user allowed what is at ``path`` to be replaced (``--overwrite`` or
+            ``--resume``), even what appears there while the command runs.
+        in_place: a folder the command fills as it goes, written at ``path`` when new.
     """
 
     path: Path
@@ -75,6 +89,8 @@ class Output:
     sidecars: tuple[Path, ...] = ()
     resumable: bool = False
     prefix: bool = False
+    replace: bool = False
+    in_place: bool = False
 
     @property
     def group(self) -> tuple[Path, ...]:
@@ -83,49 +99,70 @@ class Output:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Writing]:
-        """Where the command writes, and the swap of rule 3 when it is done.
+        """Where the command writes, and the swap of rules 3 and 5 when it is done.
 
-        A folder output under ``--overwrite``, and a group of files (with sidecars, or a
-        prefix) always, is written in a new hidden folder beside ``path``
-        (:attr:`Writing.path` is then that folder, or the file of that name in it), put in
-        place when the block exits normally with a complete output; on an exception (Ctrl-C
-        included) it is removed and the exception goes on; when the run
-        :meth:`Writing.stopped` early it is removed too, and ``error`` says that the old
-        output was left as it was. Otherwise (a new or continued folder, a single file whose
-        writers are atomic) the command writes at ``path`` itself.
+        The output is built in a new hidden folder beside ``path`` (:attr:`Writing.path` is
+        then that folder, or the file of that name in it) and put in place when the block
+        exits normally, unless the command writes at ``path`` itself: a folder it continues
+        (``--resume``) or fills as it goes (``in_place``), or a single file it replaces under
+        ``--overwrite`` (its writers are atomic). A new output goes in place by a rename that
+        never replaces (rule 5); an existing one is replaced only with a complete output. On
+        an exception (Ctrl-C included) the hidden folder is removed and the exception goes
+        on; when the run :meth:`Writing.stopped` early, a new output is still put in place
+        (partial, rule 4) and a replacement is dropped, ``error`` saying that the old output
+        was left as it was.
 
         Raises:
-            error: a staged output that stopped early (the old one is kept).
+            error: a staged output that stopped early (the old one is kept); a new output
+                whose path was taken while the command ran.
         """
         group = not self.folder and bool(self.sidecars)
-        staged = group or (self.folder and self.mode == "overwrite")
+        if self.mode == "new":
+            staged = group or not (self.folder and self.in_place)
+        else:
+            staged = group or (self.folder and self.mode == "overwrite")
+        new = self.mode == "new"
         root = None
         if staged:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.folder or group:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             root = new_temporary_directory(self.path)
-        where = self.path if root is None else root / self.path.name if group else root
+        where = self.path if root is None else root if self.folder else root / self.path.name
         handle = Writing(where, self, root)
         try:
             yield handle
-            if root is not None and handle.complete:
-                if group:
-                    made = [(root / p.name, p) for p in self.group if (root / p.name).exists()]
-                    replace_together(made, [p for p in self.group if not (root / p.name)
-                                            .exists()])
-                    shutil.rmtree(root, ignore_errors=True)
-                else:
-                    replace_directory(root, self.path)
+            if root is not None and (handle.complete or new):
+                self._put_in_place(root, replace=self.replace or not new)
         except BaseException:
             if root is not None:
                 shutil.rmtree(root, ignore_errors=True)
             raise
-        if root is not None and not handle.complete:
+        if root is not None and not handle.complete and not new:
             shutil.rmtree(root, ignore_errors=True)
             raise self.error(
                 f"{handle.reason}: {self.flag} {self.path} was left as it was (under "
                 f"--overwrite only a complete {_bare(self.what)} replaces the old one, and "
                 "this run's partial one was dropped); run without the limit, or write to a "
                 "new path" + (" and continue it with --resume" if self.resumable else ""))
+
+    def _put_in_place(self, root: Path, replace: bool) -> None:
+        """Move what was built in ``root`` to ``path`` (rules 3 and 5)."""
+        try:
+            if self.folder:
+                replace_directory(root, self.path, replace=replace)
+                return
+            made = [(root / p.name, p) for p in self.group if (root / p.name).exists()]
+            replace_together(made, [p for p in self.group if not (root / p.name).exists()]
+                             if replace else [], replace=replace)
+        except FileExistsError as e:
+            taken = "it" if e.filename in (None, str(self.path)) else e.filename
+            raise self.error(
+                f"{self.flag} {self.path}: {taken} appeared while this command ran (another "
+                f"run writing the same path?), and this run does not replace what was not "
+                f"there when it started, so its {_bare(self.what)} was not written; pass "
+                "--overwrite to replace it, or choose a new path") from None
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass
@@ -195,6 +232,7 @@ def claim_output(
     own: Sequence[str] | None = None,
     sidecars: Sequence[str] = (),
     prefix: bool = False,
+    in_place: bool | None = None,
 ) -> Output:
     """Check that a command may write ``path`` (rules 1 and 2 of the module docstring).
 
@@ -213,6 +251,8 @@ def claim_output(
             ``P.mix.json`` beside ``P``); each is refused like the output itself.
         prefix: ``path`` is a prefix that only names the files (``sidecars``: ``ngram train
             -o lm`` writes ``lm.arpa``, ``lm.bin``, ...), not a file itself.
+        in_place: the command fills the folder as it goes (a new one is written at ``path``,
+            not built beside it and renamed in: rule 5); default: a folder it can continue.
 
     Returns:
         The :class:`Output`, with its mode.
@@ -230,8 +270,11 @@ def claim_output(
         raise error(f"{flag} {target} exists and is not a folder (it would be replaced by "
                     f"{what}); choose another path")
     beside = tuple(target.with_name(target.name + suffix) for suffix in sidecars)
-    output = Output(target, what, "new", folder, flag, error, beside, resume is not None,
-                    prefix)
+    resumable = resume is not None
+    fills = (folder and resumable) if in_place is None else (folder and in_place)
+    allowed = bool(overwrite or resume)
+    output = Output(target, what, "new", folder, flag, error, beside, resumable, prefix,
+                    allowed, fills)
     for item in () if folder else output.group:
         if item.is_dir():
             raise error(f"{flag} {target}: {item} is a folder; give a file path for {what}")
@@ -259,4 +302,4 @@ def claim_output(
                         f"even with --{'resume' if resume else 'overwrite'}: move them away or "
                         "choose another folder")
     return Output(target, what, "resume" if resume else "overwrite", folder, flag, error,
-                  beside, resume is not None, prefix)
+                  beside, resumable, prefix, allowed, fills)

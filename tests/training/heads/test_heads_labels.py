@@ -129,3 +129,33 @@ def test_first_keeps_the_held_out_shards_and_the_shortest_training_prefix(source
         assert k == 1 or sum(sizes[:k - 1]) < want  # and no shard more than needed
     with pytest.raises(TrainingError, match="train_tokens"):
         source.first(0)
+
+
+def test_a_damaged_source_shard_is_named_and_nothing_is_left_half_made(
+        source: Any, tmp_path: Path, capsys: Any) -> None:
+    """Issue 42 row 4: ``heads label DAMAGED_SET --folder out`` (a truncated shard) said
+    ``SafetensorError ... (unexpected: please report it)``, named no file, and left a
+    half-made ``out/`` behind."""
+    import shutil
+
+    from blockdraft.cli import main
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(source.folder, damaged)
+    first = sorted(source.done, key=lambda n: not n.startswith("heldout"))[0]  # labelled first
+    shard = damaged / f"{first}.safetensors"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["heads", "label", str(damaged), "--base", "smollm2", "--folder",
+                 str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{shard}" in err and "damaged" in err, err
+    assert "unexpected" not in err and not out.exists()
+    # the library alone (no check before it starts) takes back the folder it made
+    from blockdraft.training.heads import open_distill_set
+
+    src = open_distill_set(damaged)
+    with pytest.raises(TrainingError, match=f"{first}.safetensors.*damaged"):
+        label_distill_set(tiny_llama(), src, out, _settings(src), log=None, progress=False)
+    assert not out.exists()

@@ -74,8 +74,9 @@ def test_the_command_writes_the_prompts_and_their_record(data: Path, tmp_path: P
     before = out.read_text()
     assert main(["heads", "prompts", "--data", str(data), "-n", "5", "-o", str(out)]) == 1
     assert "already" in capsys.readouterr().err and out.read_text() == before
-    assert main(["heads", "prompts", "--data", str(data), "-o", str(tmp_path / "x.jsonl"),
-                 "--weights", "explain"]) == 1
-    assert "KIND=NUMBER" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # issue 42: an invalid value, at the parser: 2
+        main(["heads", "prompts", "--data", str(data), "-o", str(tmp_path / "x.jsonl"),
+              "--weights", "explain"])
+    assert e.value.code == 2 and "KIND=NUMBER" in capsys.readouterr().err
     write_mix(tmp_path / "y.jsonl", lines[:2], {"n": 2})
     assert len((tmp_path / "y.jsonl").read_text().splitlines()) == 2

@@ -120,3 +120,21 @@ def test_a_missing_part_is_named(parts: dict[str, Any], tmp_path: Path) -> None:
     (out / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelError, match="p must be"):
         read_heads(out)
+
+
+def test_what_does_not_load_is_not_packaged(tmp_path: Path) -> None:
+    """Issue 42 row 3: a truncated acceptance table (or a recipe out of range) was copied and
+    named in the config; the error came only at decode time. Now package_heads reads every
+    file back before the folder is put in place, and writes nothing when one fails."""
+    heads_dir = write_heads(_heads(), tmp_path / "heads", base_model="tiny")
+    good = AcceptanceTables.uniform(4).save(tmp_path / "acc.json")
+    truncated = tmp_path / "truncated.json"
+    truncated.write_bytes(good.read_bytes()[:20])
+    out = tmp_path / "packaged"
+    with pytest.raises(TrainingError, match=r"acceptance tables do not load: cannot read "
+                                            rf"acceptance tables {out}/acceptance.json"):
+        package_heads(heads_dir, out, acceptance=truncated)
+    with pytest.raises(TrainingError, match=r"would not load: .*max_nodes must be an integer"):
+        package_heads(heads_dir, out, recipe={"max_nodes": 0})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["acc.json", "heads", "truncated.json"]
+    assert read_heads(package_heads(heads_dir, out, acceptance=good)).drafting is not None

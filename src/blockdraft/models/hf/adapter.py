@@ -42,6 +42,7 @@ from blockdraft.models.errors import ModelError
 from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.hf.body import cache_argument, call_with_cache
 from blockdraft.models.hf.cache import HFCache
+from blockdraft.models.hf.drafting import check_recipe_tokenizer
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.prefix_heads import PrefixHeads
 from blockdraft.models.hf.tokenizer import HFTokenizer
@@ -219,6 +220,8 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         self.tokenizer: HFTokenizer | None = (
             None if tokenizer is None else HFTokenizer(tokenizer, vocab_size=vocab)
         )
+        # the heads' packaged recipe: its n-gram LM over this base's tokenizer, or refused now
+        check_recipe_tokenizer(getattr(heads, "drafting", None), vocab, self.tokenizer)
         text = _text_config(base)
         self.config = HFBlockwiseConfig(
             name=str(getattr(base.config, "name_or_path", "") or type(base).__name__),

@@ -15,10 +15,18 @@ names them under :data:`CONFIG_KEY` (other tools ignore the key), files relative
 :func:`blockdraft.drafts.default_drafter` turns it into a
 :class:`~blockdraft.drafts.CostAwareTreeDrafter` on the model's measured cost curve.
 
+The reader checks what it can without the model: every setting's range and every named file;
+the n-gram LM's tokenizer record is read with it (:mod:`blockdraft.models.vocab_record`), and
+:func:`check_recipe_tokenizer` holds it against the base's tokenizer when the heads meet their
+base (:class:`~blockdraft.models.hf.HFBlockwiseModel`): the one vocabulary check ``decode
+--lm`` and ``heads package --ngram`` make, so an LM over another tokenizer is refused when the
+model loads, not used silently.
+
 Public surface:
     CONFIG_KEY
     DraftingRecipe       frozen: the settings, the files as absolute paths
     read_drafting(folder) -> DraftingRecipe | None
+    check_recipe_tokenizer(recipe, vocab_size, tokenizer)   the LM against the base's tokenizer
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.tokenizer import TokenizerInfo
+from blockdraft.models.vocab_record import check_tokenizer_record, read_vocab_record
 
 CONFIG_KEY = "blockdraft_drafting"
 """The key of a heads folder's ``config.json`` that holds its drafting recipe."""
@@ -48,6 +58,8 @@ class DraftingRecipe:
         context_order, context_weight: the context LM interpolated with it (0: none).
         acceptance: the acceptance tables (JSON), or None (uncalibrated stand-ins).
         info: the rest of the entry (what it was tuned on), for records.
+        ngram_tokenizer: the tokenizer recorded beside the n-gram LM (its ``.vocab.json``), or
+            None without an LM or without a record.
     """
 
     k: int = 8
@@ -60,6 +72,7 @@ class DraftingRecipe:
     context_weight: float = 0.0
     acceptance: Path | None = None
     info: dict[str, Any] = field(default_factory=dict, compare=False)
+    ngram_tokenizer: TokenizerInfo | None = field(default=None, compare=False)
 
 
 def _int(entry: dict[str, Any], key: str, default: int, minimum: int, where: Path) -> int:
@@ -95,7 +108,7 @@ def read_drafting(folder: str | os.PathLike[str]) -> DraftingRecipe | None:
 
     Raises:
         ModelError: an entry that is not an object, a setting out of range, a named file that
-            is missing.
+            is missing, an n-gram LM's tokenizer record that cannot be read.
     """
     root = Path(folder)
     where = root / "config.json"
@@ -110,13 +123,41 @@ def read_drafting(folder: str | os.PathLike[str]) -> DraftingRecipe | None:
         raise ModelError(f"{where}: {CONFIG_KEY} must be an object, got {entry!r}")
     known = {"k", "p", "max_nodes", "copy_length", "ngram", "alpha", "context_order",
              "context_weight", "acceptance"}
+    ngram = _file(root, entry, "ngram", where)
     return DraftingRecipe(
         k=_int(entry, "k", 8, 1, where), p=_int(entry, "p", 4, 0, where),
         max_nodes=_int(entry, "max_nodes", 32, 1, where),
         copy_length=_int(entry, "copy_length", 16, 1, where),
-        ngram=_file(root, entry, "ngram", where),
+        ngram=ngram,
         alpha=_float(entry, "alpha", 1.0, 0.0, 1e6, where),
         context_order=_int(entry, "context_order", 0, 0, where),
         context_weight=_float(entry, "context_weight", 0.0, 0.0, 1.0, where),
         acceptance=_file(root, entry, "acceptance", where),
-        info={k: v for k, v in entry.items() if k not in known})
+        info={k: v for k, v in entry.items() if k not in known},
+        ngram_tokenizer=None if ngram is None else read_vocab_record(ngram))
+
+
+def check_recipe_tokenizer(recipe: DraftingRecipe | None, vocab_size: int,
+                           tokenizer: Any = None) -> None:
+    """Refuse a recipe whose n-gram LM was trained over another tokenizer than the base's
+    (another ``V``; with ``tokenizer``, another vocabulary fingerprint): the check of
+    :func:`~blockdraft.models.vocab_record.check_tokenizer_record`, made when the heads meet
+    their base. An LM without a tokenizer record cannot be checked: a warning, once.
+
+    Args:
+        recipe: the heads' recipe (None: nothing to check).
+        vocab_size: the base's ``V``.
+        tokenizer: the base's tokenizer, or None.
+
+    Raises:
+        ModelError: naming the LM, both tokenizers and what to do.
+    """
+    if recipe is None or recipe.ngram is None:
+        return
+    try:
+        check_tokenizer_record(recipe.ngram, recipe.ngram_tokenizer, vocab_size, tokenizer,
+                               ModelError)
+    except ModelError as e:
+        raise ModelError(f"the drafting recipe packaged with these heads names the n-gram LM "
+                         f"{recipe.ngram}, which does not fit the base: {e} (then package the "
+                         "heads again: blockdraft heads package --ngram)") from e

@@ -1,7 +1,9 @@
 """Where a sweep's tasks run: in this process, in local worker processes, or on a Ray cluster
 (:mod:`blockdraft.oracle.sweep.ray_engine`). Every engine runs the same
 :func:`~blockdraft.oracle.sweep.tasks.run_task` on the same tasks, so their results are equal
-bit for bit; only the wall time differs.
+bit for bit; only the wall time differs. What a task shows (a warning, KenLM's loading lines)
+is shown once, in the sweep's process, as the serial run shows it, whichever engine ran it
+(:func:`~blockdraft.oracle.sweep.tasks.run_task_in_worker`).
 
 - ``serial``: one task after the other, here.
 - ``processes``: a :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` spawned
@@ -25,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blockdraft.oracle.errors import OracleError
-from blockdraft.oracle.sweep.tasks import ShardOutcome, Task, run_task
+from blockdraft.oracle.sweep.tasks import ShardOutcome, Task, run_task, run_task_in_worker
 
 ENGINES = ("serial", "processes", "ray")
 
@@ -113,7 +115,7 @@ def _run_processes(engine: Engine, tasks: Sequence[Task], on_outcome: OnOutcome)
             while (todo or running) and not lost:
                 while todo and len(running) < 2 * engine.workers:
                     task = todo.pop()
-                    running[pool.submit(run_task, task)] = task
+                    running[pool.submit(run_task_in_worker, task)] = task
                 done, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 for future in done:
                     task = running.pop(future)

@@ -26,7 +26,7 @@ from typing import Any
 
 from blockdraft.core.extras import import_optional
 from blockdraft.oracle.errors import OracleError
-from blockdraft.oracle.sweep.tasks import ShardOutcome, Task, run_task
+from blockdraft.oracle.sweep.tasks import ShardOutcome, Task, run_task_in_worker
 
 
 def _worker_env() -> dict[str, Any]:
@@ -79,13 +79,21 @@ def run_ray(engine: Any, tasks: Sequence[Task], on_outcome: Callable[[ShardOutco
             else:
                 ray.init(num_cpus=engine.workers, include_dashboard=False, log_to_driver=False,
                          runtime_env=_worker_env() or None)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            where = engine.address or "a local Ray"
+        except ConnectionError as e:  # Ray's text names its own flags, not the sweep's
+            if not engine.address:
+                raise OracleError(f"cannot start a local Ray: {' '.join(str(e).split())}") from e
+            raise OracleError(
+                f"--ray {engine.address}: no running Ray cluster was found there; start one "
+                "(ray start --head) and give its address (--ray HOST:PORT, or --ray auto on "
+                "one of its machines), or run --ray alone for a local Ray of --workers CPUs"
+            ) from e
+        except (RuntimeError, ValueError) as e:
+            where = f"--ray {engine.address}" if engine.address else "a local Ray"
             raise OracleError(f"cannot start or join {where}: {' '.join(str(e).split())}") from e
         started = True
     try:
         remote = ray.remote(num_cpus=1, max_retries=engine.retries,
-                            retry_exceptions=False)(run_task)
+                            retry_exceptions=False)(run_task_in_worker)
         refs = {remote.remote(task): task for task in tasks}
         pending = list(refs)
         while pending:

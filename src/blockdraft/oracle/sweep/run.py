@@ -83,6 +83,21 @@ def _examples(trace: Trace, examples: Iterable[int] | None) -> np.ndarray:
     return np.unique(idx.astype(np.int64))
 
 
+def _show(outcome: ShardOutcome, shown: set[object]) -> None:
+    """What a worker would have shown (its warnings, its native code's stderr), here, each
+    once per sweep: the same lines whichever engine ran the task."""
+    import sys
+
+    if outcome.stderr and outcome.stderr not in shown:
+        shown.add(outcome.stderr)
+        sys.stderr.write(outcome.stderr)
+        sys.stderr.flush()
+    for category, message in outcome.warnings:
+        if (category, message) not in shown:
+            shown.add((category, message))
+            warnings.warn(message, category, stacklevel=4)
+
+
 def _cost_estimate(s: Setting) -> float:
     """A rough relative cost of a configuration: the dearest go first, so the last tasks of a
     parallel sweep are short ones."""
@@ -164,8 +179,10 @@ def sweep(
     keep = np.isin(mis_e, idx)
     mismatches = (mis_e[keep], mis_t[keep])
     parts: dict[int, dict[int, ShardOutcome]] = {}
+    shown: set[object] = set()
 
     def done(outcome: ShardOutcome) -> None:
+        _show(outcome, shown)
         task = tasks[outcome.index]
         mine = parts.setdefault(task.config, {})
         mine[outcome.index] = outcome

@@ -9,18 +9,27 @@ the sweep took where its inputs entered: a worker on another machine that sees o
 the same path refuses them), and builds a fresh strategy per task, so no state of one task's
 strategy reaches another's.
 
+A task run in a worker process or on Ray (:func:`run_task_in_worker`) sends back what it would
+have shown: the warnings it raised and what native code (KenLM loading an LM) wrote on its
+standard error, so the sweep shows each once, in this process, as the serial run shows it
+(blockdraft's warnings as one ``blockdraft: warning:`` line), never once per worker.
+
 Public surface:
     Task(index, config, setting, trace, trace_digest, examples, lm_digest, threads)
-    ShardOutcome       what a task returns: the shard's per-step records and counts, its time
+    ShardOutcome       what a task returns: the shard's per-step records and counts, its time,
+                       what a worker would have shown
     run_task(task) -> ShardOutcome
+    run_task_in_worker(task) -> ShardOutcome   the same, its warnings and stderr sent back
     plan_shards(lengths, examples, shards) -> [int64 [e_j]]   contiguous, balanced by positions
     merge(outcomes, setting, h, signature) -> SimulationResult
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +83,9 @@ class ShardOutcome:
         setup_s: seconds before it: opening the trace and loading an LM (once per process),
             building the strategy.
         pid: the worker process.
+        warnings: ``(category, message)`` of each warning the task raised in a worker, once
+            each (empty when it ran here: its warnings were shown as they came).
+        stderr: what the worker's native code wrote on standard error meanwhile.
     """
 
     index: int
@@ -84,6 +96,8 @@ class ShardOutcome:
     work_s: float
     setup_s: float
     pid: int
+    warnings: tuple[tuple[type[Warning], str], ...] = ()
+    stderr: str = ""
 
 
 class _Process:
@@ -138,6 +152,48 @@ def run_task(task: Task) -> ShardOutcome:
         calls=np.asarray(res.calls),
         steps={name: np.asarray(getattr(res.steps, name)) for name in _STEP_FIELDS},
         work_s=time.perf_counter() - ready, setup_s=ready - start, pid=os.getpid())
+
+
+def run_task_in_worker(task: Task) -> ShardOutcome:
+    """:func:`run_task` in a worker process or on Ray: its warnings (each once) and what native
+    code wrote on the process's standard error are sent back in the outcome, for the sweep
+    to show in its own process (:func:`~blockdraft.oracle.sweep.run.sweep`).
+
+    Raises:
+        OracleError: as :func:`run_task`.
+    """
+    import dataclasses
+
+    with _stderr_captured() as written, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = run_task(task)
+    seen: dict[tuple[type[Warning], str], None] = {}
+    for w in caught:
+        seen.setdefault((w.category, str(w.message)), None)
+    return dataclasses.replace(outcome, warnings=tuple(seen), stderr="".join(written))
+
+
+@contextlib.contextmanager
+def _stderr_captured() -> Iterator[list[str]]:
+    """File descriptor 2 sent to a temporary file while the block runs (native code writes
+    there, past Python's ``sys.stderr``); the text is appended to the yielded list."""
+    import os
+    import sys
+    import tempfile
+
+    written: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield written
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            written.append(tmp.read().decode("utf-8", errors="replace"))
 
 
 def plan_shards(lengths: np.ndarray, examples: np.ndarray, shards: int) -> list[np.ndarray]:

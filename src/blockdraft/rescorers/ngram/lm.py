@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,14 +39,13 @@ import numpy as np
 
 import blockdraft.rescorers.ngram.native as native
 from blockdraft.core.checks import is_int
-from blockdraft.core.errors import BlockdraftWarning
 from blockdraft.models.tokenizer import TokenizerInfo
+from blockdraft.models.vocab_record import check_tokenizer_record
 from blockdraft.rescorers.base import RescorerError, as_context
 from blockdraft.rescorers.ngram.records import (
     check_arpa_pair,
     check_binary,
     read_vocab_record,
-    vocab_record_path,
 )
 
 LN10 = math.log(10.0)
@@ -342,44 +340,7 @@ class NgramLM:
                 f"the LM {self.path.name} knows token id {self.max_token_id}, outside the "
                 f"model's vocabulary of {vocab_size}; was it trained with another tokenizer?"
             )
-        rec = self.tokenizer
-        if rec is None:
-            if tokenizer is not None:
-                warnings.warn(
-                    f"the LM {self.path.name} has no tokenizer record "
-                    f"({vocab_record_path(self.path).name}), so its tokenizer cannot be checked "
-                    "against the model's: if it was trained over other token ids, rescoring is "
-                    "silently wrong; train it with blockdraft ngram train --tokenizer MODEL",
-                    BlockdraftWarning, stacklevel=2)
-            return
-        named = f" ({rec.name})" if rec.name else ""
-        if rec.vocab_size != vocab_size:
-            raise RescorerError(
-                f"the LM {self.path.name} was trained over a tokenizer{named} of V = "
-                f"{rec.vocab_size} tokens but the model's vocabulary has V = {vocab_size}; "
-                "train the LM with the model's tokenizer (blockdraft ngram train --tokenizer "
-                "MODEL)"
-            )
-        if tokenizer is None:
-            return
-        if isinstance(tokenizer, TokenizerInfo):
-            theirs = tokenizer
-        else:
-            info = getattr(tokenizer, "info", None)
-            if not callable(info):
-                raise RescorerError(
-                    f"tokenizer must be a TokenizerInfo or a blockdraft tokenizer, got "
-                    f"{type(tokenizer).__name__}"
-                )
-            theirs = info()
-        if theirs.fingerprint != rec.fingerprint:
-            other = f" ({theirs.name})" if theirs.name else ""
-            raise RescorerError(
-                f"the LM {self.path.name} was trained over another tokenizer{named}, "
-                f"fingerprint {rec.fingerprint}, than the model's{other}, fingerprint "
-                f"{theirs.fingerprint} (same V = {vocab_size}, different tokens); train the "
-                "LM with the model's tokenizer"
-            )
+        check_tokenizer_record(self.path, self.tokenizer, vocab_size, tokenizer, RescorerError)
 
     def unk_ln(self) -> float | None:
         """The fixed unknown log-prob (nats) of the policy, or None for KenLM's own."""

@@ -1,9 +1,11 @@
 """The files ``blockdraft ngram train`` writes beside an n-gram LM, and their checks.
 
 ``<prefix>.vocab.json`` records the tokenizer the LM's token ids came from (name, ``V`` and a
-fingerprint of its vocabulary: :meth:`~blockdraft.rescorers.ngram.NgramLM.check_vocab` reads
-it); ``<prefix>.fingerprint.json`` records the ARPA/binary pair built together (order, n-gram
-counts and both files' SHA-256), so a rebuilt or replaced file of the pair is refused.
+fingerprint of its vocabulary; read and checked by :mod:`blockdraft.models.vocab_record`, the
+one check :meth:`~blockdraft.rescorers.ngram.NgramLM.check_vocab` and a packaged drafting
+recipe share); ``<prefix>.fingerprint.json`` records the ARPA/binary pair built together
+(order, n-gram counts and both files' SHA-256), so a rebuilt or replaced file of the pair is
+refused.
 
 Public surface:
     VOCAB_RECORD_SUFFIX, vocab_record_path(lm), write_vocab_record(prefix, tokenizer),
@@ -21,20 +23,23 @@ from pathlib import Path
 
 from blockdraft.core.digest import sha256_file
 from blockdraft.core.files import write_text_atomic
-from blockdraft.models.errors import ModelError
 from blockdraft.models.tokenizer import TokenizerInfo
+from blockdraft.models.vocab_record import VOCAB_RECORD_SUFFIX, vocab_record_path
+from blockdraft.models.vocab_record import read_vocab_record as _read_record
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.ngram.arpa import arpa_header
 
-VOCAB_RECORD_SUFFIX = ".vocab.json"
-"""``<prefix>.vocab.json``: the tokenizer an LM's ids came from (see the module docstring)."""
-
-
-def vocab_record_path(lm_path: str | Path) -> Path:
-    """``lm4.bin`` / ``lm4.arpa`` / ``lm4`` -> ``lm4.vocab.json`` beside it."""
-    path = Path(lm_path)
-    stem = path.stem if path.suffix in (".arpa", ".bin", ".binary", ".klm") else path.name
-    return path.with_name(stem + VOCAB_RECORD_SUFFIX)
+__all__ = [
+    "FINGERPRINT_SUFFIX",
+    "VOCAB_RECORD_SUFFIX",
+    "check_arpa_pair",
+    "check_binary",
+    "fingerprint_path",
+    "read_vocab_record",
+    "vocab_record_path",
+    "write_fingerprint",
+    "write_vocab_record",
+]
 
 
 def write_vocab_record(out_prefix: str | Path, tokenizer: TokenizerInfo | None) -> Path | None:
@@ -51,19 +56,13 @@ def write_vocab_record(out_prefix: str | Path, tokenizer: TokenizerInfo | None) 
 
 
 def read_vocab_record(lm_path: str | Path) -> TokenizerInfo | None:
-    """The tokenizer recorded beside an LM, or None when there is no record.
+    """The tokenizer recorded beside an LM, or None when there is no record
+    (:func:`blockdraft.models.vocab_record.read_vocab_record`).
 
     Raises:
         RescorerError: a record that cannot be read.
     """
-    path = vocab_record_path(lm_path)
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return TokenizerInfo.from_dict(data["tokenizer"])
-    except (OSError, ValueError, KeyError, TypeError, ModelError) as e:
-        raise RescorerError(f"cannot read the LM's tokenizer record {path}: {e}") from e
+    return _read_record(lm_path, RescorerError)
 
 
 FINGERPRINT_SUFFIX = ".fingerprint.json"

@@ -28,6 +28,7 @@ Public surface:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -50,6 +51,7 @@ from blockdraft.training.heads.shards import (
     DistillSet,
     Shard,
     check_distill_folder,
+    check_shards,
     open_distill_set,
     read_shard,
     write_shard,
@@ -201,6 +203,7 @@ def label_distill_set(
                             f"identity {source_key(source)!r}")
     root = check_distill_folder(folder)
     plan_file = root / PLAN_FILE
+    fresh: tuple[Path, Path | None] | None = None  # what this run made (plan, folder)
     if plan_file.is_file():
         dset = open_distill_set(root)
         changed = changed_settings(dset.plan.get("settings", {}), asdict(settings))
@@ -209,18 +212,21 @@ def label_distill_set(
                 f"{str(root)!r} holds a labelled set with other settings: " + ", ".join(changed)
                 + "; pass the same settings to continue it, or another folder")
     else:
+        made = not root.exists()
         root.mkdir(parents=True, exist_ok=True)
         plan = {**source.plan, "settings": asdict(settings),
                 "labels": {"source": str(source.folder), "source_settings":
                            source.plan.get("settings")}}
         write_text_atomic(plan_file, json.dumps(plan) + "\n")
         dset = open_distill_set(root)
+        fresh = (plan_file, root if made else None)  # taken back if no shard gets labelled
     todo = [name for name in source.done if name not in set(dset.done)]
     todo.sort(key=lambda n: not n.startswith("heldout"))
     summary = dset.summary()
     total = summary["train_tokens"] + summary["heldout_tokens"]
     start, per_shard = time.monotonic(), 0.0
     bar = ProgressBar("label", len(todo), enabled=progress)
+    done_before = len(dset.done)
     try:
         for name in todo:
             if max_tokens is not None and total >= max_tokens:
@@ -242,6 +248,15 @@ def label_distill_set(
                 log(f"labelled {name}: {shard.num_prompts} texts, {shard.num_tokens} tokens in "
                     f"{seconds:.0f} s ({shard.num_tokens / max(seconds, 1e-9):.0f} tokens/s), "
                     f"labels equal to the text at {agree:.1%} of positions")
+    except BaseException:
+        if fresh is None or len(dset.done) > done_before:
+            raise
+        # this run made the set and labelled nothing: leave nothing half-made behind
+        fresh[0].unlink(missing_ok=True)
+        if fresh[1] is not None:
+            with contextlib.suppress(OSError):
+                fresh[1].rmdir()
+        raise
     finally:
         bar.close()
     order = {s["name"]: k for k, s in enumerate(dset.plan["shards"])}
@@ -313,6 +328,7 @@ def label(
     src = open_distill_set(source)
     if not src.done:
         raise TrainingError(f"{str(source)!r} has no finished shard to label yet")
+    check_shards(src)  # a damaged shard is named now, before the base loads or a folder is made
     if folder is not None:
         check_distill_folder(folder)  # before the base loads
     settings = LabelSettings(base=f"{base}|{resolve_base(base).name}", dtype=dtype,

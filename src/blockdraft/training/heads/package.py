@@ -12,11 +12,16 @@ uses them with no settings:
 
 :func:`package_heads` writes a new heads folder from an existing one plus those parts, in one
 atomic step (the folder appears complete or not at all); the heads' tensors are copied as they
-are (their digest unchanged).
+are (their digest unchanged). Before the folder is put in place every file it holds is read
+back by the readers that use it (:func:`check_package`): the heads, shortlist and recipe as
+``load_model`` reads them, the acceptance tables and the n-gram LM as ``decode(model, ids)``
+loads them, and the LM's tokenizer record against the base's tokenizer (the check ``decode
+--lm`` makes, and ``load_model`` again): what packages without an error loads at decode time.
 
 Public surface:
     package_heads(heads, out, *, shortlist=None, shortlist_info=None, ngram=None,
-                  acceptance=None, recipe=None) -> Path
+                  acceptance=None, recipe=None, tokenizer=None, shown=None) -> Path
+    check_package(folder, tokenizer=None, shown=None)
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from blockdraft.core.errors import BlockdraftError
 from blockdraft.training.errors import TrainingError
 
 NGRAM_DIR = "ngram"
@@ -42,7 +48,8 @@ def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
                   shortlist_info: dict[str, Any] | None = None,
                   ngram: str | os.PathLike[str] | None = None,
                   acceptance: str | os.PathLike[str] | None = None,
-                  recipe: dict[str, Any] | None = None) -> Path:
+                  recipe: dict[str, Any] | None = None, tokenizer: Any = None,
+                  shown: str | os.PathLike[str] | None = None) -> Path:
     """A copy of the version-2 heads folder ``heads`` at ``out`` with a shortlist and a
     drafting recipe (either may be left out; the folder's own are kept unless replaced).
 
@@ -55,9 +62,15 @@ def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
             is copied too when it lies beside it.
         acceptance: acceptance tables (JSON, :class:`~blockdraft.drafts.AcceptanceTables`).
         recipe: the tuned settings (:data:`RECIPE_KEYS`).
+        tokenizer: the base's tokenizer: the packaged n-gram LM is checked against it (``V``
+            and the vocabulary fingerprint of its record); None checks the LM's files alone.
+        shown: the path messages name for ``out`` (where the folder will lie, when ``out`` is
+            a place it is built in); default ``out``.
 
     Raises:
-        TrainingError: not a version-2 heads folder, a missing file, an unknown recipe key.
+        TrainingError: not a version-2 heads folder, a missing file, an unknown recipe key, a
+            packaged file that does not load (damaged tables, a recipe out of range, an LM
+            over another tokenizer): nothing is written then.
     """
     import torch
 
@@ -118,7 +131,68 @@ def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
             config[DRAFTING_KEY] = entry
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                          encoding="utf-8")
+        check_package(tmp, tokenizer, shown=shown or target)  # before it is put in place
     return target
+
+
+def check_package(folder: str | os.PathLike[str], tokenizer: Any = None,
+                  shown: str | os.PathLike[str] | None = None) -> None:
+    """Read a heads folder back as it is used: the heads, shortlist and drafting recipe with
+    :func:`~blockdraft.models.hf.formats.read_heads` (``load_model``'s reader), the
+    recipe's acceptance tables and n-gram LM as :func:`~blockdraft.drafts.default
+    .default_drafter` loads them, and with ``tokenizer`` (the base's) the LM against it: its
+    largest id (:meth:`~blockdraft.rescorers.ngram.NgramLM.check_vocab`) and its tokenizer
+    record (:func:`~blockdraft.models.vocab_record.check_tokenizer_record`, the check of
+    ``decode --lm`` and of ``load_model``).
+
+    Args:
+        folder: the heads folder.
+        tokenizer: the base's tokenizer, or None (the LM's vocabulary is not compared).
+        shown: the path to name in messages instead of ``folder`` (where it will lie).
+
+    Raises:
+        TrainingError: the first file that does not load, naming it and why.
+    """
+    from blockdraft.drafts.calibration import AcceptanceTables
+    from blockdraft.models.hf.formats import read_heads
+    from blockdraft.models.vocab_record import check_tokenizer_record
+
+    root = Path(folder)
+
+    def named(e: BaseException) -> str:
+        text = " ".join(str(e).split())
+        return text if shown is None else text.replace(str(root), str(shown))
+
+    try:
+        medusa = read_heads(root)
+    except BlockdraftError as e:
+        raise TrainingError(f"the packaged heads would not load: {named(e)}") from e
+    recipe = medusa.drafting
+    if recipe is None:
+        return
+    if recipe.acceptance is not None:
+        try:
+            AcceptanceTables.load(recipe.acceptance)
+        except BlockdraftError as e:
+            raise TrainingError(f"the acceptance tables do not load: {named(e)}; give tables "
+                                "AcceptanceTables.save wrote (benchmarks/tune_drafting.py)"
+                                ) from e
+    if recipe.ngram is None:
+        return
+    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+
+    try:
+        lm = NgramLM(recipe.ngram)
+        extra = ({"context_order": recipe.context_order, "context_weight": recipe.context_weight}
+                 if recipe.context_order and recipe.context_weight else {})
+        NgramRescorer(lm, alpha=recipe.alpha, **extra)  # as decode(model, ids) builds it
+        if tokenizer is not None:  # the checks of decode --lm and of load_model
+            vocab = int(tokenizer.vocab_size)
+            lm.check_vocab(vocab)  # its largest id inside the base's vocabulary
+            check_tokenizer_record(recipe.ngram, recipe.ngram_tokenizer, vocab, tokenizer,
+                                   TrainingError)
+    except BlockdraftError as e:
+        raise TrainingError(f"the n-gram LM does not fit these heads: {named(e)}") from e
 
 
 def _copy_relative(src: Path, dst: Path, name: str) -> None:

@@ -121,18 +121,32 @@ def write_shard(path: Path, shard: Shard, metadata: dict[str, str]) -> None:
         save_file(tensors, str(tmp), metadata=metadata)
 
 
+def _unreadable() -> tuple[type[BaseException], ...]:
+    """What reading a damaged shard raises (safetensors' own error is no OSError)."""
+    from safetensors import SafetensorError
+
+    return (OSError, ValueError, RuntimeError, SafetensorError)
+
+
+def _damaged(path: str | os.PathLike[str], e: BaseException) -> TrainingError:
+    return TrainingError(
+        f"cannot read distillation shard {str(path)!r}: {' '.join(str(e).split())}; the "
+        "shard is damaged (truncated or overwritten): delete it, and the command that made "
+        "its set (heads distill or heads label) makes it again")
+
+
 def read_shard(path: str | os.PathLike[str]) -> Shard:
     """Read a shard written by :func:`write_shard`.
 
     Raises:
-        TrainingError: a missing or unreadable file.
+        TrainingError: a missing or unreadable file (naming it).
     """
     from safetensors.torch import load_file
 
     try:
         t = load_file(str(path))
-    except (OSError, ValueError, RuntimeError) as e:
-        raise TrainingError(f"cannot read distillation shard {str(path)!r}: {e}") from e
+    except _unreadable() as e:
+        raise _damaged(path, e) from e
     return Shard(
         prompt_index=t["prompt_index"].numpy(),
         prompt_ids=t["prompt_ids"].numpy(),
@@ -155,8 +169,8 @@ def _tensors(path: str | os.PathLike[str], *names: str) -> list[np.ndarray]:
     try:
         with safe_open(str(path), framework="np") as f:
             return [f.get_tensor(name) for name in names]
-    except (OSError, ValueError, RuntimeError) as e:
-        raise TrainingError(f"cannot read distillation shard {str(path)!r}: {e}") from e
+    except _unreadable() as e:
+        raise _damaged(path, e) from e
 
 
 def read_answers(path: str | os.PathLike[str]) -> list[np.ndarray]:
@@ -259,10 +273,29 @@ class DistillSet:
 
 
 def _shard_metadata(path: Path) -> dict[str, str]:
+    """A shard's header (opening it checks that the file covers every tensor it lists).
+
+    Raises:
+        TrainingError: a damaged shard, named.
+    """
     from safetensors import safe_open
 
-    with safe_open(str(path), framework="pt") as f:
-        return dict(f.metadata() or {})
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except _unreadable() as e:
+        raise _damaged(path, e) from e
+
+
+def check_shards(dset: DistillSet) -> None:
+    """Open every finished shard of ``dset`` (its header, and that the file holds all it
+    lists): a truncated shard is named before any work reads the set.
+
+    Raises:
+        TrainingError: the first damaged shard, named.
+    """
+    for name in dset.done:
+        _shard_metadata(dset.shard_path(name))
 
 
 def check_distill_folder(folder: str | os.PathLike[str]) -> Path:

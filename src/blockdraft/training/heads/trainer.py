@@ -454,8 +454,11 @@ def train_heads(
             part = torch.unique(train.targets)  # (V',)
         else:  # the draft vocabulary the packaged heads are normalised over
             counts = np.bincount(train.targets.numpy(), minlength=lm_head.shape[0])
-            size = min(settings.shortlist, lm_head.shape[0])
-            part = torch.from_numpy(frequency_shortlist(counts, size))
+            if settings.shortlist > lm_head.shape[0]:  # never clamped in silence
+                raise TrainingError(
+                    f"shortlist {settings.shortlist} is larger than the base's vocabulary "
+                    f"V = {lm_head.shape[0]}; ask for at most {lm_head.shape[0]} tokens")
+            part = torch.from_numpy(frequency_shortlist(counts, settings.shortlist))
             eval_vocab = part
         train = restrict_vocab(train, part, lm_head.shape[0])
         train_head = lm_head[part].contiguous()  # (V', d)
