@@ -252,7 +252,7 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
 
     torch.set_num_threads(1)
     from blockdraft.core.signature import environment
-    from blockdraft.drafts.heads import HeadDrafter, vanilla
+    from blockdraft.drafts import DraftSpec
     from blockdraft.models import load_model, load_tokenizer
     from blockdraft.oracle import (
         head_entropy,
@@ -262,7 +262,6 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
         wins_ties_losses,
     )
     from blockdraft.rescorers.neural import NeuralRescorer
-    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 
     t_task = time.perf_counter()
     model = load_model(MODELS / "small-h9").eval()
@@ -284,17 +283,18 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
         f"{info['trace_s']:.0f} s)")
     tune = slice(0, cfg.n_tune)
     ev = slice(cfg.n_tune, cfg.n_tune + cfg.n_eval)
-    lms = {o: NgramLM(MODELS / f"lm{o}.bin") for o in (2, 4)}
-
-    def ngram(order: int, alpha: float = 1.0) -> NgramRescorer:
-        return NgramRescorer(lms[order], alpha=alpha)
-
-    def neural(size: str, alpha: float = 1.0) -> NeuralRescorer:
-        return NeuralRescorer(MODELS / f"rescorer-{size}", alpha=alpha, backend="onnx")
-
-    def rescorer(name: str, alpha: float) -> Any:
-        return ngram(int(name[0]), alpha) if name.endswith("gram") else neural(
-            name.split("-")[1], alpha)
+    def heads(p: int = 1, name: str = "", alpha: float = 1.0) -> DraftSpec:
+        """The heads' p best of the top-k lattice (vanilla at p = 1 without a rescorer),
+        ranked by the rescorer ``name`` (``"4-gram"``: the file ``lm4.bin``; ``"neural-mini"``:
+        a RescorerLM on ONNX Runtime, which no spec names by file: given as an object)."""
+        if not name:
+            return DraftSpec("heads", k=cfg.k, p=p)
+        if name.endswith("gram"):
+            return DraftSpec("heads", k=cfg.k, p=p, rescorer="ngram",
+                             lm=str(MODELS / f"lm{name[0]}.bin"), alpha=alpha)
+        neural = NeuralRescorer(MODELS / f"rescorer-{name.split('-')[1]}", alpha=alpha,
+                                backend="onnx")
+        return DraftSpec("heads", k=cfg.k, p=p, rescorer="given", given=neural, alpha=alpha)
 
     timings: dict[str, float] = {}
 
@@ -305,23 +305,23 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
         return res
 
     out: dict[str, Any] = {"task": task, **info}
-    van = run("vanilla", vanilla())
+    van = run("vanilla", heads())
     B: dict[str, float] = {"vanilla": van.block_efficiency}
     for h in (3, 6):
-        B[f"vanilla-h{h}"] = run(f"vanilla-h{h}", vanilla(), tr=trace.first_heads(h)
+        B[f"vanilla-h{h}"] = run(f"vanilla-h{h}", heads(), tr=trace.first_heads(h)
                                  ).block_efficiency
     curve = oracle_curve(trace, ORACLE_KS, examples=ev, vanilla=van)
     out["oracle"] = {int(k): float(b) for k, b in zip(curve.ks, curve.b_oracle, strict=True)}
     B["oracle-16"] = out["oracle"][16]
     sims = {"vanilla": van}
     for name in ("2-gram", "4-gram", "neural-mini", "neural-small"):
-        sims[name] = run(name, HeadDrafter(k=cfg.k, p=1, rescorer=rescorer(name, 1.0)))
+        sims[name] = run(name, heads(1, name))
         B[name] = sims[name].block_efficiency
     pcurve: dict[str, dict[int, float]] = {"0-gram": {}, "4-gram": {}}
     for p in PS:
-        pcurve["0-gram"][p] = run("p-best 0-gram", HeadDrafter(k=cfg.k, p=p)).block_efficiency
+        pcurve["0-gram"][p] = run("p-best 0-gram", heads(p)).block_efficiency
         pcurve["4-gram"][p] = (B["4-gram"] if p == 1 else run(
-            "p-best 4-gram", HeadDrafter(k=cfg.k, p=p, rescorer=ngram(4))).block_efficiency)
+            "p-best 4-gram", heads(p, "4-gram")).block_efficiency)
     B["16-best 0-gram"], B["16-best 4-gram"] = pcurve["0-gram"][16], pcurve["4-gram"][16]
     out["B"], out["pcurve"] = B, pcurve
     out["generated_tokens"] = int(van.total_generated)
@@ -329,9 +329,9 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
     out["wtl"] = {}
     for name in ("2-gram", "4-gram", "neural-mini", "neural-small"):
         t0 = time.perf_counter()
-        out["wtl"][name] = wins_ties_losses(
-            trace, HeadDrafter(k=cfg.k, p=1, rescorer=rescorer(name, 1.0)), baseline=van
-        ).to_dict()
+        # the drafter built here: the table records its name ("1-best NgramRescorer (k=16)")
+        out["wtl"][name] = wins_ties_losses(trace, heads(1, name).build(),
+                                            baseline=van).to_dict()
         timings["wtl"] = timings.get("wtl", 0.0) + time.perf_counter() - t0
     ent = head_entropy(trace, van)
     rows = np.random.default_rng(0).permutation(ent.entropy.shape[0])[:3000]
@@ -339,12 +339,11 @@ def evaluate_task(task: str, cfg: EvalConfig, models_dir: str) -> dict[str, Any]
                       "samples": np.asarray(ent.entropy)[np.sort(rows)].round(4).tolist()}
     out["alpha"] = {}
     for name in cfg.tune:
-        tuned = {a: run(f"tune {name}", HeadDrafter(k=cfg.k, p=1, rescorer=rescorer(name, a)),
-                        examples=tune).block_efficiency for a in cfg.alphas}
+        tuned = {a: run(f"tune {name}", heads(1, name, a), examples=tune).block_efficiency
+                 for a in cfg.alphas}
         best = max(cfg.alphas, key=lambda a: (tuned[a], -abs(a - 1.0)))
         b_best = B[name] if best == 1.0 else run(
-            f"eval {name}", HeadDrafter(k=cfg.k, p=1, rescorer=rescorer(name, best))
-        ).block_efficiency
+            f"eval {name}", heads(1, name, best)).block_efficiency
         out["alpha"][name] = {"tune": {str(a): b for a, b in tuned.items()}, "best": best,
                               "eval_best": b_best, "eval_alpha1": B[name]}
     out["mismatches"] = int(van.num_mismatches)
@@ -398,10 +397,9 @@ def end_to_end(cfg: EvalConfig) -> dict[str, Any]:
     import torch
 
     from benchmarks.common.tasks import encode_prompt, load_task
-    from blockdraft.drafts.heads import HeadDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.models import greedy_generate, load_model, load_tokenizer
     from blockdraft.rescorers.neural import NeuralRescorer
-    from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
     from blockdraft.verify import decode
 
     torch.set_num_threads(2)
@@ -414,18 +412,22 @@ def end_to_end(cfg: EvalConfig) -> dict[str, Any]:
         budget = model.config.max_seq_len - cfg.max_new_tokens
         prompts += [(task, list(encode_prompt(e, tok, budget, bos_id=tok.eos_id).ids))
                     for e in exs[: cfg.e2e_prompts]]
-    lm4 = NgramLM(MODELS / "lm4.bin")
-    strategies: list[tuple[str, Callable[[], Any]]] = [
-        ("vanilla", lambda: HeadDrafter(k=1, p=1)),
-        ("4-gram", lambda: HeadDrafter(k=cfg.k, p=1, rescorer=NgramRescorer(lm4))),
-        ("neural-mini (onnx)", lambda: HeadDrafter(k=cfg.k, p=1, rescorer=NeuralRescorer(
-            MODELS / "rescorer-mini", backend="onnx"))),
-        ("neural-small (onnx)", lambda: HeadDrafter(k=cfg.k, p=1, rescorer=NeuralRescorer(
-            MODELS / "rescorer-small", backend="onnx"))),
-        ("4-best 0-gram", lambda: HeadDrafter(k=cfg.k, p=4)),
-        ("4-best 4-gram", lambda: HeadDrafter(k=cfg.k, p=4, rescorer=NgramRescorer(lm4))),
-        ("16-best 0-gram", lambda: HeadDrafter(k=cfg.k, p=16)),
-        ("16-best 4-gram", lambda: HeadDrafter(k=cfg.k, p=16, rescorer=NgramRescorer(lm4))),
+    lm4: dict[str, Any] = {"rescorer": "ngram", "lm": str(MODELS / "lm4.bin")}
+
+    def onnx(size: str) -> dict[str, Any]:
+        """A RescorerLM on ONNX Runtime (no spec names that backend by file): an object."""
+        return {"rescorer": "given", "given": NeuralRescorer(MODELS / f"rescorer-{size}",
+                                                             backend="onnx")}
+
+    strategies: list[tuple[str, Callable[[], DraftSpec]]] = [
+        ("vanilla", lambda: DraftSpec("heads")),
+        ("4-gram", lambda: DraftSpec("heads", k=cfg.k, **lm4)),
+        ("neural-mini (onnx)", lambda: DraftSpec("heads", k=cfg.k, **onnx("mini"))),
+        ("neural-small (onnx)", lambda: DraftSpec("heads", k=cfg.k, **onnx("small"))),
+        ("4-best 0-gram", lambda: DraftSpec("heads", k=cfg.k, p=4)),
+        ("4-best 4-gram", lambda: DraftSpec("heads", k=cfg.k, p=4, **lm4)),
+        ("16-best 0-gram", lambda: DraftSpec("heads", k=cfg.k, p=16)),
+        ("16-best 4-gram", lambda: DraftSpec("heads", k=cfg.k, p=16, **lm4)),
     ]
     greedy_s, refs = 0.0, []
     for _, ids in prompts:  # warm-up, then the timed reference
@@ -437,7 +439,7 @@ def end_to_end(cfg: EvalConfig) -> dict[str, Any]:
     tokens = sum(len(r) for r in refs)
     rows = []
     for name, make in strategies:
-        drafter = make()
+        drafter = make()  # a spec: each decode builds its drafter (the n-gram LM loaded once)
         decode(model, prompts[0][1], drafter=drafter, max_new_tokens=4, eos_id=eos)
         tot = {"wall": 0.0, "forward": 0.0, "draft": 0.0, "calls": 0, "tokens": 0, "steps": 0,
                "step_forward": 0.0}

@@ -272,16 +272,16 @@ def end_to_end(args: argparse.Namespace, setup: dict[str, Any]) -> dict[str, Any
     eager, _ = greedy_row(rts["eager"])
     rows["transformers eager greedy (adapter)"] = {
         **eager, "speedup": eager["tok_s"] / base_tok_s, "ratio": None, "identical": None}
-    for sname, kw in strategies().items():
+    for sname, spec in strategies().items():
         _log(f"e2e {setup['mode']} {sname}")
 
-        def run(p: list[int], i: int, n: int, sname: str = sname, kw: Any = kw) -> Any:
+        def run(p: list[int], i: int, n: int, sname: str = sname, spec: Any = spec) -> Any:
             if setup["replay"] is None:
-                return decode(rt, p, max_new_tokens=n, eos_id=eos, device=device, **kw)
+                return decode(rt, p, drafter=spec, max_new_tokens=n, eos_id=eos, device=device)
             entry = setup["replay"]["strategies"][sname][i]
             drafter = ReplayTreeDrafter(entry["steps"], len(p), greedy_out[i], vocab,
-                                        inner_drafter(sname))
-            return decode(rt, p, max_new_tokens=n, eos_id=eos, device=device, tree=drafter)
+                                        inner_drafter(sname, rt))
+            return decode(rt, p, drafter=drafter, max_new_tokens=n, eos_id=eos, device=device)
 
         run(prompts[0], 0, 8)  # warm-up
         results = [run(p, i, max_new) for i, p in enumerate(prompts)]

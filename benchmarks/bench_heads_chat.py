@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.common.report import command_line, header, write_report
     from blockdraft.core.signature import environment, format_signature
-    from blockdraft.drafts import HeadDrafter, TrieDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.models import load_model
     from blockdraft.oracle import simulate
     from blockdraft.oracle.record import record_trace
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         result: dict[str, Any] = {}
         for name, idx in groups.items():
             acc = head_accuracy(trace, idx)
-            vanilla = simulate(trace, HeadDrafter(k=1, p=1), examples=idx)
-            trie = simulate(trace, TrieDrafter(HeadDrafter(k=8, p=8)), examples=idx)
+            vanilla = simulate(trace, DraftSpec("heads"), examples=idx)
+            trie = simulate(trace, DraftSpec("heads", k=8, p=8), examples=idx)
             result[name] = {"prompts": len(idx),
                             "tokens": int(sum(len(trace[i].greedy_ids) for i in idx)),
                             "top1": {i: a[1] for i, a in acc.items()},

@@ -15,7 +15,7 @@ prefill) can round differently from one-token forwards and flip a near-tie of th
 
 At every first divergence the script recomputes the base head's logits at that position on
 both paths: greedy's (prefill, then one-token forwards, as ``greedy_generate`` runs them) and
-BPD's (the decode replayed call by call through the public model API with the recorded drafts:
+BPD's (the decode replayed call by call through the public model API with the recorded trees:
 the prefill's chunk and each verification call's chunk, as the verifier runs them), and reports
 each path's top-2 tokens and margin (top-1 minus top-2 logit, in the model's dtype) and whether
 it is an exact tie. A divergence that is not a near-tie on both paths is a bug.
@@ -41,11 +41,11 @@ import torch
 
 from benchmarks.common.report import command_line, header, write_report
 from blockdraft.core.signature import environment, format_signature
-from blockdraft.drafts import HeadDrafter
+from blockdraft.drafts import DraftSpec
 from blockdraft.models import greedy_generate, load_model
 from blockdraft.models.hf import MedusaHeads
 from blockdraft.verify import Verifier, decode
-from blockdraft.verify.decode import first_columns
+from blockdraft.verify.verifier import is_chain
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "smollm2"
@@ -139,7 +139,8 @@ def greedy_logits_at(model: Any, prompt: list[int], ys: list[int], i: int) -> to
 def bpd_logits_at(model: Any, prompt: list[int], res: Any, i: int, max_new: int,
                   eos: int | None) -> tuple[torch.Tensor, bool]:
     """Head 1's logits that chose token ``i`` on BPD's path: the decode replayed call by call
-    with the recorded drafts (same chunks, same cache). Returns them and whether the replay
+    with the recorded trees (same forwards, same cache: a chain as a causal forward, a tree
+    with its tree mask, as the verifier runs them). Returns them and whether the replay
     reproduced the decode's tokens up to ``i`` (a sanity check)."""
     verifier = Verifier(model, "exact")
     logits, past = verifier.prefill(prompt)
@@ -147,16 +148,18 @@ def bpd_logits_at(model: Any, prompt: list[int], res: Any, i: int, max_new: int,
     if i == 0:
         return logits[0], tokens[0] == res.tokens[0]
     for step in res.steps:
-        width = min(step.drafts.h, max_new - len(tokens) + 1)
-        drafts = first_columns(step.drafts, width)
-        chunk = torch.tensor(drafts.tokens, dtype=torch.long)  # (p, w)
-        x, _ = model.hidden(chunk, past.expand(chunk.shape[0]))  # the verifier's forward
-        base = model.project(model.head_states(x, heads=1))[:, :, 0]  # (p, w, V)
-        outcome = verifier.verify(past, drafts, eos)
-        n = outcome.n
-        # yielded: d_2 .. d_{1+n} (chosen by base at chunk columns 0 .. n-1), then the next
-        # certain token (argmax of next_logits row 0, at column n)
-        sources = [base[outcome.winner, j] for j in range(n)] + [outcome.next_logits[0]]
+        tree = step.tree.truncate(max_new - len(tokens))  # the last step needs no more
+        ids = torch.tensor(tree.tokens, dtype=torch.long)[None]  # (1, N)
+        if is_chain(tree):  # the verifier's forward
+            x, _ = model.hidden(ids, past)
+        else:
+            x, _ = model.hidden(ids, past, position_ids=torch.tensor(past.length + tree.depths),
+                                tree_mask=torch.tensor(tree.ancestor_mask()))
+        base = model.project(model.head_states(x[0], heads=1))[:, 0]  # (N, V)
+        outcome = verifier.verify_tree(past, tree, eos)
+        # yielded: d_2 .. d_{1+n} (chosen by base at the accepted path's nodes 0 .. n-1), then
+        # the next certain token (argmax of next_logits row 0, at the accepted node)
+        sources = [base[u] for u in outcome.path[:-1]] + [outcome.next_logits[0]]
         for z in sources:
             tokens.append(int(torch.argmax(z)))
             if len(tokens) - 1 == i:
@@ -165,7 +168,7 @@ def bpd_logits_at(model: Any, prompt: list[int], res: Any, i: int, max_new: int,
     raise RuntimeError(f"the replay ended before token {i}")
 
 
-def run_one(model: Any, tok: Any, prompt_text: str, strategies: dict[str, HeadDrafter],
+def run_one(model: Any, tok: Any, prompt_text: str, strategies: dict[str, DraftSpec],
             max_new: int) -> list[dict[str, Any]]:
     prompt = tok.apply_chat_template([{"role": "user", "content": prompt_text}])
     eos = tok.eos_id
@@ -173,8 +176,8 @@ def run_one(model: Any, tok: Any, prompt_text: str, strategies: dict[str, HeadDr
     ys = greedy_generate(model, prompt, max_new, eos_id=eos)
     greedy_s = time.perf_counter() - t0
     rows = []
-    for name, drafter in strategies.items():
-        res = decode(model, prompt, drafter=drafter, criterion="exact", max_new_tokens=max_new,
+    for name, spec in strategies.items():
+        res = decode(model, prompt, drafter=spec, criterion="exact", max_new_tokens=max_new,
                      eos_id=eos)
         identical = res.tokens == ys
         row: dict[str, Any] = {
@@ -271,8 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         model, heads_label = build_model(args.heads, dtype, args.seed)
         tok = model.tokenizer
         h = model.h
-        strategies = {"vanilla": HeadDrafter(k=1, p=1),
-                      f"{args.p}-best 0-gram (k={args.k})": HeadDrafter(k=args.k, p=args.p)}
+        strategies = {"vanilla": DraftSpec("heads"),
+                      f"{args.p}-best 0-gram (k={args.k})": DraftSpec("heads", k=args.k,
+                                                                     p=args.p)}
         for j, text in enumerate(prompts):
             for row in run_one(model, tok, text, strategies, args.max_new_tokens):
                 row.update(dtype=dtype, prompt_index=j)

@@ -272,7 +272,7 @@ def analyse_set(trace: Any, groups: dict[str, list[int]], refiners: Sequence[Ref
         JSON-ready ``{"B", "repetition", "wtl", "oracle", "steps", "mismatches"}``, each keyed
         by strategy and group (``oracle`` by group).
     """
-    from blockdraft.drafts import HeadDrafter, TrieDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.oracle import (
         compare_steps,
         oracle_curve,
@@ -284,6 +284,14 @@ def analyse_set(trace: Any, groups: dict[str, list[int]], refiners: Sequence[Ref
     def tick(what: str) -> None:
         if progress is not None:
             progress(what)
+
+    def heads(p: int, refiner: Refiner | None = None) -> DraftSpec:
+        """The heads' p best (one trie), ranked by a fresh rescorer of ``refiner``: an object
+        this harness built (its n-gram LMs checked against the tokenizer, its neural LM on ONNX
+        Runtime, which no spec names by file), so the spec is given it."""
+        if refiner is None:
+            return DraftSpec("heads", k=k, p=p)  # p = 1: vanilla (the spec reads k = 1)
+        return DraftSpec("heads", k=k, p=p, rescorer="given", given=refiner.make())
 
     def sim(strategy: Any, label: str) -> Any:
         tick(label)
@@ -300,14 +308,14 @@ def analyse_set(trace: Any, groups: dict[str, list[int]], refiners: Sequence[Ref
         if with_repetition:
             rep[label] = {g: repetition(subset(res, idx)).to_dict() for g, idx in groups.items()}
 
-    vanilla = sim(HeadDrafter(k=1, p=1), "vanilla")
+    vanilla = sim(heads(1), "vanilla")
     record("vanilla", vanilla, True)
     for r in refiners:
-        res = sim(HeadDrafter(k=k, p=1, rescorer=r.make(), name=r.label), r.label)
+        res = sim(heads(1, r), r.label)
         record(r.label, res, True)
         tick(f"{r.label} at vanilla's positions")
-        other = simulate_at_positions(trace, HeadDrafter(k=k, p=1, rescorer=r.make()),
-                                      vanilla.steps.example, vanilla.steps.t)
+        other = simulate_at_positions(trace, heads(1, r), vanilla.steps.example,
+                                      vanilla.steps.t)
         wtl[r.label] = {}
         for g, idx in groups.items():
             mask = np.isin(vanilla.steps.example, idx)
@@ -317,8 +325,7 @@ def analyse_set(trace: Any, groups: dict[str, list[int]], refiners: Sequence[Ref
     for p in ps:
         for ref in [None, *[r for r in refiners if r.pbest]]:
             label = pbest_label(p, ref)
-            drafter = HeadDrafter(k=k, p=p, rescorer=None if ref is None else ref.make())
-            record(label, sim(TrieDrafter(drafter, name=label), label), False)
+            record(label, sim(heads(p, ref), label), False)
     oracle: dict[str, Any] = {}
     for g, idx in groups.items():
         tick(f"oracle curve ({g})")

@@ -44,16 +44,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.common.report import command_line, header, write_report
     from blockdraft.core.signature import environment, format_signature
-    from blockdraft.drafts import (
-        ConditionalDrafter,
-        ConditionalTreeDrafter,
-        ConfidenceTreeDrafter,
-        HeadDrafter,
-        LookupDrafter,
-    )
-    from blockdraft.drafts.default import default_drafter
+    from blockdraft.drafts import ConditionalTreeDrafter, DraftSpec, default_spec
     from blockdraft.models import greedy_generate, load_model
-    from blockdraft.verify.decode import decode
+    from blockdraft.models.capabilities import capabilities_of
+    from blockdraft.verify import decode
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--medusa", required=True, help="a Medusa heads folder")
@@ -86,35 +80,38 @@ def main(argv: list[str] | None = None) -> int:
                for r in rows]
     eos, n_new = tok.eos_id, args.max_new_tokens
     ps = [int(v) for v in args.p.split(",")]
+    # each a DraftSpec, which decode builds on the heads' model (its capabilities, its cost
+    # curve), but for the tree-lattice confidence tree of exactly N nodes: the spec's
+    # tree-lattice tree always grows while it pays on a cost curve, so that one is built here
     strategies: list[tuple[str, str, Any]] = [
-        ("Medusa vanilla", "medusa", HeadDrafter(k=1, p=1)),
-        *[(f"Medusa {p}-best (k={args.k})", "medusa", HeadDrafter(k=args.k, p=p)) for p in ps],
-        ("prefix vanilla", "prefix", HeadDrafter(k=1, p=1)),
+        ("Medusa vanilla", "medusa", DraftSpec("heads")),
+        *[(f"Medusa {p}-best (k={args.k})", "medusa", DraftSpec("heads", k=args.k, p=p))
+          for p in ps],
+        ("prefix vanilla", "prefix", DraftSpec("heads")),
         *[(f"prefix {p}-best tree lattice (k={args.k})", "prefix",
-           ConditionalDrafter(k=args.k, p=p)) for p in ps],
+           DraftSpec("tree-lattice", k=args.k, p=p)) for p in ps],
     ]
     for n in [int(v) for v in args.budget.split(",") if v]:
         strategies += [(f"Medusa confidence tree (k={args.k}, N={n})", "medusa",
-                        ConfidenceTreeDrafter(k=args.k, budget=n)),
+                        DraftSpec("tree", tree="confidence", k=args.k, budget=n)),
                        (f"prefix tree-lattice confidence tree (k={args.k}, N={n})", "prefix",
                         ConditionalTreeDrafter(k=args.k, budget=n))]
     if args.time:
-        strategies[1:1] = [("Medusa default (packaged recipe)", "medusa", None),
-                           ("prompt lookup", "medusa", LookupDrafter())]
-        strategies.append(("prefix default (cost-aware tree lattice + lookup)", "prefix", None))
-        default = default_drafter(models["prefix"])
-        if getattr(default, "lookup", False):  # the same tree without the copies, beside
+        strategies[1:1] = [("Medusa default (packaged recipe)", "medusa", DraftSpec("default")),
+                           ("prompt lookup", "medusa", DraftSpec("lookup"))]
+        strategies.append(("prefix default (cost-aware tree lattice + lookup)", "prefix",
+                           DraftSpec("default")))
+        default = default_spec(capabilities_of(models["prefix"]))
+        if default.lookup:  # the same tree without the copies, beside
             strategies.append(("prefix cost-aware tree lattice, no lookup", "prefix",
-                               dataclasses.replace(default, lookup=False, name="")))
+                               dataclasses.replace(default, lookup=False)))
 
     def run(which: str, drafter: Any, prompt: list[int]) -> tuple[list[int], int, float]:
         t0 = time.perf_counter()
         if drafter is None and which == "greedy":
             out = greedy_generate(models["medusa"], prompt, n_new, eos_id=eos)
             return list(out), len(out), time.perf_counter() - t0
-        how = ({"tree": drafter} if callable(getattr(drafter, "propose_tree", None))
-               else {"drafter": drafter})
-        o = decode(models[which], prompt, max_new_tokens=n_new, eos_id=eos, **how)
+        o = decode(models[which], prompt, drafter=drafter, max_new_tokens=n_new, eos_id=eos)
         return list(o.tokens), o.calls, time.perf_counter() - t0
 
     if args.time:  # warm-up: exports, cost curves, the default drafter's files

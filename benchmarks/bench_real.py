@@ -19,8 +19,8 @@ Strategies, every one with the exact criterion (lossless): the reference greedy 
 token ids that this script trains once with ``blockdraft ngram train`` on a subset of the
 pretraining corpus and caches under ``$BLOCKDRAFT_CACHE/bench/real``), neural rescored (only
 with a RescorerLM over SmolLM2's tokenizer: ``--neural``), input copy (IAD) alone and beside
-the vanilla heads (``--p-verify trie`` verifies the p > 1 drafts as one trie instead of a batch
-of p rows: the same output and B, fewer tokens per forward). Peers on the same model, dtype,
+the vanilla heads (every step verifies its drafts as one trie; ``--p-verify trie`` only names
+the p > 1 rows "(trie)"). Peers on the same model, dtype,
 threads and prompts (``common/peers.py``): transformers' ``generate`` greedy and its prompt lookup
 decoding (``prompt_lookup_num_tokens=10``) on the base model, and llama.cpp (llama-cpp-python)
 greedy and prompt lookup on the same GGUF file when ``llama_cpp`` imports (``make
@@ -44,7 +44,7 @@ Definitions (also written into the report):
   against their own greedy peer).
 - time split of a verification step (the prefill excluded), pooled over steps: the forward,
   the lattice (top-k over V of every head), the draft search / rescoring (the drafter's
-  ``propose``: p-best search, n-gram or neural rescoring, input copy), and the rest of the
+  ``draft``: p-best search, n-gram or neural rescoring, input copy), and the rest of the
   step (acceptance, cache selection, book-keeping); as shares of the step time and as the
   non-forward time relative to the forward.
 
@@ -115,8 +115,9 @@ NEURAL_TRAIN = ["--preset", "small", "--steps", "600", "--seed", "0", "--n-layer
 
 @dataclass(frozen=True)
 class Strategy:
-    """A blockdraft strategy: ``make(prompt_ids)`` builds its drafter for one prompt (input
-    copy needs the prompt); ``make=None`` is the reference greedy loop."""
+    """A blockdraft strategy: ``make(prompt_ids)`` names its drafter for one prompt (a
+    :class:`~blockdraft.drafts.DraftSpec`, which ``decode`` builds on the model; a
+    :class:`FromModel`; or a drafter); ``make=None`` is the reference greedy loop."""
 
     name: str
     make: Callable[[list[int]], Any] | None
@@ -124,27 +125,26 @@ class Strategy:
     p: int = 1
     alpha: float | None = None
     lm: str = "-"
-    tree: bool = False  # verify the p drafts as one trie (decode(tree=True)): same output and B
+    tree: bool = False  # the "(trie)" rows of --p-verify trie: every step verifies a trie now
     runtime: str = "pt32"  # which loaded model runs it (RUNTIME_TAGS)
 
 
 class FromModel:
-    """A drafter made from the model a strategy runs on (``build(model)``); ``build`` returning
-    None stands for ``decode(model, ids)`` told nothing (blockdraft's default drafter)."""
+    """A spec made from the model a strategy runs on (``build(model) -> DraftSpec``)."""
 
     def __init__(self, build: Callable[[Any], Any]) -> None:
         self.build = build
 
 
 def _vanilla_depth(model: Any) -> Any:
-    """The heads' top-1 chain cut where it stops paying: the default drafter's cost curve and
-    tables, no rescored path, no copy, one path."""
-    from blockdraft.drafts import CostAwareTreeDrafter
-    from blockdraft.drafts.default import default_drafter
+    """The heads' top-1 chain cut where it stops paying: the cost-aware tree of the chain
+    alone (no rescored path, no copy) on the default drafter's acceptance tables; ``decode``
+    sizes it on the model's cost curve."""
+    from blockdraft.drafts import DraftSpec, default_spec
+    from blockdraft.models.capabilities import capabilities_of
 
-    base = default_drafter(model)
-    return CostAwareTreeDrafter(cost=base.cost, tables=base.tables, k=1, p=0, lookup=False,
-                                chain=True, name="vanilla heads, cost-aware depth")
+    tables = default_spec(capabilities_of(model)).tables
+    return DraftSpec("cost-aware", k=1, p=0, budget=32, lookup=False, tables=tables)
 
 
 def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: str = "",
@@ -154,33 +154,35 @@ def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: 
                      tagged: bool = False, tree_budget: int = 8, tree_k: int = 10,
                      tree_alpha: float = 0.25, context_weight: float = 0.0) -> list[Strategy]:
     """The reference greedy loop and the strategies named in ``only`` (``STRATEGY_KEYS``);
-    the n-gram ones need ``lm`` (an ``NgramLM``), the neural one ``neural`` (a
-    ``NeuralRescorer``): without them they are left out and ``skipped`` says why. ``trie``:
-    the ``p > 1`` strategies verify their drafts as one trie (fewer tokens per forward; the
-    same output and B as the batch of ``p`` rows)."""
-    from blockdraft.drafts import (
-        CombinedDrafter,
-        HeadDrafter,
-        InputCopyDrafter,
-        LookupDrafter,
-        RescoredTreeDrafter,
-    )
-    from blockdraft.rescorers.ngram import NgramRescorer
+    the n-gram ones need ``lm`` (an ``NgramLM``: its file names the spec's LM), the neural one
+    ``neural`` (a ``NeuralRescorer``): without them they are left out and ``skipped`` says why.
+    ``trie``: the ``p > 1`` strategies are named "(trie)" (every step verifies a trie: the same
+    output and B as the batch of ``p`` rows)."""
+    from blockdraft.drafts import CombinedDrafter, DraftSpec, InputCopyDrafter
+    from blockdraft.rescorers.ngram.context import DEFAULT_ORDER
 
     skipped = {} if skipped is None else skipped
     out = [Strategy("greedy", None)]
     order = getattr(lm, "order", 4)
     suffix = " (trie)" if trie else ""
+    ngram = {} if lm is None else {"rescorer": "ngram", "lm": str(lm.path)}
+    context = ({"context_order": DEFAULT_ORDER, "context_weight": context_weight}
+               if context_weight else {})
+
+    def spec(*args: Any, **kw: Any) -> Callable[[list[int]], Any]:
+        made = DraftSpec(*args, **kw)
+        return lambda _: made
+
     for key in only:
         if key == "default":
-            out.append(Strategy("blockdraft default (cost-aware tree)",
-                                lambda _: FromModel(lambda model: None), lm="packaged"))
+            out.append(Strategy("blockdraft default (cost-aware tree)", spec("default"),
+                                lm="packaged"))
         elif key == "vanilla-depth":
             out.append(Strategy("vanilla, cost-aware depth", lambda _: FromModel(_vanilla_depth)))
         elif key == "vanilla":
-            out.append(Strategy("vanilla", lambda _: HeadDrafter(k=1, p=1)))
+            out.append(Strategy("vanilla", spec("heads")))
         elif key == "pbest0":
-            out.append(Strategy(f"{p}-best 0-gram{suffix}", lambda _: HeadDrafter(k=k, p=p),
+            out.append(Strategy(f"{p}-best 0-gram{suffix}", spec("heads", k=k, p=p),
                                 k, p, tree=trie and p > 1))
         elif key in ("ngram", "pbest-ngram"):
             pp = 1 if key == "ngram" else p
@@ -190,35 +192,38 @@ def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: 
             if lm is None:
                 skipped[name] = "no n-gram LM (--lm none)"
                 continue
-            rescorer = NgramRescorer(lm, alpha=alpha, context_weight=context_weight)
-            out.append(Strategy(name, lambda _, r=rescorer, pp=pp: HeadDrafter(
-                k=k, p=pp, rescorer=r), k, pp, alpha, lm_label, tree=trie and pp > 1))
+            out.append(Strategy(name, spec("heads", k=k, p=pp, alpha=alpha, **ngram, **context),
+                                k, pp, alpha, lm_label, tree=trie and pp > 1))
         elif key == "neural":
             if neural is None:
                 skipped.setdefault("neural", "no RescorerLM over the model's tokenizer")
                 continue
-            out.append(Strategy("neural", lambda _: HeadDrafter(k=k, p=1, rescorer=neural),
-                                k, 1, alpha, neural_label))
+            # a RescorerLM on ONNX Runtime, which no spec names by file: given as an object
+            out.append(Strategy("neural", spec("heads", k=k, rescorer="given", given=neural,
+                                               alpha=alpha), k, 1, alpha, neural_label))
         elif key == "iad":
+            # IAD alone (the copy, else vanilla) names no DraftSpec strategy, and the match
+            # length (--iad-min-match) is no spec field: built from the drafts module's parts
             out.append(Strategy("iad", lambda ids: InputCopyDrafter(
                 ids, min_match=iad_min_match, name="iad")))
         elif key == "vanilla-iad":
+            # DraftSpec("iad") at a match length of 2; --iad-min-match is no spec field: the
+            # spec's vanilla heads with the input copy of that length beside them
             out.append(Strategy("vanilla + iad", lambda ids: CombinedDrafter(
-                HeadDrafter(k=1, p=1), InputCopyDrafter(ids, min_match=iad_min_match),
+                DraftSpec("heads").build(), InputCopyDrafter(ids, min_match=iad_min_match),
                 name="vanilla + iad")))
         elif key == "lookup":
-            out.append(Strategy("lookup", lambda _: LookupDrafter(name="lookup")))
+            out.append(Strategy("lookup", spec("lookup")))
         elif key == "vanilla-lookup":
-            out.append(Strategy("vanilla + lookup", lambda _: CombinedDrafter(
-                HeadDrafter(k=1, p=1), LookupDrafter(), name="vanilla + lookup")))
+            out.append(Strategy("vanilla + lookup", spec("combined")))
         elif key == "rescored-tree":
             name = f"rescored tree {order}-gram (N={tree_budget})"
             if lm is None:
                 skipped[name] = "no n-gram LM (--lm none)"
                 continue
-            out.append(Strategy(name, lambda _: RescoredTreeDrafter(
-                lm, k=tree_k, budget=tree_budget, alpha=tree_alpha), tree_k, 1, tree_alpha,
-                lm_label))
+            out.append(Strategy(name, spec("tree", tree="rescored", k=tree_k, budget=tree_budget,
+                                           alpha=tree_alpha, **ngram),
+                                tree_k, 1, tree_alpha, lm_label))
         else:
             raise ValueError(f"unknown strategy {key!r}; choose from {', '.join(STRATEGY_KEYS)}")
     if tagged:
@@ -257,23 +262,15 @@ def _run_strategy(model: Any, strategy: Strategy, ids: list[int], max_new: int,
     made = strategy.make(ids)
     if isinstance(made, FromModel):
         made = made.build(model)
-    if made is None:  # decode told nothing: the default drafter
-        start = time.perf_counter()
-        res = decode(model, ids, max_new_tokens=max_new, eos_id=eos_id)
-        wall = time.perf_counter() - start
-    else:
-        builder = callable(getattr(made, "propose_tree", None)) and not callable(
-            getattr(made, "propose", None))  # a tree builder (trees.py, budget.py)
-        start = time.perf_counter()
-        res = decode(model, ids, drafter=None if builder else made, criterion="exact",
-                     max_new_tokens=max_new, eos_id=eos_id,
-                     tree=made if builder else True if strategy.tree else None)
-        wall = time.perf_counter() - start
+    start = time.perf_counter()  # a spec is built inside the call, on the model
+    res = decode(model, ids, drafter=made, criterion="exact", max_new_tokens=max_new,
+                 eos_id=eos_id)
+    wall = time.perf_counter() - start
     steps = res.steps
     return list(res.tokens), {
         "kind": "blockdraft", "calls": res.calls, **_split_fields(res.split), "wall_s": wall,
-        "nodes": sum(s.tree.num_nodes if s.tree is not None else int(s.drafts.lengths.sum())
-                     for s in steps),
+        "nodes": sum(s.tree.num_nodes for s in steps),
+        # steps whose accepted node a copy proposed first (the input copy, prompt lookup)
         "iad_steps": sum(s.source in ("iad", "lookup") for s in steps),
         "stopped": "eos" if res.stopped == "eos" else "max",
     }
@@ -638,8 +635,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
                     help=f"comma-separated, of: {', '.join(PEER_KEYS)}; or none")
     ap.add_argument("--iad-min-match", type=int, default=2)
     ap.add_argument("--p-verify", default="batch", choices=("batch", "trie"),
-                    help="verify the p > 1 drafts as a batch of p rows (default) or as one "
-                         "trie (decode(tree=True): fewer tokens per forward, same output)")
+                    help="trie: name the p > 1 rows '(trie)' (every step verifies its drafts "
+                         "as one trie either way: the same output and B)")
     ap.add_argument("--runtimes", default="torch:float32",
                     help="comma-separated runtime:precision of the blockdraft model, of: "
                          f"{', '.join(RUNTIME_TAGS)}; the first one's greedy loop is the "

@@ -79,11 +79,11 @@ def restricted_trace(trace: Any, ids: np.ndarray, path: Path) -> Any:
 def simulate_sizes(traces: dict[str, Any], shortlists: dict[int, np.ndarray]
                    ) -> dict[str, dict[str, dict[str, float]]]:
     """``{trace: {size or 'V': {strategy: B}}}``."""
-    from blockdraft.drafts import HeadDrafter, TrieDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.oracle import simulate
 
-    strategies = {"vanilla": HeadDrafter(k=1, p=1),
-                  "4-best 0-gram trie": TrieDrafter(HeadDrafter(k=4, p=4))}
+    strategies = {"vanilla": DraftSpec("heads"),
+                  "4-best 0-gram trie": DraftSpec("heads", k=4, p=4)}
     out: dict[str, dict[str, dict[str, float]]] = {}
     for name, trace in traces.items():
         out[name] = {"V": {s: simulate(trace, d).block_efficiency

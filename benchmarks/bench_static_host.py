@@ -46,21 +46,18 @@ PROMPTS = ("Explain what a Python list comprehension is.",
            "What is the difference between a tuple and a list?")
 
 
-def strategies(ngram: Path | None = None) -> dict[str, dict[str, Any]]:
-    """Strategy name -> ``decode`` keyword arguments; with ``ngram`` (a KenLM binary or ARPA
-    file) also the 8x16 p-best row: the heads' lattice ``h x k`` with ``k = 16``, ``p = 8``
-    drafts by the exact p-best search rescored by that n-gram LM, verified as their trie."""
-    from blockdraft.drafts import HeadDrafter, LookupDrafter, vanilla
+def strategies(ngram: Path | None = None) -> dict[str, Any]:
+    """Strategy name -> its :class:`~blockdraft.drafts.DraftSpec`; with ``ngram`` (a KenLM
+    binary or ARPA file) also the 8x16 p-best row: the heads' lattice ``h x k`` with
+    ``k = 16``, ``p = 8`` drafts by the exact p-best search rescored by that n-gram LM, verified
+    as their trie."""
+    from blockdraft.drafts import DraftSpec
 
-    rows: dict[str, dict[str, Any]] = {
-        "vanilla heads": {"drafter": vanilla()},
-        "prompt lookup": {"drafter": LookupDrafter()},
-        "8-best trie (k 16)": {"k": 16, "p": 8, "tree": True}}
+    rows = {"vanilla heads": DraftSpec("heads"),
+            "prompt lookup": DraftSpec("lookup"),
+            "8-best trie (k 16)": DraftSpec("heads", k=16, p=8)}
     if ngram is not None:
-        from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
-
-        rescorer = NgramRescorer(NgramLM(str(ngram)))
-        rows[NGRAM_ROW] = {"drafter": HeadDrafter(k=16, p=8, rescorer=rescorer), "tree": True}
+        rows[NGRAM_ROW] = DraftSpec("heads", k=16, p=8, rescorer="ngram", lm=str(ngram))
     return rows
 
 
@@ -96,12 +93,13 @@ def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
     device = str(model.device)
     greedy = [greedy_generate(model, p, max_new, eos_id=eos) for p in prompts]
     rows: dict[str, Any] = {}
-    for name, kw in strategies(ngram).items():
-        decode(model, prompts[0], max_new_tokens=4, eos_id=eos, device=device, **kw)  # warm-up
+    for name, spec in strategies(ngram).items():
+        decode(model, prompts[0], drafter=spec, max_new_tokens=4, eos_id=eos,
+               device=device)  # warm-up (and the n-gram LM loaded, once)
         best: dict[str, Any] | None = None
         for _ in range(repeats):
-            results = [decode(model, p, max_new_tokens=max_new, eos_id=eos, device=device,
-                              **kw) for p in prompts]
+            results = [decode(model, p, drafter=spec, max_new_tokens=max_new, eos_id=eos,
+                              device=device) for p in prompts]
             split = step_split_ms(results)
             if best is None or split["host"] < best["split"]["host"]:
                 tokens = sum(len(r.tokens) for r in results)

@@ -137,10 +137,9 @@ def run_engine(kind: str, trace: Path, settings: Any, args: argparse.Namespace) 
 def online_check(trace_path: Path, n: int, lm: str | None) -> list[dict[str, Any]]:
     """Decode the first ``n`` prompts of the trace under each strategy kind; B online against
     the simulation over the same prompts."""
-    from blockdraft.drafts import TreeDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.models import load_model
     from blockdraft.oracle import Trace, simulate
-    from blockdraft.oracle.sweep import Resources, Setting
     from blockdraft.verify import decode
 
     trace = Trace.open(trace_path)
@@ -148,25 +147,22 @@ def online_check(trace_path: Path, n: int, lm: str | None) -> list[dict[str, Any
     model = load_model(str(sig.get("model", "smollm2")), runtime=sig.get("runtime", "torch"),
                        precision=sig.get("precision"), threads=1)
     eos = sig.get("eos_id")
-    kinds = {"vanilla": Setting("heads"), "p-best trie": Setting("heads", k=8, p=4),
-             "confidence tree": Setting("tree", k=4, tree="confidence", budget=16),
-             "lookup": Setting("lookup"), "vanilla + lookup": Setting("combined")}
+    kinds = {"vanilla": DraftSpec("heads"), "p-best trie": DraftSpec("heads", k=8, p=4),
+             "confidence tree": DraftSpec("tree", k=4, tree="confidence", budget=16),
+             "lookup": DraftSpec("lookup"), "vanilla + lookup": DraftSpec("combined")}
     if lm:
-        kinds["1-best"] = Setting("heads", k=8, rescorer="ngram", lm=lm)
-        kinds["4-best rescored trie"] = Setting("heads", k=8, p=4, rescorer="ngram", lm=lm)
-        kinds["heads + lookup, rescored"] = Setting("combined", k=8, rescorer="ngram", lm=lm)
+        kinds["1-best"] = DraftSpec("heads", k=8, rescorer="ngram", lm=lm)
+        kinds["4-best rescored trie"] = DraftSpec("heads", k=8, p=4, rescorer="ngram", lm=lm)
+        kinds["heads + lookup, rescored"] = DraftSpec("combined", k=8, rescorer="ngram", lm=lm)
     rows = []
     examples = list(range(min(n, trace.num_examples)))
-    for name, setting in kinds.items():
-        offline = simulate(trace, setting.build(Resources()), examples=examples)
+    for name, setting in kinds.items():  # the spec built offline by simulate, online by decode
+        offline = simulate(trace, setting, examples=examples)
         tokens = calls = same = 0
         for e in examples:
             ex = trace[e]
-            strategy = setting.build(Resources())
-            kw = {"max_new_tokens": ex.m, "eos_id": eos}
-            res = (decode(model, ex.prompt_ids.tolist(), tree=strategy, **kw)
-                   if isinstance(strategy, TreeDrafter)
-                   else decode(model, ex.prompt_ids.tolist(), drafter=strategy, **kw))
+            res = decode(model, ex.prompt_ids.tolist(), drafter=setting, max_new_tokens=ex.m,
+                         eos_id=eos)
             tokens += len(res.tokens)
             calls += res.calls
             same += res.accept_lengths == offline.steps.n[offline.steps.example == e].tolist()

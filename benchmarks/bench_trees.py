@@ -30,7 +30,7 @@ What it does, in order (each stage logs its progress on stderr):
    heads project over the whole vocabulary: a larger cost than decode pays.)
 4. **Estimated speedup** per builder and N: ``B x greedy step / (verification(N) + lattice +
    building)``, the decode loop's own costs, measured on this machine in this run.
-5. **Measured speedup**: the online decode (``decode(tree=builder)``, exact criterion) against
+5. **Measured speedup**: the online decode (``decode(drafter=builder)``, exact criterion) against
    the reference greedy loop on one prompt per task (``--online-max-new-tokens``, 64) for the
    chosen builders and budgets (``--online-builders``, ``--online-budgets``), timed end to
    end; its output must equal greedy's token for token.
@@ -80,82 +80,115 @@ greedy continuation)."""
 
 # ---- the builders --------------------------------------------------------------------------------
 
+NAMES = {"chain": "chain (vanilla)", "trie-0gram": "p-best trie 0-gram",
+         "trie-4gram": "p-best trie 4-gram", "trie-neural": "p-best trie neural",
+         "mc_sim_7b_63": "Medusa mc_sim_7b_63", "calibrated": "Medusa calibrated",
+         "eagle2": "EAGLE-2-style confidence", "rescored-4gram": "lattice-rescored 4-gram",
+         "rescored-neural": "lattice-rescored neural", "tree-lattice": "tree-lattice confidence"}
+"""Each builder's name in the rows and the report."""
+
 
 class TimedTree:
-    """A tree builder that adds up its seconds and nodes per call (``propose_tree``)."""
+    """A drafter that adds up the seconds and nodes of another's trees per step: this
+    benchmark's own wrapper around the builder it times (a
+    :class:`~blockdraft.drafts.Drafter`: ``name``, ``needs``, ``draft(view)``,
+    ``observe(feedback)``)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.k = int(inner.k)
         self.name = str(inner.name)
+        self.needs = inner.needs
         self.seconds, self.calls, self.nodes = 0.0, 0, 0
 
-    def propose_tree(self, lattice: Any, context: Any) -> Any:
+    def draft(self, view: Any) -> Any:
         start = time.perf_counter()
-        tree = self.inner.propose_tree(lattice, context)
+        tree = self.inner.draft(view)
         self.seconds += time.perf_counter() - start
         self.calls += 1
         self.nodes += tree.num_nodes
         return tree
+
+    def observe(self, feedback: Any) -> None:
+        self.inner.observe(feedback)
 
 
 def make_builder(key: str, budget: int, *, k: int, lm: Any, alpha: float,
                  accuracies: np.ndarray, neural: Any = None, neural_dir: Path | None = None,
                  alphas: dict[str, float] | None = None, conditional: bool = False
                  ) -> Any | None:
-    """The builder ``key`` at budget ``budget`` (None where it has no tree of that size, or
-    lacks its LM). ``neural``: a ``NeuralPathScorer``; ``neural_dir``: its RescorerLM folder
-    (the neural p-best trie's rescorer); ``alphas``: the alpha fitted for each rescored tree,
-    which the p-best trie over the same LM uses too (else ``alpha``); ``conditional``: the
-    model's heads are prefix-conditioned (the tree lattice exists)."""
+    """The builder ``key`` at budget ``budget``: a :class:`~blockdraft.drafts.DraftSpec` (which
+    ``simulate`` and ``decode`` build), or a drafter where no spec names it (below); None
+    where it has no tree of that size, or lacks its LM. ``lm``: the n-gram LM (an ``NgramLM``:
+    its file names the spec's LM); ``neural``: a ``NeuralPathScorer``; ``neural_dir``: its
+    RescorerLM folder (the neural p-best trie's rescorer); ``alphas``: the alpha fitted for
+    each rescored tree, which the p-best trie over the same LM uses too (else ``alpha``);
+    ``conditional``: the model's heads are prefix-conditioned (the tree lattice exists)."""
     from blockdraft.drafts import (
-        MC_SIM_7B_63,
         ConditionalTreeDrafter,
-        ConfidenceTreeDrafter,
-        HeadDrafter,
-        MedusaTreeDrafter,
-        RescoredTreeDrafter,
+        DraftSpec,
         TrieDrafter,
+        calibrated_tree_drafter,
     )
-    from blockdraft.rescorers.ngram import NgramRescorer
 
     fitted = alphas or {}
-    if key == "chain":
-        return TrieDrafter(HeadDrafter(k=1, p=1), budget=budget, name="chain (vanilla)")
-    if key == "trie-0gram":
-        return TrieDrafter(HeadDrafter(k=k, p=budget), budget=budget, name="p-best trie 0-gram")
-    if key == "trie-4gram":
-        rescorer = NgramRescorer(lm, alpha=fitted.get("rescored-4gram", alpha))
-        return TrieDrafter(HeadDrafter(k=k, p=budget, rescorer=rescorer), budget=budget,
-                           name="p-best trie 4-gram")
-    if key == "trie-neural":
-        if neural_dir is None:
-            return None
-        from blockdraft.rescorers.neural import NeuralRescorer
+    ngram = None if lm is None else str(lm.path)
+    if key in ("chain", "trie-0gram", "trie-4gram", "trie-neural"):
+        # the heads' p = N best as one trie, cut to its first N nodes: the spec names the
+        # drafts, the fixed cut (no DraftSpec field) is put on the drafter it builds
+        if key == "chain":
+            spec = DraftSpec("heads")
+        elif key == "trie-0gram":
+            spec = DraftSpec("heads", k=k, p=budget)
+        elif key == "trie-4gram":
+            if ngram is None:
+                return None
+            spec = DraftSpec("heads", k=k, p=budget, rescorer="ngram", lm=ngram,
+                             alpha=fitted.get("rescored-4gram", alpha))
+        else:
+            if neural_dir is None:
+                return None
+            from blockdraft.rescorers.neural import NeuralRescorer
 
-        rescorer = NeuralRescorer(neural_dir, alpha=fitted.get("rescored-neural", alpha),
-                                  backend="onnx")
-        return TrieDrafter(HeadDrafter(k=k, p=budget, rescorer=rescorer), budget=budget,
-                           name="p-best trie neural")
+            # a RescorerLM on ONNX Runtime, which no spec names by file: given as an object
+            a = fitted.get("rescored-neural", alpha)
+            spec = DraftSpec("heads", k=k, p=budget, rescorer="given", alpha=a,
+                             given=NeuralRescorer(neural_dir, alpha=a, backend="onnx"))
+        return TrieDrafter(spec.build(), budget=budget, name=NAMES[key])
     if key == "mc_sim_7b_63":
-        return MedusaTreeDrafter(MC_SIM_7B_63, name="Medusa mc_sim_7b_63") if budget == 64 \
-            else None
+        return DraftSpec("tree", tree="medusa", budget=64) if budget == 64 else None
     if key == "calibrated":
-        drafter = MedusaTreeDrafter.calibrated(accuracies[:, :k], budget)
-        return MedusaTreeDrafter(drafter.choices, k=k, name="Medusa calibrated")
+        # rank paths chosen from accuracies measured on the calibration trace (an array in
+        # memory, no spec field)
+        return calibrated_tree_drafter(accuracies[:, :k], budget)
     if key == "eagle2":
-        return ConfidenceTreeDrafter(k=k, budget=budget, name="EAGLE-2-style confidence")
+        return DraftSpec("tree", tree="confidence", k=k, budget=budget)
     alpha = fitted.get(key, alpha)
     if key == "rescored-4gram":
-        return RescoredTreeDrafter(lm, k=k, budget=budget, alpha=alpha,
-                                   name="lattice-rescored 4-gram")
+        return None if ngram is None else DraftSpec(
+            "tree", tree="rescored", k=k, budget=budget, rescorer="ngram", lm=ngram,
+            alpha=alpha)
     if key == "rescored-neural":
-        return None if neural is None else RescoredTreeDrafter(
-            neural, k=k, budget=budget, alpha=alpha, name="lattice-rescored neural")
+        # the benchmark's NeuralPathScorer (its max_depth the model's h): given as an object
+        return None if neural is None else DraftSpec(
+            "tree", tree="rescored", k=k, budget=budget, rescorer="given", given=neural,
+            alpha=alpha)
     if key == "tree-lattice":
-        return ConditionalTreeDrafter(k=k, budget=budget, name="tree-lattice confidence") \
+        # EAGLE-2's tree of exactly N nodes over the tree lattice, no cost curve: the spec's
+        # tree-lattice strategy always grows its tree while it pays on a cost curve
+        return ConditionalTreeDrafter(k=k, budget=budget, name=NAMES[key]) \
             if conditional else None
     raise ValueError(f"unknown builder {key!r}; choose from {', '.join(BUILDERS)}")
+
+
+def built(builder: Any, model: Any = None) -> Any:
+    """The drafter of a builder: a spec built by the factory (on ``model``'s capabilities, as
+    ``decode`` builds it; without a model, as ``simulate`` does), a drafter as it is."""
+    from blockdraft.drafts import DraftSpec
+    from blockdraft.models.capabilities import capabilities_of
+
+    if not isinstance(builder, DraftSpec):
+        return builder
+    return builder.build(caps=None if model is None else capabilities_of(model))
 
 
 # ---- traces --------------------------------------------------------------------------------------
@@ -227,18 +260,18 @@ def simulate_builders(trace: Any, cases: Sequence[Any], budgets: Sequence[int],
             if key in DECODED:
                 per_task, nodes, build_ms = decode_builder(model, trace, cases, inner, eos)
             else:
-                timed = TimedTree(inner)
+                timed = TimedTree(built(inner))
                 per_task = {}
                 for task, idx in _task_examples(cases).items():
                     per_task[task] = float(simulate(trace, timed, examples=idx)
                                            .block_efficiency)
                 nodes = timed.nodes / max(1, timed.calls)
                 build_ms = 1e3 * timed.seconds / max(1, timed.calls)
-            rows.append({"builder": key, "name": inner.name, "N": budget,
+            rows.append({"builder": key, "name": NAMES[key], "N": budget,
                          "B": per_task, "B_mean": float(np.mean(list(per_task.values()))),
                          "nodes": nodes, "build_ms": build_ms,
                          "decoded": key in DECODED})
-            log(f"N = {budget:>2} {inner.name:<28} B {rows[-1]['B_mean']:.3f}  nodes "
+            log(f"N = {budget:>2} {NAMES[key]:<28} B {rows[-1]['B_mean']:.3f}  nodes "
                 f"{rows[-1]['nodes']:.1f}  build {rows[-1]['build_ms']:.2f} ms  "
                 f"({time.perf_counter() - start:.0f} s)")
     return rows
@@ -248,7 +281,8 @@ def decode_builder(model: Any, trace: Any, cases: Sequence[Any], builder: Any,
                    eos: int | None) -> tuple[dict[str, float], float, float]:
     """``(B per task, nodes per step, drafting ms per step)`` of ``builder`` decoded online
     over the trace's examples (prompt, length and EOS of each), B pooled per task as the
-    simulator pools it.
+    simulator pools it, nodes and ms of the builder's own trees as :class:`TimedTree` counts
+    them while simulating.
 
     Raises:
         SystemExit: a decode's output differs from the trace's greedy continuation (the trace
@@ -258,25 +292,22 @@ def decode_builder(model: Any, trace: Any, cases: Sequence[Any], builder: Any,
     from blockdraft.verify import decode
 
     per_task: dict[str, float] = {}
-    nodes = steps = 0
-    draft_s = 0.0
+    timed = TimedTree(built(builder, model))
     for task, idx in _task_examples(cases).items():
         tokens = calls = 0
         for i in idx:
             example = trace[i]
             want = [int(t) for t in example.greedy_ids]
-            res = decode(model, [int(t) for t in example.prompt_ids], tree=builder,
+            res = decode(model, [int(t) for t in example.prompt_ids], drafter=timed,
                          criterion="exact", max_new_tokens=len(want), eos_id=eos)
             if list(res.tokens) != want:
-                raise SystemExit(f"{builder.name}: example {i} ({task}) decoded other tokens "
+                raise SystemExit(f"{timed.name}: example {i} ({task}) decoded other tokens "
                                  "than the trace's greedy continuation; re-record the trace "
                                  "with this model")
             tokens, calls = tokens + len(want), calls + res.calls
-            nodes += sum(s.tree.num_nodes for s in res.steps if s.tree is not None)
-            steps += len(res.steps)
-            draft_s += sum(s.draft_s for s in res.steps)
         per_task[task] = float(block_efficiency(tokens, calls))
-    return per_task, nodes / max(1, steps), 1e3 * draft_s / max(1, steps)
+    steps = max(1, timed.calls)
+    return per_task, timed.nodes / steps, 1e3 * timed.seconds / steps
 
 
 def _task_examples(cases: Sequence[Any]) -> dict[str, list[int]]:
@@ -320,9 +351,9 @@ def measure_costs(model: Any, prompt: Sequence[int], budgets: Sequence[int], k: 
     import torch
 
     from blockdraft.drafts import confidence_tree
+    from blockdraft.lattice.step import step_lattice
     from blockdraft.models import greedy_generate
     from blockdraft.verify import Verifier
-    from blockdraft.verify.decode import step_lattice
 
     verifier = Verifier(model)
     with torch.no_grad():
@@ -390,7 +421,7 @@ def run_online(model: Any, cases: Sequence[tuple[int, Any]], rows: Sequence[dict
         for key, n in todo:
             builder = make_builder(key, n, **make)
             start = time.perf_counter()
-            res = decode(model, list(case.ids), tree=builder, criterion="exact",
+            res = decode(model, list(case.ids), drafter=builder, criterion="exact",
                          max_new_tokens=max_new, eos_id=eos)
             wall = time.perf_counter() - start
             out.append({"case": i, "task": case.task, "builder": key, "N": n,
@@ -594,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from blockdraft.core.files import cache_dir
     from blockdraft.core.signature import environment
+    from blockdraft.models.capabilities import capabilities_of
     from blockdraft.oracle import rank_accuracies
     from blockdraft.rescorers.ngram import NgramLM
 
@@ -613,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     accuracies = rank_accuracies(cal, args.k)
     make: dict[str, Any] = {"k": args.k, "lm": lm, "accuracies": accuracies, "alpha": 1.0,
                             "neural": setup.neural, "neural_dir": setup.neural_dir,
-                            "conditional": bool(getattr(model, "conditional_heads", False))}
+                            "conditional": capabilities_of(model).tree_lattice}
     budget = 32 if 32 in args.budgets else max(args.budgets)
     alphas, alpha_b = {}, {}
     for key in RESCORED:

@@ -29,6 +29,7 @@ import itertools
 import json
 import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ def cost_curve(path: Path | None, heads_ms: float) -> Any:
 def main(argv: list[str] | None = None) -> int:
     from blockdraft.core.files import write_text_atomic
     from blockdraft.core.signature import environment, format_signature
-    from blockdraft.drafts import CostAwareTreeDrafter, HeadDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.oracle import Trace, fit_acceptance, simulate
     from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
 
@@ -91,34 +92,43 @@ def main(argv: list[str] | None = None) -> int:
         return NgramRescorer(lm, alpha=alpha, context_weight=lam,
                              context_order=args.context_order)
 
-    tables = {}
+    def ngram(alpha: float, lam: float) -> dict[str, Any]:
+        """The spec's fields of ``rescorer(alpha, lam)``: the LM file, its weight, the context
+        LM."""
+        return {"rescorer": "ngram", "lm": lm_path, "alpha": alpha,
+                "context_order": args.context_order, "context_weight": lam}
+
+    tables: dict[float, str] = {}  # the fitted tables' files: a spec names its tables by file
+    scratch = tempfile.TemporaryDirectory(prefix="tune-tables-")
     for lam in weights:
         t0 = time.perf_counter()
-        tables[lam] = fit_acceptance(trace, k=args.k, lm=rescorer(1.0, lam).path_scorer(),
-                                     examples=fit_half)
+        fitted = fit_acceptance(trace, k=args.k, lm=rescorer(1.0, lam).path_scorer(),
+                                examples=fit_half)
+        tables[lam] = str(fitted.save(Path(scratch.name) / f"lam{lam:g}.json"))
         log(f"tables for lam={lam} fitted in {time.perf_counter() - t0:.0f} s")
     rows: list[dict[str, Any]] = []
-    vanilla = simulate(trace, HeadDrafter(k=1, p=1), examples=tune_half)
+    vanilla = simulate(trace, DraftSpec("heads"), examples=tune_half)
     rows.append({"strategy": "vanilla", "alpha": None, "lam": None, "p": None,
                  "B": vanilla.block_efficiency, "speedup": vanilla.simulated_speedup(cost)})
     for alpha, lam in itertools.product(alphas, weights):
-        res = simulate(trace, HeadDrafter(k=args.k, p=1, rescorer=rescorer(alpha, lam)),
+        res = simulate(trace, DraftSpec("heads", k=args.k, p=1, **ngram(alpha, lam)),
                        examples=tune_half)
         rows.append({"strategy": "1-best", "alpha": alpha, "lam": lam, "p": 1,
                      "B": res.block_efficiency, "speedup": res.simulated_speedup(cost)})
         log(f"1-best alpha={alpha} lam={lam}: B {res.block_efficiency:.3f}")
     for p, lam in itertools.product(ps, weights):
         for alpha in (alphas if p else [None]):
-            tree = CostAwareTreeDrafter(
-                cost=cost, tables=tables[lam], k=args.k, p=p,
-                rescorer=None if p == 0 and lam == 0 else rescorer(alpha or 1.0, lam),
-                max_nodes=args.max_nodes)
-            res = simulate(trace, tree, examples=tune_half)
+            # the heads' chain, p rescored paths and lookup copies, on the pinned cost curve
+            spec = DraftSpec("cost-aware", k=args.k, p=p, budget=args.max_nodes, lookup=True,
+                             copy_length=16, tables=tables[lam],
+                             **({} if p == 0 and lam == 0 else ngram(alpha or 1.0, lam)))
+            res = simulate(trace, spec.build(cost=cost), examples=tune_half)
             rows.append({"strategy": "cost-aware tree", "alpha": alpha, "lam": lam, "p": p,
                          "B": res.block_efficiency, "speedup": res.simulated_speedup(cost),
                          "nodes": float(res.steps.nodes.mean())})
             log(f"tree p={p} alpha={alpha} lam={lam}: B {res.block_efficiency:.3f}, simulated "
                 f"speedup {rows[-1]['speedup']:.3f}, {rows[-1]['nodes']:.1f} nodes")
+    scratch.cleanup()
     best = max((r for r in rows if r["strategy"] == "cost-aware tree"),
                key=lambda r: r["speedup"])
     fields = {"trace": args.trace.name, "examples": n, "lm": f"{name}:{Path(lm_path).name}",

@@ -152,7 +152,7 @@ DEFINITIONS = (
     "greedy' is the speedup over that runtime's own greedy loop on the same prompt and how many "
     "outputs equal that loop's (the lossless check of its precision). Step split: one verification "
     "step's wall time (prefill excluded, pooled over steps) in the forward, the lattice (top-k "
-    "of every head), the draft search / rescoring (the drafter's propose) and the rest "
+    "of every head), the draft search / rescoring (the drafter's draft) and the rest "
     "(acceptance, cache, book-keeping); non-fwd/fwd = everything but the forward over the "
     "forward."
 )

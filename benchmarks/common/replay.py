@@ -24,10 +24,11 @@ the real drafting cost (lattice, search) as well.
 
 Public surface:
     FORMAT
-    strategies() -> {name: decode keyword arguments}   the strategies recorded and replayed
+    strategies() -> {name: DraftSpec}  the strategies recorded and replayed
+    inner_drafter(name, model) -> Drafter   a strategy built for a model, run for its cost
     record(model, prompts, max_new_tokens, eos_id) -> {name: [per-prompt entry]}
     load_replay(path) -> dict          a replay file, checked
-    ReplayTreeDrafter(steps, prompt_length, future, vocab_size, inner=None)
+    ReplayTreeDrafter(steps, prompt_length, future, vocab_size, inner=None)   a Drafter
     main(argv=None) -> int             records a replay file
 """
 
@@ -50,30 +51,27 @@ PROMPTS = ("Explain what a Python list comprehension is.",
 decode the same ones)."""
 
 
-def strategies() -> dict[str, dict[str, Any]]:
-    """Strategy name -> ``decode`` keyword arguments (greedy is the runtime's own loop)."""
-    from blockdraft.drafts import LookupDrafter, vanilla
+def strategies() -> dict[str, Any]:
+    """Strategy name -> its :class:`~blockdraft.drafts.DraftSpec` (greedy is the runtime's
+    own loop)."""
+    from blockdraft.drafts import DraftSpec
 
-    return {"vanilla heads": {"drafter": vanilla()},
-            "prompt lookup": {"drafter": LookupDrafter()},
-            "8-best trie (k 16)": {"k": 16, "p": 8, "tree": True}}
+    return {"vanilla heads": DraftSpec("heads"),
+            "prompt lookup": DraftSpec("lookup"),
+            "8-best trie (k 16)": DraftSpec("heads", k=16, p=8)}
 
 
-def inner_drafter(name: str) -> Any:
-    """The drafter a replayed strategy runs for its host cost (its drafts are discarded)."""
-    from blockdraft.drafts import HeadDrafter, TrieDrafter
+def inner_drafter(name: str, model: Any) -> Any:
+    """The drafter a replayed strategy runs for its host cost (its drafts are discarded),
+    built by the factory on ``model``'s capabilities."""
+    from blockdraft.models.capabilities import capabilities_of
 
-    kw = strategies()[name]
-    if "drafter" in kw:
-        return kw["drafter"]
-    return TrieDrafter(HeadDrafter(k=kw["k"], p=kw["p"]))
+    return strategies()[name].build(caps=capabilities_of(model))
 
 
 def step_shape(step: Any) -> list[int]:
     """``[nodes, depth, accepted]`` of one :class:`~blockdraft.verify.records.DecodeStep`."""
-    from blockdraft.core.tree import DraftTree
-
-    tree = step.tree if step.tree is not None else DraftTree.from_drafts(step.drafts)
+    tree = step.tree
     return [len(tree), int(tree.max_depth), int(step.n)]
 
 
@@ -84,11 +82,11 @@ def record(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
 
     device = str(model.device)
     out: dict[str, list[dict[str, Any]]] = {}
-    for name, kw in strategies().items():
+    for name, spec in strategies().items():
         out[name] = []
         for prompt in prompts:
-            r = decode(model, list(prompt), max_new_tokens=max_new_tokens, eos_id=eos_id,
-                       device=device, **kw)
+            r = decode(model, list(prompt), drafter=spec, max_new_tokens=max_new_tokens,
+                       eos_id=eos_id, device=device)
             out[name].append({"prompt_length": len(prompt), "tokens": len(r.tokens),
                               "steps": [step_shape(s) for s in r.steps]})
     return out
@@ -117,24 +115,31 @@ def load_replay(path: Path) -> dict[str, Any]:
 class ReplayTreeDrafter:
     """Replays one prompt's recorded ``(nodes, depth, accepted)`` steps (module docstring).
 
+    A test double of this benchmark, not a drafting strategy (no spec names it): a
+    :class:`~blockdraft.drafts.Drafter` (``name``, ``needs``, ``draft(view)``,
+    ``observe(feedback)``) whose trees are made from the recorded shapes and the model's own
+    greedy continuation.
+
     Args:
         steps: ``[[nodes, depth, accepted], ...]`` (cycled when the decode runs longer).
         prompt_length: the prompt's length (the step's position is read from its context).
         future: the model's own greedy continuation of the prompt (at least the decode's
             ``max_new_tokens`` tokens).
         vocab_size: the model's vocabulary (wrong nodes are drawn from it).
-        inner: a drafter (``propose``) or tree builder (``propose_tree``) run for its cost.
+        inner: a drafter run on every step for its cost (its tree is discarded; it hears the
+            decode's feedback too), or None. Its needs are the replay's.
     """
 
     def __init__(self, steps: Sequence[Sequence[int]], prompt_length: int,
                  future: Sequence[int], vocab_size: int, inner: Any = None) -> None:
+        from blockdraft.drafts import Needs
+
         self.steps = [tuple(int(v) for v in s) for s in steps] or [(1, 0, 0)]
         self.prompt_length, self.future = prompt_length, list(future)
         self.vocab_size, self.inner = vocab_size, inner
         self._i = 0
-        self.k = int(getattr(inner, "k", 1) or 1)
-        self.heads_needed = getattr(inner, "heads_needed", None)
-        self.name = f"replay of {getattr(inner, 'name', 'recorded steps')}"
+        self.needs = inner.needs if inner is not None else Needs()
+        self.name = f"replay of {inner.name if inner is not None else 'recorded steps'}"
 
     def _wrong(self, right: int, taken: set[int]) -> int:
         tok = (right + 1 + len(taken)) % self.vocab_size
@@ -142,21 +147,20 @@ class ReplayTreeDrafter:
             tok = (tok + 1) % self.vocab_size
         return tok
 
-    def propose_tree(self, lattice: Any, context: Sequence[int] | np.ndarray) -> Any:
+    def draft(self, view: Any) -> Any:
         """A tree of the recorded size and depth whose first ``accepted`` nodes are the greedy
         tokens (parents before children)."""
         from blockdraft.core.tree import DraftTree
 
         if self.inner is not None:
-            (self.inner.propose_tree if hasattr(self.inner, "propose_tree")
-             else self.inner.propose)(lattice, context)
+            self.inner.draft(view)
         nodes, depth, acc = self.steps[self._i % len(self.steps)]
         self._i += 1
-        pos = len(context) - self.prompt_length  # the certain token's index in the output
+        pos = len(view.context) - self.prompt_length  # the certain token's index in the output
         truth = self.future[pos + 1:pos + 1 + depth]
         depth = min(depth, len(truth))
         acc = min(acc, depth)
-        tokens = [int(lattice.tokens[0, 0])]
+        tokens = [view.certain]
         parents = [-1]
         children: dict[int, set[int]] = {0: set()}
         for d in range(depth):  # the accepted chain, then wrong nodes down to the depth
@@ -176,6 +180,11 @@ class ReplayTreeDrafter:
         return DraftTree(tokens=np.asarray(tokens, dtype=np.int64),
                          parents=np.asarray(parents),
                          scores=-np.arange(len(tokens), dtype=float))
+
+    def observe(self, feedback: Any) -> None:
+        """Pass the decode's feedback to the inner drafter (a lookup index learns there)."""
+        if self.inner is not None:
+            self.inner.observe(feedback)
 
 
 def main(argv: list[str] | None = None) -> int:

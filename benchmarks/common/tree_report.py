@@ -32,11 +32,11 @@ DEFINITIONS = [
     "forward with the tree mask, acceptance, cache gather, the next step's heads as their "
     "top-k at the accepted node. greedy ms: the reference loop's per-token cost "
     "(greedy_generate).",
-    "build ms: the builder's mean time per step (propose_tree), measured while simulating. "
+    "build ms: the builder's mean time per step (its draft call), measured while simulating. "
     "lattice ms: the step's lattice from the heads' top-k (decode's step_lattice).",
     "est. speedup: B x greedy ms / (verify ms at the tree's size + lattice ms + build ms): "
     "the decode loop's costs, measured on this machine in this run.",
-    "measured speedup: end-to-end tokens/s of decode(tree=builder) over the reference greedy "
+    "measured speedup: end-to-end tokens/s of decode(drafter=builder) over the reference greedy "
     "loop on the same prompt (one prompt per task), median over prompts; identical: the output "
     "equals greedy's token for token.",
 ]

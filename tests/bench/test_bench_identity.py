@@ -46,7 +46,7 @@ class _Tok:
 
 
 def test_replays_reproduce_both_paths() -> None:
-    from blockdraft.drafts import HeadDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
 
@@ -54,8 +54,8 @@ def test_replays_reproduce_both_paths() -> None:
     model = _tiny()
     prompt = [1, 5, 9, 33, 2]
     ys = greedy_generate(model, prompt, 24)
-    for drafter in (HeadDrafter(k=1, p=1), HeadDrafter(k=4, p=3)):
-        res = decode(model, prompt, drafter=drafter, max_new_tokens=24)
+    for spec in (DraftSpec("heads"), DraftSpec("heads", k=4, p=3)):  # a chain, then a trie
+        res = decode(model, prompt, drafter=spec, max_new_tokens=24)
         assert res.tokens == ys and res.block_efficiency > 1.0
         for i in (0, 1, 7, 23):
             zb, ok = bench.bpd_logits_at(model, prompt, res, i, 24, None)
@@ -65,7 +65,7 @@ def test_replays_reproduce_both_paths() -> None:
 
 
 def test_a_divergence_is_recorded_and_written(monkeypatch: Any, tmp_path: Path) -> None:
-    from blockdraft.drafts import HeadDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.verify import decode as real_decode
 
     bench = bench_identity
@@ -79,7 +79,7 @@ def test_a_divergence_is_recorded_and_written(monkeypatch: Any, tmp_path: Path) 
         return res
 
     monkeypatch.setattr(bench, "decode", altered)
-    rows = bench.run_one(model, _Tok(), "hi", {"vanilla": HeadDrafter(k=1, p=1)}, 12)
+    rows = bench.run_one(model, _Tok(), "hi", {"vanilla": DraftSpec("heads")}, 12)
     (row,) = rows
     d = row["first_divergence"]
     assert not row["identical"] and d["index"] == 5

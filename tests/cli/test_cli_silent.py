@@ -130,7 +130,7 @@ def test_row1_a_trace_folder_that_appeared_meanwhile_is_not_replaced(
 def _lm_over(tmp_path: Path, fingerprint: str, vocab: int = 320) -> Path:
     """An n-gram LM over ids < 300 whose record names a tokenizer of V = ``vocab``."""
     from blockdraft.models.tokenizer import TokenizerInfo
-    from blockdraft.rescorers.ngram import train_ngram
+    from blockdraft.training.ngram import train_ngram
 
     rng = np.random.default_rng(0)
     seqs = [rng.integers(2, 300, 20).tolist() for _ in range(40)]
@@ -278,7 +278,7 @@ def test_row7_distill_workers_without_ray_is_refused(tmp_path: Path, capsys: Any
 
 def _arpa_over(trace: Path, tmp_path: Path) -> Path:
     from blockdraft.oracle import Trace
-    from blockdraft.rescorers.ngram import train_ngram
+    from blockdraft.training.ngram import train_ngram
 
     opened = Trace.open(trace)
     seqs = [np.concatenate([opened[i].prompt_ids, opened[i].greedy_ids]).tolist()

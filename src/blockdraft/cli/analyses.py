@@ -71,23 +71,23 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
 
 def cmd_repetition(args: argparse.Namespace) -> int:
-    from blockdraft.drafts.heads import HeadDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.oracle import repetition, simulate
 
     trace = _trace(args.trace)
-    rows = [("vanilla", repetition(simulate(trace, HeadDrafter(k=1, p=1))))]
+    rows = [("vanilla", repetition(simulate(trace, DraftSpec("heads"))))]
     if args.lm:
-        from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
+        from blockdraft.rescorers.ngram import NgramLM
 
         if args.k is not None:
             check_k(args.k, trace)
         lm = NgramLM(args.lm)
         lm.check_vocab(trace.V)
         alpha = 1.0 if args.alpha is None else args.alpha
-        drafter = HeadDrafter(k=args.k or min(16, trace.K), p=1,
-                              rescorer=NgramRescorer(lm, alpha=alpha))
-        rows.append((f"{lm.order}-gram rescored (k={drafter.k}, alpha={alpha})",
-                     repetition(simulate(trace, drafter, progress=True))))
+        spec = DraftSpec("heads", k=args.k or min(16, trace.K), p=1, rescorer="ngram",
+                         lm=str(args.lm), alpha=alpha)
+        rows.append((f"{lm.order}-gram rescored (k={spec.k}, alpha={alpha})",
+                     repetition(simulate(trace, spec, progress=True))))
     if args.json:
         print_json({"signature": dict(trace.signature),
                     "rows": [{"drafts": n, **r.to_dict()} for n, r in rows]})
@@ -103,12 +103,12 @@ def cmd_repetition(args: argparse.Namespace) -> int:
 
 
 def cmd_entropy(args: argparse.Namespace) -> int:
-    from blockdraft.drafts.heads import HeadDrafter
+    from blockdraft.drafts import DraftSpec
     from blockdraft.oracle import head_entropy, plot_entropy_densities, simulate
 
     plot = check_plot(args)
     trace = _trace(args.trace)
-    visited = None if args.all_positions else simulate(trace, HeadDrafter(k=1, p=1))
+    visited = None if args.all_positions else simulate(trace, DraftSpec("heads"))
     stats = head_entropy(trace, visited)
     write_plot(plot, lambda path: plot_entropy_densities(stats, path))
     if args.json:

@@ -8,17 +8,15 @@ import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from blockdraft.cli.errors import CliError
 from blockdraft.core.errors import BlockdraftError
+from blockdraft.core.moved import moved_getattr
 
 Command = Callable[[argparse.Namespace], int]
-
-
-class CliError(BlockdraftError):
-    """A command could not run with the arguments it was given."""
 
 
 def _console() -> Any:
@@ -77,9 +75,16 @@ def _json_default(o: object) -> object:
         return o.item()
     if isinstance(o, Path):
         return str(o)
-    if hasattr(o, "to_dict"):
+    if isinstance(o, ToDict):
         return o.to_dict()
     raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+@runtime_checkable
+class ToDict(Protocol):
+    """A record that serialises itself (every result record of blockdraft declares it)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 def _non_finite_name(x: float) -> str:
@@ -243,7 +248,6 @@ def add_overwrite(p: argparse.ArgumentParser, what: str, needs: str | None = Non
 def plot_path(text: str) -> Path:
     """``--plot FILE`` (argparse type): a suffix the plots know (``.png``, ``.pdf``,
     ``.svg``), refused otherwise before any work."""
-    from blockdraft.core.errors import BlockdraftError
     from blockdraft.oracle.plots import plot_format
 
     try:
@@ -357,9 +361,8 @@ def check_device(name: str) -> str:
             raise CliError(f"--device {name}: this machine has {count} CUDA device(s), "
                            f"cuda:0 to cuda:{count - 1}")
         return name
-    backend = getattr(torch.backends, kind, None) if kind == "mps" else getattr(torch, kind, None)
-    available = getattr(backend, "is_available", None)
-    if available is None or not available():
+    backend = torch.backends.mps if kind == "mps" else getattr(torch, kind, None)
+    if backend is None or not backend.is_available():
         raise CliError(f"--device {name}: that device is not available here; use --device cpu")
     return name
 
@@ -377,14 +380,6 @@ def utf8_argument(text: str, flag: str) -> str:
     return text
 
 
-_MOVED = {"positive_int", "non_negative_int", "finite_float", "int_list", "id_list"}
-"""Argument types that live in :mod:`blockdraft.cli.values` now (the one rule)."""
-
-
-def __getattr__(name: str) -> Any:
-    """The argument types' old import path (:data:`_MOVED`), kept."""
-    if name in _MOVED:
-        from blockdraft.cli import values
-
-        return getattr(values, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved_getattr("blockdraft.cli.common", {
+    name: (f"blockdraft.cli.values.{name}", "the one rule for values and options")
+    for name in ("positive_int", "non_negative_int", "finite_float", "int_list", "id_list")})

@@ -5,8 +5,9 @@ and criterion), any model :func:`blockdraft.models.load_model` loads
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blockdraft.cli.common import (
     JSON_HELP,
@@ -26,6 +27,11 @@ from blockdraft.cli.model_options import (
     vocab_size_of,
 )
 from blockdraft.cli.values import Rule, add_rules, non_negative_int, number, positive_int
+from blockdraft.core.errors import BlockdraftWarning
+from blockdraft.models.capabilities import capabilities_of
+
+if TYPE_CHECKING:
+    from blockdraft.drafts import DraftSpec
 
 NO_TOKENS = ("undefined: no token was generated (--max-new-tokens 0), so B = tokens / serial "
              "calls has nothing to measure")
@@ -64,26 +70,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
     tok = model_tokenizer(model, args)
     prompt = encode_prompt(tok, args.prompt, args.chat)
     vocab = vocab_size_of(model)
-    rescorer: Any = None
-    if args.lm:
-        from blockdraft.rescorers.ngram import NgramLM, NgramRescorer
-
-        lm = NgramLM(args.lm)
-        lm.check_vocab(vocab, tok)
-        rescorer = NgramRescorer(lm, alpha=args.alpha)
-    elif args.rescorer_model:
-        from blockdraft.rescorers.neural import NeuralRescorer
-
-        _check_rescorer_model(Path(args.rescorer_model), vocab, tok)
-        rescorer = NeuralRescorer(str(args.rescorer_model), alpha=args.alpha,
-                                  backend=args.neural_backend)
     criterion = Criterion.parse(args.criterion)
-    drafter = _lookup_drafter(model, criterion, rescorer, args) if args.lookup else None
-    if drafter is not None:
-        rescorer = None
-    res = decode(model, prompt, rescorer=rescorer, k=args.k, p=args.p, criterion=criterion,
-                 max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, device=args.device,
-                 iad=args.iad, drafter=drafter)
+    spec = _drafting_spec(model, criterion, vocab, tok, args)
+    res = decode(model, prompt, drafter=spec, criterion=criterion,
+                 max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, device=args.device)
     assert not isinstance(res, list)
     greedy_s = None
     if args.compare_greedy:
@@ -95,7 +85,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
         if criterion.lossless and ref != res.tokens:
             at = next((i for i, (a, b) in enumerate(zip(ref, res.tokens, strict=False))
                        if a != b), min(len(ref), len(res.tokens)))
-            dtype = str(getattr(model.config, "dtype", "") or "")
+            dtype = capabilities_of(model).precision
             hint = ("; in a reduced precision (here " + dtype + ") a forward over several "
                     "tokens can round differently from one-token forwards and flip a near-tie "
                     "(docs/real-models.md)") if dtype in ("bfloat16", "float16") else (
@@ -134,37 +124,57 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lookup_drafter(model: Any, criterion: Any, rescorer: Any, args: argparse.Namespace) -> Any:
-    """``--lookup``: prompt lookup's draft beside the heads' (rescored) drafts; on a runtime
-    that verifies one draft a step losslessly but not a token tree (ONNX Runtime int8, under
-    a lossless criterion: the verifier's rule), prompt lookup's draft alone, said in a
-    warning, or a refusal when the heads' draft was asked for explicitly (``--p``, ``--lm``).
+def _drafting_spec(model: Any, criterion: Any, vocab: int, tok: Any,
+                   args: argparse.Namespace) -> DraftSpec:
+    """The :class:`~blockdraft.drafts.DraftSpec` the drafting options name (the factory builds
+    it on the model): none of them is the model's default drafter, as ``decode(model, ids)``
+    told nothing; ``--k``/``--p`` the heads' p best (``--k`` 16 unless given); ``--lm`` or
+    ``--rescorer-model`` rescores them (an LM over another tokenizer refused by its record);
+    ``--iad`` adds the input copy, ``--lookup`` prompt lookup's copy. On a runtime that
+    verifies one draft a step losslessly but not a token tree (ONNX Runtime int8, under a
+    lossless criterion), ``--lookup`` drafts with prompt lookup alone, said in a warning, or is
+    refused when the heads' drafts were asked for explicitly (``--p``, ``--lm``, ...).
 
     Raises:
         CliError: ``--lookup`` with ``--p`` > 1, ``--lm``, ``--rescorer-model`` or ``--iad``
-            on such a runtime.
+            on such a runtime; an LM that does not fit the model.
     """
-    import warnings
+    from blockdraft.drafts import DraftSpec
 
-    from blockdraft.core.errors import BlockdraftWarning
-    from blockdraft.drafts import CombinedDrafter, HeadDrafter, LookupDrafter
+    named = (args.k, args.p, args.lm, args.rescorer_model)
+    if all(x is None for x in named) and not (args.iad or args.lookup):
+        return DraftSpec("default")
+    rescoring: dict[str, Any] = {}
+    if args.lm:
+        from blockdraft.rescorers.ngram import NgramLM
 
-    if bool(getattr(model, "exact_trees", True)) or not criterion.lossless:
-        return CombinedDrafter(HeadDrafter(k=args.k, p=args.p, rescorer=rescorer),
-                               LookupDrafter())
-    precision = getattr(model, "precision", "this precision")
-    asked = [flag for flag, given in (("--p", args.p > 1), ("--lm", args.lm),
+        NgramLM(args.lm).check_vocab(vocab, tok)  # the tokenizer's record too, not only V
+        rescoring = {"rescorer": "ngram", "lm": str(args.lm), "alpha": args.alpha}
+    elif args.rescorer_model:
+        from blockdraft.rescorers.neural import NeuralRescorer
+
+        _check_rescorer_model(Path(args.rescorer_model), vocab, tok)
+        rescoring = {"rescorer": "given", "alpha": args.alpha,
+                     "given": NeuralRescorer(str(args.rescorer_model), alpha=args.alpha,
+                                             backend=args.neural_backend)}
+    k, p = 16 if args.k is None else args.k, 1 if args.p is None else args.p
+    if not args.lookup:
+        return DraftSpec("iad" if args.iad else "heads", k=k, p=p, **rescoring)
+    caps = capabilities_of(model)
+    if caps.exact_trees or not criterion.lossless:
+        return DraftSpec("combined", k=k, p=p, **rescoring)
+    asked = [flag for flag, given in (("--p", p > 1), ("--lm", args.lm),
                                       ("--rescorer-model", args.rescorer_model),
                                       ("--iad", args.iad)) if given]
     if asked:
-        raise CliError(f"--lookup with {', '.join(asked)}: {precision} verifies one draft a "
-                       "step losslessly, not the heads' drafts beside prompt lookup's (a token "
-                       f"tree); drop {' and '.join(asked)} to decode with prompt lookup alone, "
-                       "or use --precision float32")
-    warnings.warn(f"--lookup on {precision}: one draft a step is verified losslessly, not two, "
-                  "so prompt lookup drafts alone (the heads' draft is not verified beside it)",
-                  BlockdraftWarning, stacklevel=2)
-    return LookupDrafter()
+        raise CliError(f"--lookup with {', '.join(asked)}: {caps.precision} verifies one draft "
+                       "a step losslessly, not the heads' drafts beside prompt lookup's (a "
+                       f"token tree); drop {' and '.join(asked)} to decode with prompt lookup "
+                       "alone, or use --precision float32")
+    warnings.warn(f"--lookup on {caps.precision}: one draft a step is verified losslessly, not "
+                  "two, so prompt lookup drafts alone (the heads' draft is not verified beside "
+                  "it)", BlockdraftWarning, stacklevel=2)
+    return DraftSpec("lookup")
 
 
 def criterion_spec(text: str) -> str:
@@ -186,8 +196,11 @@ def add_parser(sub: Any) -> None:
     model_arguments(p)
     p.add_argument("--prompt", required=True, help="prompt text")
     p.add_argument("--max-new-tokens", type=non_negative_int, default=64)
-    p.add_argument("--k", type=positive_int, default=16, help="lattice width (default 16)")
-    p.add_argument("--p", type=positive_int, default=1,
+    p.add_argument("--k", type=positive_int, default=None,
+                   help="lattice width (default 16 when any drafting option is given; with "
+                        "none of --k, --p, --lm, --rescorer-model, --iad, --lookup: the "
+                        "model's default drafter, what decode(model, ids) drafts with)")
+    p.add_argument("--p", type=positive_int, default=None,
                    help="drafts verified per step (default 1)")
     rescoring = p.add_mutually_exclusive_group()
     rescoring.add_argument("--lm", type=Path, default=None,

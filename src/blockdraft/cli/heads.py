@@ -41,7 +41,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from blockdraft.cli import heads_data, heads_package
+import blockdraft.cli.heads_data as heads_data
+import blockdraft.cli.heads_package as heads_package
 from blockdraft.cli.common import (
     JSON_HELP,
     CliError,

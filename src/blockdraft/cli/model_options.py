@@ -33,13 +33,18 @@ def model_tokenizer(model: Any, args: argparse.Namespace) -> Any:
     """The model's own tokenizer (a Hugging Face model's), else the one beside ``--model``."""
     from blockdraft.models import load_tokenizer
 
-    tok = getattr(model, "tokenizer", None)
+    tok = model.tokenizer  # every blockdraft model declares one (None: kept beside it)
     return tok if tok is not None else load_tokenizer(args.model)
 
 
 def vocab_size_of(model: Any) -> int:
-    """The model's vocabulary size ``V``."""
-    return int(model.config.vocab_size)
+    """The model's vocabulary size ``V`` (its declared capabilities)."""
+    from blockdraft.models.capabilities import capabilities_of
+
+    vocab = capabilities_of(model).vocab_size
+    if vocab is None:  # pragma: no cover - every model load_model makes declares one
+        raise CliError(f"{type(model).__name__} declares no vocabulary size")
+    return vocab
 
 
 def encode_prompt(tok: Any, text: str, chat: bool) -> list[int]:
@@ -51,7 +56,7 @@ def encode_prompt(tok: Any, text: str, chat: bool) -> list[int]:
     """
     if not chat:
         return [int(i) for i in tok.encode(text)]
-    if not getattr(tok, "has_chat_template", False):
+    if not tok.has_chat_template:
         raise CliError("--chat: this model's tokenizer has no chat template (it is not a chat "
                        "model); drop --chat to decode the plain text")
     return [int(i) for i in tok.apply_chat_template([{"role": "user", "content": text}])]

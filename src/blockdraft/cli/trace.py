@@ -56,7 +56,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     sig: dict[str, Any] = {"model": model_name(args), "prompts": Path(args.prompts).name}
     if args.heads is not None:
         sig["heads"] = Path(args.heads).name
-    if getattr(model, "heads_digest", None):  # which heads, whatever folder they came from
+    if model.heads_digest:  # which heads, whatever folder they came from
         sig["heads_digest"] = model.heads_digest
     if args.dtype is not None:
         sig["dtype"] = args.dtype

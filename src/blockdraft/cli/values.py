@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from blockdraft.cli.common import CliError
+from blockdraft.cli.errors import CliError
 
 
 class UsageError(CliError):

@@ -183,6 +183,9 @@ class BlockwiseLM(FactoredHeadsLM, nn.Module):
     tokenizer: Any = None
     """The tokenizer the model was trained with, when the loader attached one (None: it is kept
     beside the checkpoint, :func:`~blockdraft.models.load_tokenizer`)."""
+    heads_digest: str = ""
+    """The heads' identity when they come apart from the model (a Hugging Face model's Medusa
+    heads); empty: the heads are the checkpoint's own, named by the checkpoint."""
     rope_cos: torch.Tensor
     rope_sin: torch.Tensor
 

@@ -42,7 +42,6 @@ import numpy as np
 from blockdraft.core.checks import is_int
 from blockdraft.drafts.protocol import Drafter
 from blockdraft.drafts.spec import DraftSpec
-from blockdraft.oracle.acceptance import Oracle
 from blockdraft.oracle.errors import OracleError
 from blockdraft.oracle.results import SimulationResult, StepRecords
 from blockdraft.oracle.simulate import _example_indices, simulate, simulate_at_positions
@@ -394,9 +393,7 @@ def wins_ties_losses(
         The counts, with repairs and regresses among wins and losses.
     """
     if baseline is None:
-        from blockdraft.drafts.heads import vanilla
-
-        baseline = simulate(trace, vanilla())
+        baseline = simulate(trace, DraftSpec("heads"))
     other = simulate_at_positions(trace, strategy, baseline.steps.example, baseline.steps.t)
     name = strategy.label if isinstance(strategy, DraftSpec) else strategy.name
     return compare_steps(baseline.steps, other, strategy=name, baseline_name=baseline.strategy)
@@ -467,11 +464,10 @@ def oracle_curve(
         if not is_int(k) or k < 1:
             raise OracleError(f"ks must be positive integers, got {k!r} in {list(ks)}")
     widths = sorted({int(k) for k in ks if k <= trace.K} | {trace.K})
-    b = [simulate(trace, Oracle(k), examples=examples).block_efficiency for k in widths]
+    b = [simulate(trace, DraftSpec("oracle", k=k), examples=examples).block_efficiency
+         for k in widths]
     if vanilla is None:
-        from blockdraft.drafts.heads import vanilla as vanilla_drafter
-
-        vanilla = simulate(trace, vanilla_drafter(), examples=examples)
+        vanilla = simulate(trace, DraftSpec("heads"), examples=examples)
     else:
         if not np.array_equal(vanilla.examples, _example_indices(trace, examples)):
             raise OracleError(

@@ -14,11 +14,12 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from blockdraft.core.moved import moved_error
+from blockdraft.verify.decode import decode  # the function; its module imports torch lazily
 
 if TYPE_CHECKING:
     from blockdraft.verify.acceptance import tree_accepted, tree_winner
     from blockdraft.verify.criteria import CRITERIA, Criterion
-    from blockdraft.verify.decode import DecodeResult, DecodeStep, decode
+    from blockdraft.verify.decode import DecodeResult, DecodeStep
     from blockdraft.verify.engine import Steps, Verdict, accept, run
     from blockdraft.verify.errors import VerifyError
     from blockdraft.verify.verifier import HeadsModel, Verifier, VerifyOutcome
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 _WHERE = {
     "tree_accepted": "acceptance", "tree_winner": "acceptance", "CRITERIA": "criteria",
     "Criterion": "criteria", "DecodeResult": "decode", "DecodeStep": "decode",
-    "decode": "decode", "Steps": "engine", "Verdict": "engine", "accept": "engine",
-    "run": "engine", "VerifyError": "errors", "HeadsModel": "verifier", "Verifier": "verifier",
+    "Steps": "engine", "Verdict": "engine", "accept": "engine", "run": "engine",
+    "VerifyError": "errors", "HeadsModel": "verifier", "Verifier": "verifier",
     "VerifyOutcome": "verifier",
 }
 """Each public name's module, imported at the first use (PEP 562): the offline simulator reads

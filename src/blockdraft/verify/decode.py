@@ -34,27 +34,36 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
-import torch
 
 from blockdraft.drafts.protocol import Drafter
 from blockdraft.drafts.spec import DraftSpec
-from blockdraft.lattice.step import head_lattice, step_lattice
 from blockdraft.models.cost import cost_curve_of
-from blockdraft.models.protocol import HeadsModel
-from blockdraft.verify.criteria import Criterion
 from blockdraft.verify.engine import accept, run
-from blockdraft.verify.inputs import check_decode_inputs, resolve_drafter
-from blockdraft.verify.model_steps import ModelSteps
 from blockdraft.verify.records import DecodeResult, DecodeStep
-from blockdraft.verify.verifier import Verifier
 
-__all__ = ["DecodeResult", "DecodeStep", "accept", "decode", "head_lattice", "step_lattice"]
+if TYPE_CHECKING:  # the loop's model side imports torch when a decode runs, not before
+    import torch
 
-Prompt = Sequence[int] | np.ndarray | torch.Tensor
-"""One prompt: a 1-D sequence of token ids."""
+    from blockdraft.models.protocol import HeadsModel
+    from blockdraft.verify.criteria import Criterion
+    from blockdraft.verify.verifier import Verifier
+
+__all__ = ["DecodeResult", "DecodeStep", "accept", "decode"]
+
+if TYPE_CHECKING:
+    Prompt = Sequence[int] | np.ndarray | torch.Tensor
+    """One prompt: a 1-D sequence of token ids."""
+
+
+def __getattr__(name: str) -> Any:  # the step's lattice: kept here, computed in lattice.step
+    if name in ("head_lattice", "step_lattice"):
+        from blockdraft.lattice import step
+
+        return getattr(step, name)
+    raise AttributeError(f"module 'blockdraft.verify.decode' has no attribute {name!r}")
 
 
 @overload
@@ -81,7 +90,6 @@ def decode(model: HeadsModel, prompt_ids: np.ndarray | torch.Tensor | Sequence[P
            device: str | torch.device | None = ...) -> DecodeResult | list[DecodeResult]: ...
 
 
-@torch.no_grad()
 def decode(
     model: HeadsModel,
     prompt_ids: Prompt | Sequence[Prompt],
@@ -148,6 +156,11 @@ def decode(
             (a tree lattice, a reference), or one whose trees do not start with the certain
             token.
     """
+    import torch
+
+    from blockdraft.verify.inputs import check_decode_inputs, resolve_drafter
+    from blockdraft.verify.verifier import Verifier
+
     verifier = Verifier(model, criterion)
     args = check_decode_inputs(verifier, prompt_ids, max_new_tokens=max_new_tokens,
                                eos_id=eos_id, device=device)
@@ -157,8 +170,9 @@ def decode(
     if isinstance(model, torch.nn.Module):
         model.eval()
     try:
-        results = [_decode_prompt(verifier, source, prompt, args.max_new_tokens, args.eos_id)
-                   for prompt in args.prompts]
+        with torch.no_grad():
+            results = [_decode_prompt(verifier, source, prompt, args.max_new_tokens,
+                                      args.eos_id) for prompt in args.prompts]
     finally:
         if was_training and isinstance(model, torch.nn.Module):
             model.train()
@@ -175,6 +189,8 @@ def _decode_prompt(verifier: Verifier, drafter: Drafter, prompt: list[int],
         return DecodeResult(tokens=[], calls=0, steps=(), prompt_length=len(prompt),
                             stopped="empty", criterion=criterion, drafter=name,
                             prefill_s=0.0, wall_s=time.perf_counter() - wall_start)
+    from blockdraft.verify.model_steps import ModelSteps
+
     out = run(drafter, ModelSteps(verifier, drafter.needs), prompt, max_new_tokens, eos_id,
               verifier.vocab_size)
     return DecodeResult(tokens=out.tokens, calls=1 + len(out.steps), steps=out.steps,

@@ -64,9 +64,9 @@ def check_settings(trace: Trace, settings: Sequence[Setting]) -> dict[str, str]:
             from blockdraft.models import read_model_config
 
             _, config, _ = read_model_config(Path(s.lm))
-            if config.vocab_size != trace.V or getattr(config, "h", 1) != 1:
+            if config.vocab_size != trace.V or config.h != 1:
                 raise OracleError(f"the neural LM {s.lm} (V = {config.vocab_size}, h = "
-                                  f"{getattr(config, 'h', 1)}) is not a RescorerLM over the "
+                                  f"{config.h}) is not a RescorerLM over the "
                                   f"trace's vocabulary (V = {trace.V})")
     return digests
 
