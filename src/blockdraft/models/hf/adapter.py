@@ -12,16 +12,27 @@ rescorers, the verifier, traces) works unchanged. The model satisfies
 :class:`blockdraft.models.FactoredHeadsModel`: the verifier runs the body once, projects the
 base head at every draft position and all ``h`` heads only where the next block starts.
 
+The heads are one object of their kind (``heads_rule``: :class:`~blockdraft.models.heads
+.MedusaRule` for Medusa heads, :class:`~blockdraft.models.heads.PrefixRule` for
+prefix-conditioned ones) over the PyTorch modules (:mod:`blockdraft.models.heads
+.torch_backend`): ``head_states``, ``project``, ``head_topk`` and ``expander`` are theirs
+(:class:`~blockdraft.models.heads.HeadsLM`), whatever the kind.
+
 The key/value cache is the model's own (``transformers.DynamicCache``) behind the project's
-immutable cache protocol (:class:`~blockdraft.models.hf.cache.HFCache`). Position ids are
-passed explicitly: the cache's length plus ``0 .. T-1``.
+immutable cache protocol (:class:`~blockdraft.models.hf.cache.HFCache`). A forward's inputs
+are checked once into a :class:`~blockdraft.models.step.Step`; position ids are passed
+explicitly (the cache's length plus ``0 .. T-1`` by default), and a token tree's ancestor mask
+as the step's additive bias.
 
 Public surface:
     HFBlockwiseModel(base, heads, tokenizer=None, *, device=None, dtype=None)
         .heads_logits(input_ids [B, T], past=None, last_only=False) -> ([B, T, h, V], HFCache)
-        .hidden(input_ids, past=None) -> (x [B, T, d], HFCache)
+        .hidden(input_ids, past=None, position_ids=None, tree_mask=None)
+            -> (x [B, T, d], HFCache)
         .head_states(x [..., d], heads=None) -> [..., n, d];  .project(states) -> [..., n, V]
-        .h, .device, .max_seq_len, .config (HFBlockwiseConfig), .tokenizer (HFTokenizer | None)
+        .head_topk(x, k, heads=None, first=None), .expander(x, k, first=None, chain=None)
+        .h, .device, .max_seq_len, .config (HFBlockwiseConfig), .tokenizer (HFTokenizer | None),
+        .capabilities, .heads_digest, .conditional_heads, .heads_rule
     HFBlockwiseConfig      frozen: the sizes the rest of blockdraft reads (h, vocab_size, ...)
     check_supported(base)  raise a ModelError naming what is supported
 """
