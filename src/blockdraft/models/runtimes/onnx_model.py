@@ -1,15 +1,15 @@
-"""`OrtBlockwiseModel`: a Hugging Face model with Medusa heads, run by ONNX Runtime.
+"""`OrtBlockwiseModel`: a Hugging Face model with its heads, run by ONNX Runtime.
 
 The same model protocol as :class:`~blockdraft.models.hf.HFBlockwiseModel`
 (:class:`~blockdraft.models.FactoredHeadsModel`: ``hidden``, ``head_states``, ``project``, and
 ``heads_logits`` composed from them), so the verifier, the decode loop, tree verification,
 ``greedy_generate``, traces and every criterion run on it unchanged. Behind it:
 
-- the graphs of :mod:`.onnx_graph`, exported once (:mod:`.onnx_export`) and run by ONNX
-  Runtime sessions (the decoder, the Medusa ResBlocks, the vocabulary projection, and the
-  next step's lattice slots: ResBlocks, the projection onto the heads' shortlist and the top-k
-  in one graph, :meth:`head_topk`), whose constant weights ORT pre-packs when the session
-  starts;
+- the graphs of :mod:`.onnx_graph` and :mod:`.onnx_head_graphs`, exported once
+  (:mod:`.onnx_export`) and run by ONNX Runtime sessions (:mod:`.onnx_store`: the decoder, the
+  vocabulary projection, and the heads' graphs, e.g. the next step's lattice slots of Medusa
+  heads, ResBlocks, the projection onto the heads' shortlist and the top-k in one graph,
+  :meth:`head_topk`), whose constant weights ORT pre-packs when the session starts;
 - the key/value cache in pre-allocated buffers (:mod:`.kv_buffer`) that the decoder session
   reads and writes in place through IO binding: a forward copies no cache, and a verification
   keeps its accepted path by moving ``1 + n`` rows.

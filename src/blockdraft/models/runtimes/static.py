@@ -1,4 +1,4 @@
-"""`StaticKVModel`: a Hugging Face model with Medusa heads on a static key/value cache
+"""`StaticKVModel`: a Hugging Face model with its heads on a static key/value cache
 (runtime ``"static"``).
 
 The same model protocol as :class:`~blockdraft.models.hf.HFBlockwiseModel` and
@@ -26,9 +26,10 @@ sliding and full layers is refused.
 **Buckets and CUDA graphs** (:mod:`.cuda_graphs`). With ``buckets``, a forward of at most 64 new
 tokens is padded to its bucket (1, 2, 4, 8, 16, 32, 64); on a CUDA device (the default there,
 ``graphs``) each bucket's forward is captured once as a CUDA graph and replayed. On a CPU the
-same padded forward runs eagerly (tested equal to the unpadded one). The Medusa heads and
-their top-k run eagerly after the forward (:meth:`StaticKVModel.head_topk` is the seam where a
-GPU session moves them into the graph).
+same padded forward runs eagerly (tested equal to the unpadded one). The heads and their
+top-k run eagerly after the forward (the heads' rule over the PyTorch modules; a backend of
+this runtime's own, :mod:`blockdraft.models.heads`, is the seam where a GPU session moves them
+into the graph).
 
 **The ``index_copy_`` device assert of issue 30 is the caller's.** In transformers 5.x (read in
 5.24.0, ``cache_utils.StaticLayer.update``) a static layer writes the ``T`` new keys at rows
@@ -156,7 +157,7 @@ def _static_cache(model: HFBlockwiseModel, buffer: KVBuffer) -> Any:
 
 
 class StaticKVModel(RuntimeModel):
-    """A Hugging Face causal LM with Medusa heads on a static KV cache (module docstring).
+    """A Hugging Face causal LM with its heads on a static KV cache (module docstring).
 
     Args:
         model: an :class:`~blockdraft.models.hf.HFBlockwiseModel` in float32 or bfloat16 on
