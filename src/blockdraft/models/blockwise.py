@@ -40,7 +40,7 @@ from blockdraft.models.capabilities import Capabilities
 from blockdraft.models.config import BlockwiseConfig
 from blockdraft.models.errors import ModelError
 from blockdraft.models.factored import FactoredHeadsLM
-from blockdraft.models.inputs import check_input_ids, check_past_fits
+from blockdraft.models.step import check_step
 
 
 def rope_tables(config: BlockwiseConfig, device: torch.device | str | None = None,
@@ -264,20 +264,17 @@ class BlockwiseLM(FactoredHeadsLM, nn.Module):
 
     # ---- the forward pass, in pieces ---------------------------------------------------------
 
-    def _check_inputs(self, input_ids: Any, past: KVCache | None) -> torch.Tensor:
-        ids = check_input_ids(input_ids, self.config.vocab_size, self.device)
-        if past is not None:
-            if not isinstance(past, KVCache):
-                raise ModelError(f"past must be a KVCache or None, got {type(past).__name__}")
-            if past.n_layer != self.config.n_layer or past.keys[0].shape[1] != self.config.n_head \
-                    or past.keys[0].shape[3] != self.config.head_dim:
-                raise ModelError(
-                    f"past has {past.n_layer} layers of {tuple(past.keys[0].shape)}; this model "
-                    f"needs {self.config.n_layer} layers of [B, {self.config.n_head}, T, "
-                    f"{self.config.head_dim}] (was it made by another model?)"
-                )
-        check_past_fits(past, ids.shape[0], ids.shape[1], self.device, self.config.max_seq_len)
-        return ids
+    def _check_past(self, past: Any) -> None:
+        """Refuse a :class:`KVCache` of another model's layers (its kind is checked with the
+        rest of the step)."""
+        if isinstance(past, KVCache) and (
+                past.n_layer != self.config.n_layer or past.keys[0].shape[1] != self.config.n_head
+                or past.keys[0].shape[3] != self.config.head_dim):
+            raise ModelError(
+                f"past has {past.n_layer} layers of {tuple(past.keys[0].shape)}; this model "
+                f"needs {self.config.n_layer} layers of [B, {self.config.n_head}, T, "
+                f"{self.config.head_dim}] (was it made by another model?)"
+            )
 
     def hidden(
         self,
@@ -297,7 +294,10 @@ class BlockwiseLM(FactoredHeadsLM, nn.Module):
             tree_mask: bool ``[T, T]``: ``tree_mask[u, v]`` lets new token ``u`` attend to new
                 token ``v`` (a tree's ancestor mask, itself included); every new token also
                 attends to the whole prefix. Default: causal. With both defaults the forward
-                is the plain causal one, unchanged.
+                is the plain causal one, unchanged; otherwise its boolean attention mask is
+                the step's (:meth:`Step.allowed <blockdraft.models.step.Step.allowed>`) and
+                the context check is on the largest position, not on the cache length (a tree
+                of ``N`` nodes reaches only ``T_past + max depth``).
 
         Returns:
             ``x`` float ``[B, T, d]`` and the cache of all ``T_past + T`` positions.
@@ -306,59 +306,21 @@ class BlockwiseLM(FactoredHeadsLM, nn.Module):
             ModelError: on bad ids (empty, wrong dtype/shape/device, outside the vocabulary),
                 a sequence longer than ``max_seq_len``, or a cache that does not fit.
         """
-        if position_ids is not None or tree_mask is not None:
-            return self._tree_hidden(input_ids, past, position_ids, tree_mask)
-        input_ids = self._check_inputs(input_ids, past)
-        B, T = input_ids.shape  # noqa: N806
-        dev = input_ids.device
-        if past is not None and past.batch_size != B:
-            past = past.expand(B)
-        t_past = 0 if past is None else past.length
-        t_all = t_past + T
+        self._check_past(past)
+        step = check_step(input_ids, past, position_ids, tree_mask, cache=KVCache,
+                          vocab_size=self.config.vocab_size, device=self.device,
+                          max_seq_len=self.config.max_seq_len)
+        if position_ids is not None or tree_mask is not None:  # a token tree: its mask
+            return self._run_blocks(step.ids, step.past, step.positions, step.allowed(), False)
+        t, t_past = step.length, step.t_past
         attn_mask: torch.Tensor | None = None
         is_causal = False
-        # Position ids follow the cache length.
-        positions = torch.arange(t_past, t_all, device=dev)[None]  # (1, T)
-        if t_past == 0:
-            is_causal = bool(T > 1)
-        elif T > 1:
-            attn_mask = torch.ones(T, t_all, dtype=torch.bool, device=dev).tril(t_past)  # (T, Tk)
-        return self._run_blocks(input_ids, past, positions, attn_mask, is_causal)
-
-    def _tree_hidden(
-        self,
-        input_ids: torch.Tensor,
-        past: KVCache | None,
-        position_ids: torch.Tensor | None,
-        tree_mask: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, KVCache]:
-        """:meth:`hidden` with explicit positions and / or a mask over the new tokens (a token
-        tree, docs/definitions.md sec. 11): the context check is on the largest position, not
-        on the cache length (a tree of ``N`` nodes reaches only ``T_past + max depth``)."""
-        ids = check_input_ids(input_ids, self.config.vocab_size, self.device)
-        B, T = ids.shape  # noqa: N806
-        dev = ids.device
-        t_past = 0 if past is None else past.length
-        if position_ids is None:
-            positions = torch.arange(t_past, t_past + T, device=dev)[None]  # (1, T)
-        else:
-            positions = torch.as_tensor(position_ids, dtype=torch.long, device=dev)
-            positions = positions[None] if positions.dim() == 1 else positions  # (1 or B, T)
-            if positions.dim() != 2 or positions.shape[1] != T or positions.shape[0] not in (
-                    1, B) or int(positions.min()) < 0:
-                raise ModelError(f"position_ids must be [T] or [B, T] = [{B}, {T}], >= 0, got "
-                                 f"{positions.tolist()}")
-        self._check_inputs(ids[:, :1], past)  # the cache's layers, rows and device
-        check_past_fits(None, B, int(positions.max()) + 1, dev, self.config.max_seq_len)
-        if past is not None and past.batch_size != B:
-            past = past.expand(B)
-        mask = (torch.ones(T, T, dtype=torch.bool, device=dev).tril() if tree_mask is None
-                else torch.as_tensor(tree_mask, device=dev).to(torch.bool))  # (T, T)
-        if tuple(mask.shape) != (T, T):
-            raise ModelError(f"tree_mask must be bool [T, T] = [{T}, {T}], got {mask.shape}")
-        prefix = torch.ones(T, t_past, dtype=torch.bool, device=dev)  # (T, T_past)
-        attn_mask = torch.cat((prefix, mask), dim=1)  # (T, T_past + T)
-        return self._run_blocks(ids, past, positions, attn_mask, False)
+        if t_past == 0:  # a chain at the next positions: the causal kernels
+            is_causal = bool(t > 1)
+        elif t > 1:
+            attn_mask = torch.ones(t, t_past + t, dtype=torch.bool,
+                                   device=step.ids.device).tril(t_past)  # (T, Tk)
+        return self._run_blocks(step.ids, step.past, step.positions, attn_mask, is_causal)
 
     def _run_blocks(
         self,

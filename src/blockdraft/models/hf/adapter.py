@@ -12,16 +12,27 @@ rescorers, the verifier, traces) works unchanged. The model satisfies
 :class:`blockdraft.models.FactoredHeadsModel`: the verifier runs the body once, projects the
 base head at every draft position and all ``h`` heads only where the next block starts.
 
+The heads are one object of their kind (``heads_rule``: :class:`~blockdraft.models.heads
+.MedusaRule` for Medusa heads, :class:`~blockdraft.models.heads.PrefixRule` for
+prefix-conditioned ones) over the PyTorch modules (:mod:`blockdraft.models.heads
+.torch_backend`): ``head_states``, ``project``, ``head_topk`` and ``expander`` are theirs
+(:class:`~blockdraft.models.heads.HeadsLM`), whatever the kind.
+
 The key/value cache is the model's own (``transformers.DynamicCache``) behind the project's
-immutable cache protocol (:class:`~blockdraft.models.hf.cache.HFCache`). Position ids are
-passed explicitly: the cache's length plus ``0 .. T-1``.
+immutable cache protocol (:class:`~blockdraft.models.hf.cache.HFCache`). A forward's inputs
+are checked once into a :class:`~blockdraft.models.step.Step`; position ids are passed
+explicitly (the cache's length plus ``0 .. T-1`` by default), and a token tree's ancestor mask
+as the step's additive bias.
 
 Public surface:
     HFBlockwiseModel(base, heads, tokenizer=None, *, device=None, dtype=None)
         .heads_logits(input_ids [B, T], past=None, last_only=False) -> ([B, T, h, V], HFCache)
-        .hidden(input_ids, past=None) -> (x [B, T, d], HFCache)
+        .hidden(input_ids, past=None, position_ids=None, tree_mask=None)
+            -> (x [B, T, d], HFCache)
         .head_states(x [..., d], heads=None) -> [..., n, d];  .project(states) -> [..., n, V]
-        .h, .device, .max_seq_len, .config (HFBlockwiseConfig), .tokenizer (HFTokenizer | None)
+        .head_topk(x, k, heads=None, first=None), .expander(x, k, first=None, chain=None)
+        .h, .device, .max_seq_len, .config (HFBlockwiseConfig), .tokenizer (HFTokenizer | None),
+        .capabilities, .heads_digest, .conditional_heads, .heads_rule
     HFBlockwiseConfig      frozen: the sizes the rest of blockdraft reads (h, vocab_size, ...)
     check_supported(base)  raise a ModelError naming what is supported
 """
@@ -33,21 +44,18 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 from torch import nn
 
 from blockdraft.models.capabilities import Capabilities
 from blockdraft.models.errors import ModelError
-from blockdraft.models.factored import FactoredHeadsLM
+from blockdraft.models.heads import HeadsLM, HeadsRule, torch_rule
 from blockdraft.models.hf.body import cache_argument, call_with_cache
 from blockdraft.models.hf.cache import HFCache
 from blockdraft.models.hf.drafting import check_recipe_tokenizer
 from blockdraft.models.hf.medusa import MedusaHeads
-from blockdraft.models.hf.prefix_heads import PrefixHeads
 from blockdraft.models.hf.tokenizer import HFTokenizer
-from blockdraft.models.inputs import check_input_ids, check_past_fits
-from blockdraft.models.topk import topk_logprobs
+from blockdraft.models.step import check_step
 
 SUPPORTED = (
     "supported: decoder-only transformers causal LMs whose logits are lm_head(final hidden "
@@ -166,7 +174,7 @@ def context_length(base: Any) -> int | None:
     return None
 
 
-class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
+class HFBlockwiseModel(HeadsLM, nn.Module):
     """A ``transformers`` causal LM with Medusa heads, behind blockdraft's model protocol.
 
     Args:
@@ -216,6 +224,7 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         heads.to(device=weight.device, dtype=weight.dtype)
         self.base = base
         self.heads = heads
+        self.heads_rule: HeadsRule = torch_rule(base, heads)  # the kind's rule, in PyTorch
         self._cache_argument: str = cache_argument(base.base_model) or ""  # checked above
         self.tokenizer: HFTokenizer | None = (
             None if tokenizer is None else HFTokenizer(tokenizer, vocab_size=vocab)
@@ -266,8 +275,7 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         """What the model can do (:class:`~blockdraft.models.capabilities.Capabilities`):
         Medusa or prefix-conditioned heads (a tree lattice), PyTorch eager in its dtype."""
         return Capabilities(
-            heads="none" if self.h == 1 else (
-                "prefix" if isinstance(self.heads, PrefixHeads) else "medusa"), h=self.h,
+            heads="none" if self.h == 1 else self.heads_rule.kind, h=self.h,
             vocab_size=self.config.vocab_size, max_seq_len=self.config.max_seq_len,
             runtime="torch", precision=self.config.dtype, factored=True, head_topk=True,
             last_only=True, drafting=self.heads.drafting, device=self.device.type,
@@ -280,77 +288,7 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         assert isinstance(head, nn.Linear)
         return head
 
-    # ---- the forward pass, in pieces ---------------------------------------------------------
-
-    def _check_inputs(
-        self, input_ids: Any, past: Any, position_ids: Any, tree: bool = False
-    ) -> tuple[torch.Tensor, HFCache | None, torch.Tensor]:
-        device = self.device
-        ids = check_input_ids(input_ids, self.config.vocab_size, device)
-        B, T = ids.shape  # noqa: N806 - shape names as in the papers
-        if past is not None:
-            if not isinstance(past, HFCache):
-                raise ModelError(f"past must be an HFCache or None, got {type(past).__name__}")
-            if self.config.n_layer and past.n_layer != self.config.n_layer:
-                raise ModelError(
-                    f"past has {past.n_layer} layers but this model has {self.config.n_layer} "
-                    "(was it made by another model?)"
-                )
-        t_past = check_past_fits(past, B, 1 if tree else T, device, self.config.max_seq_len)
-        if past is not None and past.batch_size != B:
-            past = past.expand(B)
-        if position_ids is None:
-            positions = torch.arange(t_past, t_past + T, device=device)[None]  # (1, T)
-        else:
-            positions = torch.as_tensor(position_ids, dtype=torch.long, device=device)
-            if positions.dim() == 1:
-                positions = positions[None]  # (1, T)
-            if positions.dim() != 2 or positions.shape[1] != T or positions.shape[0] not in (1, B):
-                raise ModelError(
-                    f"position_ids must be [T] or [B, T] = [{B}, {T}], got "
-                    f"{tuple(positions.shape)}"
-                )
-        if tree:  # a token tree reaches only its deepest position, not T_past + T
-            check_past_fits(None, B, int(positions.max()) + 1, device, self.config.max_seq_len)
-        return ids, past, positions.expand(B, T)  # positions: (B, T)
-
-    def _tree_attention_mask(
-        self, tree_mask: Any, positions: torch.Tensor, t_past: int
-    ) -> torch.Tensor:
-        """The 4D additive mask ``[1, 1, T, T_past + T]`` of a token tree (docs/definitions.md
-        sec. 11): 0 where a new token attends (the prefix, and the new tokens ``tree_mask``
-        allows), the dtype's minimum elsewhere. transformers returns a 4D mask as-is
-        (``masking_utils._preprocess_mask_arguments``); an additive float mask works for the
-        eager and SDPA attentions alike. A sliding window (every layer sliding) is applied
-        on the positions; a model mixing sliding and full layers is refused once the span
-        exceeds the window.
-        """
-        T = positions.shape[1]  # noqa: N806
-        device = positions.device
-        mask = torch.as_tensor(tree_mask, device=device).to(torch.bool)
-        if tuple(mask.shape) != (T, T):
-            raise ModelError(f"tree_mask must be bool [T, T] = [{T}, {T}], got "
-                             f"{tuple(mask.shape)}")
-        allowed = torch.cat((torch.ones(T, t_past, dtype=torch.bool, device=device), mask), 1)
-        window = getattr(_text_config(self.base), "sliding_window", None)
-        if isinstance(window, int) and window > 0 and int(positions.max()) + 1 > window:
-            try:
-                from transformers.cache_utils import get_layer_types_and_kwargs
-
-                kinds = set(get_layer_types_and_kwargs(_text_config(self.base))[0])
-            except Exception:  # noqa: BLE001 - judged as all sliding
-                kinds = {"sliding_attention"}
-            if kinds != {"sliding_attention"}:
-                raise ModelError(
-                    "tree verification with a mix of sliding-window and full attention layers "
-                    f"is not supported beyond the window ({window} positions)"
-                )
-            key_pos = torch.cat((torch.arange(t_past, device=device), positions[0]))  # (Tk,)
-            allowed &= (positions[0][:, None] - key_pos[None, :]) < window
-        dtype = self.lm_head.weight.dtype
-        out = torch.zeros(allowed.shape, dtype=dtype, device=device)
-        out.masked_fill_(~allowed, torch.finfo(dtype).min)
-        return out[None, None]  # (1, 1, T, T_past + T)
+    # ---- the forward pass -------------------------------------------------------------------
 
     def hidden(
         self,
@@ -370,8 +308,10 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
                 value a contiguous cache needs; a token tree passes ``past.length + depths``).
             tree_mask: bool ``[T, T]``, which new tokens each new token attends to (a token
                 tree's ancestor mask, docs/definitions.md sec. 11); the prefix is always
-                attended. Passed to the base as a 4D additive mask ``[1, 1, T, T_past + T]``.
-                Default: causal (transformers builds the mask).
+                attended. Passed to the base as a 4D additive mask ``[1, 1, T, T_past + T]``
+                (:meth:`Step.bias <blockdraft.models.step.Step.bias>`; transformers returns a
+                4D mask as it is, and an additive float mask works for the eager and SDPA
+                attentions alike). Default: causal (transformers builds the mask).
 
         Returns:
             ``x`` float ``[B, T, d]`` (``output_hidden_states[-1]`` of the base) and the cache
@@ -383,19 +323,24 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         """
         from transformers import DynamicCache
 
-        tree = tree_mask is not None
-        ids, past, positions = self._check_inputs(input_ids, past, position_ids, tree)
-        cache = DynamicCache() if past is None else past.dynamic()
+        if isinstance(past, HFCache) and self.config.n_layer and (
+                past.n_layer != self.config.n_layer):
+            raise ModelError(f"past has {past.n_layer} layers but this model has "
+                             f"{self.config.n_layer} (was it made by another model?)")
+        step = check_step(input_ids, past, position_ids, tree_mask, cache=HFCache,
+                          vocab_size=self.config.vocab_size, device=self.device,
+                          max_seq_len=self.config.max_seq_len)
+        cache = DynamicCache() if step.past is None else step.past.dynamic()
         extra: dict[str, Any] = {}
-        if tree:
-            extra["attention_mask"] = self._tree_attention_mask(
-                tree_mask, positions, 0 if past is None else past.length)
+        if step.tree_mask is not None:  # (1, 1, T, T_past + T)
+            extra["attention_mask"] = step.bias(self.lm_head.weight.dtype,
+                                                window=self._tree_window(step.span))
         out, returned = call_with_cache(
             self.base.base_model, self._cache_argument, cache,
-            input_ids=ids, position_ids=positions, **extra,
+            input_ids=step.ids, position_ids=step.positions.expand(step.ids.shape), **extra,
         )
         new = HFCache.from_dynamic(returned)
-        expected = ids.shape[1] + (0 if past is None else past.length)
+        expected = step.t_past + step.length
         if new.length != expected:
             raise ModelError(
                 f"the model's cache holds {new.length} positions after a forward over "
@@ -403,31 +348,30 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
             )
         return out.last_hidden_state, new  # (B, T, d)
 
-    def head_states(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
-        """Each head's pre-projection state: ``[..., d] -> [..., n, d]``.
-
-        Head 1's state is ``x`` itself; head ``j + 2``'s is Medusa head ``j``'s ResBlocks on
-        ``x``. ``heads`` (default ``h``) keeps heads ``1 .. heads``.
+    def _tree_window(self, span: int) -> int | None:
+        """The sliding window a token tree reaching ``span`` positions must apply itself (every
+        layer sliding), or None (full attention, or a span within the window).
 
         Raises:
-            ModelError: when ``heads`` is outside ``[1, h]``.
+            ModelError: a model mixing sliding and full attention layers, beyond the window.
         """
-        n = self.heads_kept(heads)
-        if n == 1:
-            return x.unsqueeze(-2)  # (..., 1, d)
-        return torch.cat((x.unsqueeze(-2), self._medusa_states(x, n - 1)), dim=-2)
+        window = getattr(_text_config(self.base), "sliding_window", None)
+        if not (isinstance(window, int) and window > 0 and span > window):
+            return None
+        try:
+            from transformers.cache_utils import get_layer_types_and_kwargs
 
-    def _medusa_states(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        """Medusa heads ``0 .. n-1``'s states at ``x [..., d]``: ``[..., n, d]``.
+            kinds = set(get_layer_types_and_kwargs(_text_config(self.base))[0])
+        except Exception:  # noqa: BLE001 - judged as all sliding
+            kinds = {"sliding_attention"}
+        if kinds != {"sliding_attention"}:
+            raise ModelError(
+                "tree verification with a mix of sliding-window and full attention layers "
+                f"is not supported beyond the window ({window} positions)"
+            )
+        return window
 
-        Prefix heads (:class:`~blockdraft.models.hf.prefix_heads.PrefixHeads`) read the token
-        before each target greedily: head 0 the base's argmax at ``x``, head ``j`` the argmax
-        of head ``j - 1`` (over the shortlist). The 1-best path of the lattice they give is
-        then the chain a Hydra model drafts; its other arcs are conditioned on that chain.
-        """
-        if not isinstance(self.heads, PrefixHeads):
-            return self.heads(x, n)  # type: ignore[no-any-return]
-        return self._prefix_chain(x, n)[0]
+    # ---- the heads (their rule: self.heads_rule) -----------------------------------------------
 
     @property
     def heads_digest(self) -> str:
@@ -439,112 +383,6 @@ class HFBlockwiseModel(FactoredHeadsLM, nn.Module):
         if self.heads.shortlist is not None:
             state["shortlist"] = self.heads.shortlist
         return tensors_digest(state)[:16]
-
-    @property
-    def conditional_heads(self) -> bool:
-        """Whether the heads read the token before their target (prefix heads): their
-        ``head_topk`` and ``expander`` then take the base's greedy token as ``first``."""
-        return isinstance(self.heads, PrefixHeads)
-
-    def _prefix_chain(self, x: torch.Tensor, n: int, first: torch.Tensor | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prefix heads along their greedy chain at ``x [..., d]``: ``(states [..., n, d],
-        logits [..., n, Vs])``, the logits over the shortlist (``V`` without one), each
-        computed once: head ``j``'s argmax is the token head ``j + 1`` reads. ``first``
-        (int64 ``[...]``): the base's greedy token at ``x`` when the caller has it (the
-        verifier does), else projected here over the whole vocabulary."""
-        assert isinstance(self.heads, PrefixHeads)
-        weight, bias, ids = self._shortlist_projection()
-        embed = self.base.get_input_embeddings().weight
-        previous = self.lm_head(x).argmax(-1) if first is None else first.to(x.device)
-        states, logits = [], []
-        for j in range(n):
-            state = self.heads.head_state(j, x, embed[previous])
-            row = nn.functional.linear(state, weight, bias)  # (..., Vs)
-            states.append(state)
-            logits.append(row)
-            best = row.argmax(-1)
-            previous = best if ids is None else ids.to(best.device)[best]
-        return torch.stack(states, dim=-2), torch.stack(logits, dim=-2)
-
-    def project(self, states: torch.Tensor) -> torch.Tensor:
-        """The vocabulary projection of head states: ``[..., n, d] -> [..., n, V]`` raw logits.
-
-        ``states[..., i - 1, :]`` must be head ``i``'s state (as :meth:`head_states` returns
-        them, ``n <= h``): with heads that have their own projections, the position on the
-        second-to-last axis says which projection applies, and with a shortlist which rows
-        are Medusa heads (``-inf`` outside it). Heads that share the base ``lm_head`` without
-        a shortlist take any ``[..., d]``.
-
-        Raises:
-            ModelError: own projections or a shortlist, and ``states`` without a head axis of
-                at most ``h``.
-        """
-        if self.heads.projections is None and self.heads.shortlist is None:
-            return self.lm_head(states)  # type: ignore[no-any-return]  # (..., n, V)
-        if states.dim() < 2 or not 1 <= states.shape[-2] <= self.h:
-            raise ModelError(
-                f"project needs states [..., n, d] with 1 <= n <= h = {self.h} heads on the "
-                f"second-to-last axis (from head_states), got shape {tuple(states.shape)}"
-            )
-        base = self.lm_head(states[..., :1, :])  # (..., 1, V)
-        if states.shape[-2] == 1:
-            return base  # type: ignore[no-any-return]
-        medusa = self.heads.logits(states[..., 1:, :], self.lm_head)  # (..., n - 1, V)
-        return torch.cat((base, medusa), dim=-2)  # (..., n, V)
-
-    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None,
-                  first: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Heads 2..``heads``' top-``k`` at ``x [M, d]``: ``(ids [M, n-1, k], scores)`` (see
-        :meth:`FactoredHeadsLM.head_topk`), projected onto the heads' shortlist alone when
-        they have one (``[Vs, d]`` rows of ``lm_head``, kept between calls). ``first``
-        (int64 ``[M]``): the base's greedy tokens at ``x``, which prefix heads read
-        (:attr:`conditional_heads`; projected here when not given)."""
-        if self.heads.projections is not None:
-            return super().head_topk(x, k, heads)
-        n = self.heads_kept(heads)
-        weight, bias, ids = self._shortlist_projection()
-        if isinstance(self.heads, PrefixHeads):  # the chain's logits, projected once
-            logits = self._prefix_chain(x, n - 1, first)[1]  # (M, n - 1, Vs)
-        else:
-            states = self.heads(x, n - 1)  # (M, n - 1, d)
-            logits = nn.functional.linear(states, weight, bias)  # (M, n - 1, Vs)
-        top, scores = topk_logprobs(logits.reshape(-1, logits.shape[-1]), k, ids)
-        return top.reshape(x.shape[0], n - 1, k), scores.reshape(x.shape[0], n - 1, k)
-
-    def expander(self, x: torch.Tensor, k: int, first: int | None = None,
-                 chain: tuple[np.ndarray, np.ndarray] | None = None) -> Any:
-        """The tree lattice of prefix heads at ``x [d]`` (one step's, for
-        :func:`~blockdraft.lattice.conditional.conditional_pbest`: depth 1 the base's greedy
-        token ``first``, projected here when not given; each node expanded by the head
-        reading its last token, ``k`` arcs; ``chain``: the greedy chain's top ``k`` from
-        :meth:`head_topk` at ``x``, which spares their evaluation); None for Medusa heads, whose
-        lattice is a sausage."""
-        if not isinstance(self.heads, PrefixHeads):
-            return None
-        certain = int(self.lm_head(x).argmax(-1)) if first is None else int(first)
-        return self.heads.expander(x, certain, self.lm_head.weight,
-                                   self.base.get_input_embeddings().weight, k,
-                                   rows=self._shortlist_projection()[0], chain=chain)
-
-    def _shortlist_projection(self) -> tuple[torch.Tensor, torch.Tensor | None,
-                                             torch.Tensor | None]:
-        """``(weight [Vs, d], bias [Vs] or None, ids [Vs] or None)`` of the heads'
-        projection, cached until the shortlist or ``lm_head``'s weight changes."""
-        lm_head = self.lm_head
-        shortlist = self.heads.shortlist
-        key = (id(shortlist), lm_head.weight.data_ptr(), lm_head.weight._version,
-               lm_head.weight.dtype, lm_head.weight.device)
-        cached = getattr(self, "_shortlist_cache", None)
-        if cached is None or cached[0] != key:
-            if shortlist is None:
-                cached = (key, lm_head.weight, lm_head.bias, None)
-            else:
-                rows = shortlist.to(lm_head.weight.device)
-                bias = None if lm_head.bias is None else lm_head.bias[rows]
-                cached = (key, lm_head.weight[rows].contiguous(), bias, shortlist)
-            self._shortlist_cache = cached
-        return cached[1], cached[2], cached[3]
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The Medusa heads' parameters (what head training updates)."""

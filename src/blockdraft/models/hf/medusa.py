@@ -37,7 +37,7 @@ layer its own block (TGI, vLLM). With ``L = 1`` the two are the same.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -83,6 +83,10 @@ class MedusaHeads(nn.Module):
     Raises:
         ModelError: on a non-positive size, or ``own_projection`` without ``vocab_size``.
     """
+
+    kind: ClassVar[str] = "medusa"
+    """The heads' kind (:data:`~blockdraft.models.capabilities.HEAD_KINDS`): which rule of
+    :mod:`blockdraft.models.heads` drafts with them."""
 
     def __init__(
         self,

@@ -18,8 +18,10 @@ earlier heads were right.
 Public surface:
     PrefixHeads(d_model, num_heads, num_layers=1)
         heads(h [..., d], previous=e [..., n, d]) -> [..., n, d]   pre-projection states
+        heads.node(h [d], lm_head, embed, k) -> node(head, token)   one node's top-k
         heads.expander(h [d], certain, lm_head, embed, k) -> expand   one step's tree lattice
-    tree_expander(certain, n, node) -> expand      the same rule over any runtime's heads
+    tree_expander(certain, n, node) -> expand      the same rule over any runtime's heads (its
+                                                   home: :mod:`blockdraft.models.heads.prefix`)
     (everything else as :class:`~blockdraft.models.hf.medusa.MedusaHeads`: logits, the
     shortlist; they share the base's ``lm_head``)
     LAYOUT                                       the ``layout`` of their folder's config
@@ -28,8 +30,9 @@ Public surface:
 Files. A folder of prefix heads holds ``config.json`` (``layout``, sizes, the base, the
 shortlist entry of :mod:`.shortlist`), ``prefix_heads.safetensors`` (the state dict, sealed by
 its digest) and, with a shortlist, ``shortlist.safetensors``. ``load_model(heads=FOLDER)``
-takes them; PyTorch and ONNX Runtime decode with them (:mod:`blockdraft.models.runtimes.
-onnx_graph` builds their greedy chain and the expansion of one node as graphs).
+takes them; PyTorch and ONNX Runtime decode with them through their rule,
+:class:`~blockdraft.models.heads.prefix.PrefixRule` (:mod:`blockdraft.models.runtimes.
+onnx_head_graphs` builds their greedy chain and the expansion of one node as graphs).
 """
 
 from __future__ import annotations
@@ -38,14 +41,18 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.heads.prefix import tree_expander
 from blockdraft.models.hf.medusa import MedusaHeads
+
+__all__ = ["LAYOUT", "PrefixHeads", "is_prefix_folder", "read_prefix_heads", "tree_expander",
+           "write_prefix_heads"]
 
 
 class PrefixHeads(MedusaHeads):
@@ -57,6 +64,8 @@ class PrefixHeads(MedusaHeads):
         num_heads: heads ``n >= 1``.
         num_layers: ResBlocks per head ``L >= 1``.
     """
+
+    kind: ClassVar[str] = "prefix"
 
     def __init__(self, d_model: int, num_heads: int, num_layers: int = 1) -> None:
         super().__init__(d_model, None, num_heads, num_layers)
@@ -98,7 +107,8 @@ class PrefixHeads(MedusaHeads):
                  chain: tuple[np.ndarray, np.ndarray] | None = None
                  ) -> Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]:
         """The conditional lattice of one step (:mod:`blockdraft.lattice.conditional`), for
-        :func:`~blockdraft.lattice.conditional.conditional_pbest`.
+        :func:`~blockdraft.lattice.conditional.conditional_pbest`: :func:`tree_expander` over
+        :meth:`node`.
 
         Depth 1 is the base's own next token ``certain`` (log-prob 0); a node of depth
         ``i >= 1`` is expanded by head ``i - 1`` reading the node's last token: its top ``k``
@@ -107,17 +117,31 @@ class PrefixHeads(MedusaHeads):
         Args:
             hidden: ``[d]``, the base's final hidden state at the accepted position.
             certain: the base's greedy token from it.
-            lm_head: ``[V, d]`` the base's output projection; embed: ``[V, d]`` its input
-                embeddings (the same tensor when they are tied).
-            k: arcs per node.
-            rows: the shortlist's rows of ``lm_head`` (``[Vs, d]``), when the caller keeps
-                them; else taken from ``lm_head`` at the first expansion (building an
-                expander that is never used costs nothing).
+            lm_head, embed, k, rows: as :meth:`node` takes them.
             chain: the greedy chain's top ``k`` when the caller has it (:func:`tree_expander`).
 
         Returns:
             ``expand(prefix) -> (ids int64 [k'], log-probs float64 [k'])``; a prefix deeper
             than the heads, or not starting with ``certain``, has no children.
+        """
+        return tree_expander(certain, self.num_heads, self.node(hidden, lm_head, embed, k, rows),
+                             chain)
+
+    def node(self, hidden: torch.Tensor, lm_head: torch.Tensor, embed: torch.Tensor, k: int,
+             rows: torch.Tensor | None = None) -> Callable[[int, int],
+                                                           tuple[np.ndarray, np.ndarray]]:
+        """One step's node expansion at ``hidden [d]``: ``(head, token) -> (ids int64 [k'],
+        log-probs float64 [k'])``, head ``head``'s top ``k`` (over the shortlist, the whole
+        vocabulary without one) when it reads ``token``.
+
+        Args:
+            hidden: ``[d]``, the base's final hidden state at the accepted position.
+            lm_head: ``[V, d]`` the base's output projection; embed: ``[V, d]`` its input
+                embeddings (the same tensor when they are tied).
+            k: arcs per node.
+            rows: the shortlist's rows of ``lm_head`` (``[Vs, d]``), when the caller keeps
+                them; else taken from ``lm_head`` at the first expansion (building a node
+                evaluation that is never used costs nothing).
         """
         ids = self.shortlist
         h = hidden.float()
@@ -133,61 +157,13 @@ class PrefixHeads(MedusaHeads):
                 state = self.head_state(head, h, embed[token].float())  # (d,)
                 logp = torch.log_softmax(state @ weight().T, dim=-1)  # (V or Vs,)
                 top = logp.topk(min(k, logp.numel()))
-            best = top.indices if ids is None else ids[top.indices]
-            return best.numpy().astype(np.int64), top.values.double().numpy()
+            best = top.indices if ids is None else ids[top.indices.cpu()]
+            return best.cpu().numpy().astype(np.int64), top.values.double().cpu().numpy()
 
-        return tree_expander(certain, self.num_heads, node, chain)
+        return node
 
     def extra_repr(self) -> str:
         return "prefix-conditioned, " + super().extra_repr()
-
-
-def tree_expander(certain: int, num_heads: int,
-                  node: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
-                  chain: tuple[np.ndarray, np.ndarray] | None = None
-                  ) -> Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]:
-    """The expansion rule of one step's tree lattice over any runtime's heads.
-
-    A node's children depend only on its depth and its last token (head ``depth - 1`` reads
-    that token's embedding beside the step's fixed state), so each ``(head, token)`` is
-    evaluated once per step, and the greedy chain's nodes not at all when ``chain`` (the
-    chain's top-k, which the step computed already: ``head_topk``) is given.
-
-    Args:
-        certain: the base's greedy token (depth 1, log-prob 0).
-        num_heads: prefix heads ``n``: nodes deeper than ``n`` have no children.
-        node: ``(head, token) -> (ids int64 [k'], log-probs float64 [k'])``, head ``head``'s
-            top arcs when it reads ``token`` (the node's last token).
-        chain: ``(ids [m, k], log-probs [m, k])``, heads ``0 .. m-1`` along the greedy chain
-            from ``certain`` (row ``j`` reads row ``j - 1``'s first id; ids ``< 0`` are
-            padding), or None.
-
-    Returns:
-        ``expand(prefix)``, as :meth:`PrefixHeads.expander` documents it.
-    """
-    none = (np.zeros(0, dtype=np.int64), np.zeros(0))
-    seen: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    if chain is not None:
-        token = certain
-        for j, (ids, scores) in enumerate(zip(*chain, strict=True)):
-            keep = ids >= 0
-            seen[(j, token)] = (ids[keep].astype(np.int64), scores[keep].astype(np.float64))
-            if not keep.any():
-                break
-            token = int(ids[0])
-
-    def expand(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        if not prefix:
-            return np.asarray([certain], dtype=np.int64), np.zeros(1)
-        depth = len(prefix)
-        if prefix[0] != certain or depth > num_heads:
-            return none
-        key = (depth - 1, int(prefix[-1]))
-        if key not in seen:
-            seen[key] = node(*key)
-        return seen[key]
-
-    return expand
 
 
 LAYOUT = "blockdraft-prefix"

@@ -3,7 +3,12 @@
 The verifier, the decode loop, traces and the CLI see a model only through the protocol of
 :mod:`blockdraft.models.protocol`; a runtime decides how its forward is computed. Adding one
 (llama.cpp, a GPU server) is a new module here and an entry in :data:`RUNTIMES`, never a branch
-in the verifier.
+in the verifier. A runtime takes one checked step record per forward
+(:class:`~blockdraft.models.step.Step`: ids, positions, the tree's mask or bias, the rows it
+writes), computes the heads through the heads' rule over its own backend
+(:mod:`blockdraft.models.heads`; ONNX Runtime's: :mod:`.onnx_heads`), and shares the rest with
+the model it wraps through one record (:mod:`.wrapped`). ONNX Runtime's sessions and the sealed
+export cache are one module for every model blockdraft exports (:mod:`.onnx_store`).
 
     torch          PyTorch eager: the model as loaded (float32, bfloat16 or float16)
     onnxruntime    ONNX Runtime on the CPU (:class:`OrtBlockwiseModel`): the model exported

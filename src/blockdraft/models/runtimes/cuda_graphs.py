@@ -10,27 +10,30 @@ step copies its inputs into the graph's static input tensors and replays. On a C
 padded forward runs eagerly (that is what the CPU tests check; capture itself is untested
 here: no GPU in CI).
 
-The forward must be a function of static-shaped tensors only, ``step(ids [1, Tb], positions
+The forward must be a function of static-shaped tensors only, ``forward(ids [1, Tb], positions
 [1, Tb], bias [1, 1, Tb, R], start []) -> x [1, Tb, d]``, that reads its write row from
 ``start`` on the device (so a replay never depends on Python state), with no host
-synchronisation inside (a requirement of capture).
+synchronisation inside (a requirement of capture). Its inputs are made from the step's record
+(:class:`~blockdraft.models.step.Step`, padded on the device by :func:`pad_step`).
 
 Public surface:
     BUCKETS
     bucket_of(t, buckets) -> Tb or None
-    pad_step(tokens, positions, tree_mask, size) -> (tokens, positions, tree_mask)
-    BucketRunner(step, inputs, buckets, scratch_row, capture)
-        .run(tokens, positions, tree_mask, t_past) -> x [1, T, d]
+    pad_step(step, size) -> Step          padded to ``size`` new tokens
+    BucketRunner(forward, inputs, buckets, scratch_row, capture)
+        .run(step) -> x [1, T, d]
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
+
+from blockdraft.models.step import Step
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 """The numbers of new tokens a graph is captured for (a chain, a tree, a greedy step)."""
@@ -38,8 +41,8 @@ WARMUP = 2
 """Eager runs of a bucket's forward on a side stream before its capture (what
 ``torch.cuda.graph`` asks for: lazy initialisations happen outside the graph)."""
 
-Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-Inputs = Callable[[np.ndarray, np.ndarray, np.ndarray, int], tuple[torch.Tensor, ...]]
+Forward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Inputs = Callable[[Step], tuple[torch.Tensor, ...]]
 
 
 def bucket_of(t: int, buckets: tuple[int, ...]) -> int | None:
@@ -47,19 +50,19 @@ def bucket_of(t: int, buckets: tuple[int, ...]) -> int | None:
     return next((b for b in buckets if b >= t), None)
 
 
-def pad_step(tokens: np.ndarray, positions: np.ndarray, tree_mask: np.ndarray, size: int
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``T`` new tokens padded to ``size``: ``(tokens [size], positions [size], tree_mask
-    [size, size])``. Padding tokens are token 0 at the last real position, reading themselves
-    only among the new tokens; no real token reads them."""
-    t = tokens.size
-    ids = np.zeros(size, dtype=np.int64)
-    ids[:t] = tokens
-    pos = np.full(size, positions[-1], dtype=np.int64)
-    pos[:t] = positions
-    mask = np.eye(size, dtype=bool)
-    mask[:t, :t] = tree_mask
-    return ids, pos, mask
+def pad_step(step: Step, size: int) -> Step:
+    """The step's ``T`` new tokens padded to ``size`` (on its device): padding tokens are token
+    0 at the last real position, reading themselves only among the new tokens; no real token
+    reads them."""
+    t, dev = step.length, step.ids.device
+    ids = torch.zeros(1, size, dtype=torch.long, device=dev)
+    ids[:, :t] = step.ids
+    positions = step.positions[:, -1:].repeat(1, size)  # (1, size)
+    positions[:, :t] = step.positions
+    mask = torch.eye(size, dtype=torch.bool, device=dev)
+    mask[:t, :t] = (torch.ones(t, t, dtype=torch.bool, device=dev).tril()
+                    if step.tree_mask is None else step.tree_mask)
+    return dataclasses.replace(step, ids=ids, positions=positions, tree_mask=mask)
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,9 +78,9 @@ class BucketRunner:
     """Runs a static forward padded to its bucket, captured once per bucket on a CUDA device.
 
     Args:
-        step: the forward (see the module docstring).
-        inputs: ``(tokens [Tb], positions [Tb], tree_mask [Tb, Tb], t_past) -> (ids,
-            positions, bias, start)``, the step's arguments on its device.
+        forward: the forward (see the module docstring).
+        inputs: ``step -> (ids, positions, bias, start)``, a (padded) step's arguments on its
+            device.
         buckets: increasing bucket sizes.
         scratch_row: a first row where a bucket's warm-up runs may write (``scratch_row +
             max(buckets)`` rows must exist, past every cache's length).
@@ -85,9 +88,9 @@ class BucketRunner:
             False runs the padded step eagerly.
     """
 
-    def __init__(self, step: Step, inputs: Inputs, buckets: tuple[int, ...], scratch_row: int,
-                 capture: bool) -> None:
-        self.step, self.inputs, self.buckets = step, inputs, buckets
+    def __init__(self, forward: Forward, inputs: Inputs, buckets: tuple[int, ...],
+                 scratch_row: int, capture: bool) -> None:
+        self.forward, self.inputs, self.buckets = forward, inputs, buckets
         self.scratch_row, self.capture = scratch_row, capture
         self._graphs: dict[int, _Captured] = {}
         self._pool: Any = None
@@ -102,15 +105,14 @@ class BucketRunner:
         """The buckets captured so far (each at its first use)."""
         return tuple(sorted(self._graphs))
 
-    def run(self, tokens: np.ndarray, positions: np.ndarray, tree_mask: np.ndarray,
-            t_past: int) -> torch.Tensor:
+    def run(self, step: Step) -> torch.Tensor:
         """The step's output for ``T <= largest`` new tokens: ``x [1, T, d]`` (its own tensor)."""
-        t = tokens.size
+        t = step.length
         size = bucket_of(t, self.buckets)
         assert size is not None, "the caller runs T > largest unpadded"
-        args = self.inputs(*pad_step(tokens, positions, tree_mask, size), t_past)
+        args = self.inputs(pad_step(step, size))
         if not self.capture:
-            return self.step(*args)[:, :t]
+            return self.forward(*args)[:, :t]
         captured = self._graphs.get(size) or self._capture(size, args)
         for static, value in zip(captured.inputs, args, strict=True):
             static.copy_(value, non_blocking=True)
@@ -128,11 +130,11 @@ class BucketRunner:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(WARMUP):
-                self.step(*static)
+                self.forward(*static)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            output = self.step(*static)
+            output = self.forward(*static)
         captured = _Captured(graph, static, output)
         self._graphs[size] = captured
         return captured

@@ -16,18 +16,15 @@ that was invalidated (two forwards branching from one prefix: a second forward f
 overwrites what the first one's result ``B`` holds) is refused with a :class:`ModelError`, never
 read.
 
-The two runtimes on such a buffer also share the checks of a forward's inputs
-(:func:`check_step`) and the additive attention bias over the buffer's rows
-(:func:`attention_bias`: the prefix, a token tree's ancestors, a sliding window).
+A forward's inputs and the attention bias over the buffer's rows are the runtime's checked
+:class:`~blockdraft.models.step.Step` (its ``bias``: the prefix, a token tree's ancestors, a
+sliding window), as on every runtime.
 
 Public surface:
     KVBuffer(n_layer, n_kv_head, head_dim, capacity=256, device="cpu", dtype=torch.float32)
         .reserve(rows), .capacity, .keys[i], .values[i], .begin_write(cache) -> new epoch
     BufferCache(buffer, length, epoch)     length, batch_size, crop, gather, select_row,
                                            expand(1), select_rows, to
-    check_step(input_ids, past, position_ids, tree_mask, *, vocab_size, device, max_seq_len,
-               who) -> (ids [1, T], T_past, positions [T], tree_mask [T, T] or None)
-    attention_bias(positions, t_past, tree_mask, window, columns, masked) -> [1, 1, T, columns]
 """
 
 from __future__ import annotations
@@ -39,7 +36,6 @@ import numpy as np
 import torch
 
 from blockdraft.models.errors import ModelError
-from blockdraft.models.inputs import check_input_ids, check_past_fits
 
 
 class KVBuffer:
@@ -198,71 +194,3 @@ class BufferCache:
 
     def __repr__(self) -> str:
         return f"BufferCache(length={self.length}, capacity={self.buffer.capacity})"
-
-
-def check_step(input_ids: Any, past: Any, position_ids: Any, tree_mask: Any, *,
-               vocab_size: int, device: torch.device, max_seq_len: int | None, who: str
-               ) -> tuple[torch.Tensor, int, np.ndarray, np.ndarray | None]:
-    """The checks of one forward of a runtime on a :class:`KVBuffer` (see its ``hidden``).
-
-    Args:
-        input_ids: int ``[1, T]``; past: a :class:`BufferCache` or None; position_ids: ``[T]``
-            or ``[1, T]`` or None (``past.length + arange(T)``); tree_mask: bool ``[T, T]`` or
-            None.
-        who: the runtime, as the messages name it (``"the ONNX Runtime model"``).
-
-    Returns:
-        ``(ids [1, T] int64, T_past, positions int64 [T] (host), tree_mask bool [T, T] (host)
-        or None)``.
-
-    Raises:
-        ModelError: bad ids, more than one row, a cache of another kind, positions or a mask
-            of the wrong size, a sequence longer than the model's context.
-    """
-    ids = check_input_ids(input_ids, vocab_size, device)
-    if ids.shape[0] != 1:
-        raise ModelError(
-            f"{who} runs one row at a time, got input_ids of shape {tuple(ids.shape)}; a batch "
-            "of drafts is verified as their token tree")
-    t = int(ids.shape[1])
-    if past is not None and not isinstance(past, BufferCache):
-        raise ModelError(f"past must be this model's BufferCache or None, got "
-                         f"{type(past).__name__}")
-    tree = tree_mask is not None
-    t_past = check_past_fits(past, 1, 1 if tree else t, device, max_seq_len)
-    if position_ids is None:
-        positions = np.arange(t_past, t_past + t, dtype=np.int64)
-    else:
-        positions = np.asarray(torch.as_tensor(position_ids).cpu(), dtype=np.int64).reshape(-1)
-        if positions.size != t:
-            raise ModelError(f"position_ids must hold T = {t} positions, got {positions.size}")
-    mask = None
-    if tree:  # a token tree reaches only its deepest position, not T_past + T
-        check_past_fits(None, 1, int(positions.max()) + 1, device, max_seq_len)
-        mask = np.asarray(torch.as_tensor(tree_mask).cpu(), dtype=bool)
-        if mask.shape != (t, t):
-            raise ModelError(f"tree_mask must be bool [T, T] = [{t}, {t}], got {mask.shape}")
-    return ids, t_past, positions, mask
-
-
-def attention_bias(positions: np.ndarray, t_past: int, tree_mask: np.ndarray | None,
-                   window: int | None, columns: int, masked: float) -> np.ndarray:
-    """float32 ``[1, 1, T, columns]``: 0 where new token ``i`` reads buffer row ``j``,
-    ``masked`` elsewhere.
-
-    Row ``i`` reads the prefix rows ``0 .. t_past - 1`` and the new rows ``t_past + j`` that
-    ``tree_mask[i, j]`` allows (every new row when ``tree_mask`` is None: the attention kernel
-    is then causal itself); never a row at ``t_past + T`` or beyond, nor (with a sliding
-    ``window``) a key ``window`` or more positions before the query's. ``positions [T]``: the
-    new tokens' positions; the prefix row ``j`` holds position ``j``.
-    """
-    t = positions.size
-    bias = np.full((1, 1, t, columns), masked, dtype=np.float32)
-    bias[0, 0, :, : t_past + t] = 0.0
-    if tree_mask is not None:
-        bias[0, 0, :, t_past: t_past + t][~tree_mask] = masked
-    if window is not None and int(positions.max()) + 1 > window:
-        keys = np.concatenate([np.arange(t_past), positions])  # (t_past + T,)
-        far = (positions[:, None] - keys[None, :]) >= window  # (T, t_past + T)
-        bias[0, 0, :, : t_past + t][far] = masked
-    return bias

@@ -1,19 +1,21 @@
-"""The ONNX export of a model, made once and cached, and checked every time it is served.
+"""The ONNX export of a model with its heads, made once and cached, and checked every time it is
+served.
 
-``$BLOCKDRAFT_CACHE/onnx/<key>/`` holds the graphs of :mod:`.onnx_graph` (``body.onnx`` with its
-weights in ``body.onnx.data``, ``resblocks.onnx``, ``projection.onnx``, ``own.onnx`` for heads
-with their own projections, ...) and ``export.json``: the :class:`~.onnx_graph.GraphSpec`, the
-precision, what the key was made of, and each file's size, modification time, SHA-256 and the
-digests of its 1 MiB blocks (sealed, as blockdraft's other formats are:
-:func:`blockdraft.core.digest.seal`). The key is the digest of everything that changes the
-graphs: the base's and the heads' weights (every tensor's bytes), the model's configuration
-(without transformers' bookkeeping, such as the folder it was loaded from: a copied cache is
-found under the same key), the precision, the graph format version and the ``onnx`` and
-``onnxruntime`` versions. The folder is written beside its place and renamed into it when
-complete.
+``$BLOCKDRAFT_CACHE/onnx/<key>/`` holds the graphs (:func:`build_graphs`: the decoder and the
+base head of :mod:`.onnx_graph`, the heads' graphs of their kind, :mod:`.onnx_head_graphs`;
+``body.onnx`` with its weights in ``body.onnx.data``) and ``export.json``: the
+:class:`~.onnx_graph.GraphSpec`, the precision, what the key was made of, and each file's size,
+modification time, SHA-256 and the digests of its 1 MiB blocks (the sealed record every ONNX
+export of blockdraft keeps, :mod:`.onnx_store`). The key is the digest of everything that
+changes the graphs: the base's and the heads' weights (every tensor's bytes), the model's
+configuration (without transformers' bookkeeping, such as the folder it was loaded from: a
+copied cache is found under the same key), the precision, the graph format version and the
+``onnx`` and ``onnxruntime`` versions. The folder is written beside its place and renamed into
+it when complete.
 
-**What a load checks** (:func:`export_problem`, the checks every blockdraft cache shares:
-:func:`blockdraft.core.digest.check_recorded_files`): the sealed ``export.json``, every file's
+**What a load checks** (:func:`export_problem`, :mod:`.onnx_store`'s rules, the checks every
+blockdraft cache shares: :func:`blockdraft.core.digest.check_recorded_files`): the sealed
+``export.json``, every file's
 size, the full SHA-256 of a file whose modification time is not the recorded one (something
 wrote into it, or the folder was copied: a copy's times are then recorded again), and 16 MiB
 of 1 MiB blocks drawn at random over all files against their block digests. On this 2-core
@@ -30,6 +32,7 @@ wrong (``blockdraft: warning: ...`` on the command line); a cache that cannot be
 refused before the slow build, naming the folder and what to do.
 
 Public surface:
+    build_graphs(model, precision) -> {name: onnx.ModelProto}   the body, projections, heads
     export_key(model, precision) -> str
     ensure_export(model, precision, log=None, rebuild=False) -> (folder, GraphSpec)
         builds when missing or damaged
@@ -40,52 +43,62 @@ Public surface:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from blockdraft.core.digest import (
-    check_recorded_files,
-    record_file,
-    seal,
-    sha256_arrays,
-    sha256_json,
-    unseal,
-)
-from blockdraft.core.errors import BlockdraftWarning
-from blockdraft.core.files import (
-    atomic_directory,
-    cache_dir,
-    writable_cache_dir,
-    write_advice,
-    write_text_atomic,
-)
+from blockdraft.core.digest import sha256_arrays, sha256_json
+from blockdraft.core.files import atomic_directory, cache_dir, writable_cache_dir, write_advice
 from blockdraft.models.errors import ModelError
 from blockdraft.models.runtimes.onnx_graph import (
     GRAPH_VERSION,
+    PRECISIONS,
     GraphSpec,
-    build_graphs,
+    body_graph,
     graph_spec,
+    projection_graph,
 )
+from blockdraft.models.runtimes.onnx_head_graphs import head_graphs
+from blockdraft.models.runtimes.onnx_store import (
+    FORMAT,
+    FORMAT_VERSION,
+    META,
+    SAMPLE_BYTES,
+    read_record,
+    rebuild_warning,
+    seal_export,
+    versions,
+)
+from blockdraft.models.runtimes.onnx_store import export_problem as _export_problem
 
-FORMAT = "blockdraft-onnx-export"
-FORMAT_VERSION = 2  # 2: each file's time and block digests (1: sizes only)
-META = "export.json"
-SAMPLE_BYTES = 16 << 20
-"""Bytes of randomly drawn blocks a load checks against their digests (see the docstring)."""
-
+__all__ = ["FORMAT", "FORMAT_VERSION", "META", "SAMPLE_BYTES", "build_graphs", "ensure_export",
+           "export_key", "export_problem", "nan_error", "read_spec"]
 
 def _versions() -> dict[str, str]:
-    import onnx
-    import onnxruntime
+    return {**versions(), "graph_version": str(GRAPH_VERSION)}
 
-    return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
-            "graph_version": str(GRAPH_VERSION)}
+
+def build_graphs(model: Any, precision: str = "float32") -> dict[str, Any]:
+    """The graphs of an :class:`~blockdraft.models.hf.HFBlockwiseModel`: ``"body"`` and
+    ``"projection"`` (:mod:`.onnx_graph`) and its heads' (:func:`~.onnx_head_graphs
+    .head_graphs`, by their kind) -> ``onnx.ModelProto``.
+
+    Args:
+        model: the model, float32 or any float dtype (weights are read as float32).
+        precision: ``"float32"`` or ``"int8"``.
+
+    Raises:
+        ModelError: an unsupported architecture or precision.
+    """
+    if precision not in PRECISIONS:
+        raise ModelError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    spec = graph_spec(model)
+    return {"body": body_graph(spec, model.base, precision),
+            "projection": projection_graph(spec, model.lm_head),
+            **head_graphs(spec, model, precision)}
 
 
 def _weights_digest(model: Any) -> str:
@@ -111,41 +124,10 @@ def export_key(model: Any, precision: str) -> str:
                         "heads": model.heads.extra_repr(), **_versions()})[:16]
 
 
-def _read_meta(folder: Path) -> dict[str, Any] | str:
-    """``export.json`` (sealed, of this format), or what is wrong with it."""
-    file = folder / META
-    if not file.is_file():
-        return f"{file} is missing (the export was interrupted, or damaged)"
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-        digests = unseal(meta, file, ModelError) if isinstance(meta, dict) else None
-    except (OSError, ValueError) as e:  # ModelError is a ValueError
-        return f"{file} is damaged ({e})"
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or digests is None:
-        return f"{file} is not the record of an ONNX export"
-    records = meta.get("files")
-    if (meta.get("format_version") != FORMAT_VERSION or not isinstance(records, dict)
-            or set(records) != set(digests) or not records
-            or not all(_is_record(r) for r in records.values())):
-        return f"{file} was written by another blockdraft (its export format differs)"
-    return meta
-
-
-def _is_record(record: Any) -> bool:
-    if not isinstance(record, dict) or set(record) != {"size", "mtime_ns", "blocks"}:
-        return False
-    ints = all(isinstance(record[k], int) and not isinstance(record[k], bool)
-               for k in ("size", "mtime_ns"))
-    return ints and isinstance(record["blocks"], list) and all(
-        isinstance(b, str) for b in record["blocks"])
-
-
-def _write_meta(folder: Path, meta: dict[str, Any], digests: dict[str, str]) -> None:
-    write_text_atomic(folder / META, json.dumps(seal(meta, digests), indent=1) + "\n")
-
-
 def export_problem(folder: str | Path, deep: bool = False) -> str | None:
-    """What is wrong with an export folder, or None when it holds what was exported.
+    """What is wrong with an export folder, or None when it holds what was exported
+    (:func:`.onnx_store.export_problem` on its ``export.json``, with this module's
+    :data:`SAMPLE_BYTES`).
 
     Args:
         folder: the export folder (it must exist).
@@ -155,19 +137,7 @@ def export_problem(folder: str | Path, deep: bool = False) -> str | None:
     Returns:
         None, or one sentence naming the file and what differs.
     """
-    root = Path(folder)
-    meta = _read_meta(root)
-    if isinstance(meta, str):
-        return meta
-    digests: dict[str, str] = meta["integrity"]["files"]
-    records: dict[str, dict[str, Any]] = meta["files"]
-    problem, moved = check_recorded_files(root, records, digests, deep=deep,
-                                          sample_bytes=SAMPLE_BYTES, what="the ONNX export")
-    if moved:  # a copied cache: record its times, so the next load need not hash it
-        body = {k: v for k, v in meta.items() if k != "integrity"}
-        with contextlib.suppress(OSError):  # read-only: hashed again next time
-            _write_meta(root, {**body, "files": {**records, **moved}}, digests)
-    return problem
+    return _export_problem(folder, META, deep=deep, sample_bytes=SAMPLE_BYTES)
 
 
 def ensure_export(
@@ -196,8 +166,7 @@ def ensure_export(
         problem = export_problem(folder, deep=rebuild)
         if problem is None and not rebuild:
             return folder, spec
-        warnings.warn(f"{problem or f'ONNX Runtime could not load the export {folder}'}: "
-                      "exporting the model to ONNX again", BlockdraftWarning, stacklevel=3)
+        rebuild_warning(problem or f"ONNX Runtime could not load the export {folder}")
     writable_cache_dir("onnx", error=ModelError, what="the ONNX export")
     start = time.perf_counter()
     say(f"exporting {model.config.name} to ONNX ({precision}), once: cached in {folder}")
@@ -215,14 +184,10 @@ def ensure_export(
                                     location=f"{name}.onnx.data", size_threshold=1024)
                 else:
                     onnx.save_model(proto, str(path))
-            records: dict[str, dict[str, Any]] = {}
-            digests: dict[str, str] = {}
-            for path in sorted(tmp.iterdir()):
-                records[path.name], digests[path.name] = record_file(path)
-            _write_meta(tmp, {"format": FORMAT, "format_version": FORMAT_VERSION,
-                              "precision": precision, "key": key, "model": model.config.name,
-                              "spec": spec.to_dict(), "files": records, **_versions()},
-                        digests)
+            records = seal_export(
+                tmp, [path.name for path in tmp.iterdir()],
+                {"precision": precision, "key": key, "model": model.config.name,
+                 "spec": spec.to_dict(), **_versions()})
     except OSError as e:
         raise ModelError(f"cannot write the ONNX export {folder} ({e.strerror or e}): "
                          f"{write_advice(e)}") from e
@@ -253,8 +218,8 @@ def read_spec(folder: Path) -> GraphSpec:
     Raises:
         ModelError: the folder is not a complete export.
     """
-    meta = _read_meta(folder)
+    meta = read_record(folder)
     if isinstance(meta, str):
         raise ModelError(f"{folder} is not a complete ONNX export ({meta}); delete it to "
                          "rebuild")
-    return GraphSpec(**meta["spec"])
+    return GraphSpec.from_dict(meta["spec"])

@@ -1,6 +1,7 @@
-"""The ONNX graphs of a Hugging Face model with Medusa heads, built from its weights.
+"""The ONNX graphs of a Hugging Face model's decoder and base head, built from its weights; the
+builder every graph of the export uses (the heads' graphs: :mod:`.onnx_head_graphs`).
 
-Three graphs, each run by its own ONNX Runtime session (:mod:`.onnx_model`):
+Each graph is run by its own ONNX Runtime session (:mod:`.onnx_model`):
 
 ``body``: the decoder, ``T`` new tokens on a key/value cache held in buffers the caller owns::
 
@@ -16,28 +17,11 @@ Three graphs, each run by its own ONNX Runtime session (:mod:`.onnx_model`):
 Attention is ONNX Runtime's ``GroupQueryAttention`` with the past and present buffers shared,
 so a forward copies nothing of the cache; rows are addressed by ``seqlens_k``, positions (the
 rotary embedding, computed inside the op from ``position_ids``) need not be contiguous, and
-``attention_bias`` carries a token tree's ancestor mask (and a sliding window). The op's own
-causal mask is by row, which a tree in topological order never contradicts.
+``attention_bias`` carries a token tree's ancestor mask (and a sliding window: the step's bias,
+:meth:`Step.bias <blockdraft.models.step.Step.bias>`). The op's own causal mask is by row,
+which a tree in topological order never contradicts.
 
-``resblocks``: ``x [M, d] -> states [M, h - 1, d]``, every Medusa head's ResBlocks.
-``projection``: ``states [M, d] -> logits [M, V]``, the base ``lm_head`` (and, for heads with
-their own projections, ``own [M, h - 1, d] -> [M, h - 1, V]``).
-``drafts`` (heads that share ``lm_head``): the next step's lattice slots in one run::
-
-    inputs   x float [M, d] (final hidden states), k int64 [1]
-    outputs  ids int64 [M, h - 1, k]    each Medusa head's top k, (logit desc, id asc)
-             scores float [M, h - 1, k] their log_softmax over the head's vocabulary
-
-the ResBlocks, the projection onto the heads' shortlist (its ``[Vs, d]`` rows of ``lm_head``;
-the whole vocabulary without one), ``TopK`` (ties to the lower column: the shortlist ascends,
-so to the smaller id), ``ReduceLogSumExp`` and the column -> token id ``Gather``.
-
-Prefix-conditioned heads (:mod:`blockdraft.models.hf.prefix_heads`) have no ``resblocks``: their
-``drafts`` is the greedy chain (inputs ``x``, ``e0 [M, d]`` the embedding of the base's greedy
-token, ``k``; head ``j`` reads the embedding of head ``j - 1``'s argmax; it also outputs each
-head's ``states``), and ``expand{j}`` scores nodes of their tree lattice by head ``j``, a node a
-row (inputs ``x``, ``e`` the embedding of the node's last token, ``k`` -> ``ids``/``scores
-[M, k]``).
+``projection``: ``states [M, d] -> logits [M, V]``, the base ``lm_head``.
 
 Families: Llama-style decoders (``llama``, ``mistral``, ``qwen2``: RMSNorm, rotary, grouped
 query attention, gated SiLU MLP, optional q/k/v biases) and ``gpt2`` (LayerNorm, learned
@@ -50,12 +34,12 @@ a token's numbers never depend on the other tokens of its forward (chunk-invaria
 vocabulary projections stay float32 (argmax quality). Never per-tensor activation scales.
 
 Public surface:
-    FAMILIES, PRECISIONS
+    FAMILIES, PRECISIONS, GRAPH_VERSION, OPSET, MASKED, EXTRA_ROWS
     GraphSpec        frozen: the sizes the runtime needs (layers, heads, buffers, ...)
     graph_spec(model) -> GraphSpec         or ModelError naming what is unsupported
-    build_graphs(model, precision) -> dict[name, onnx.ModelProto]   "body", "resblocks",
-                                        "projection", "drafts" or "own" (prefix heads: "body",
-                                        "projection", "drafts", "expand0".."expand{n-1}")
+    body_graph(spec, base, precision), projection_graph(spec, lm_head) -> onnx.ModelProto
+    Builder(precision)                     nodes and initializers of one graph (a float32 or
+                                           int8 linear layer, ...); numpy_of, bias_of
 """
 
 from __future__ import annotations
@@ -94,11 +78,9 @@ class GraphSpec:
         d_model: ``d``; ``vocab_size``: ``V``; ``h``: heads with the base (1 + Medusa heads).
         max_positions: positions the rotary / position table covers (the model's context).
         sliding_window: every layer's attention window, or None (full attention).
-        own_projection: the Medusa heads project with their own matrices.
-        prefix_heads: the heads read the token before their target (prefix-conditioned,
-            :mod:`blockdraft.models.hf.prefix_heads`): ``drafts`` is their greedy chain and
-            ``expand{j}`` head ``j``'s expansion of a node of their tree lattice; there is no
-            ``resblocks``.
+        own_projection: the heads project with their own matrices.
+        heads: the heads' kind (``"medusa"``, ``"prefix"``: which graphs
+            :mod:`.onnx_head_graphs` builds for them).
     """
 
     family: str
@@ -112,11 +94,20 @@ class GraphSpec:
     max_positions: int
     sliding_window: int | None
     own_projection: bool
-    prefix_heads: bool = False
+    heads: str = "medusa"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (the export's metadata)."""
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GraphSpec:
+        """The spec an export recorded (one of before the heads' kind was recorded names it by
+        ``prefix_heads``)."""
+        data = dict(data)
+        if "prefix_heads" in data:
+            data["heads"] = "prefix" if data.pop("prefix_heads") else "medusa"
+        return cls(**data)
 
 
 def graph_spec(model: Any) -> GraphSpec:
@@ -180,7 +171,7 @@ def graph_spec(model: Any) -> GraphSpec:
         sliding_window=int(window) if isinstance(window, int) and window > 0 and use_window
         else None,
         own_projection=bool(model.heads.own_projection),
-        prefix_heads=bool(getattr(model, "conditional_heads", False)),
+        heads=str(model.heads.kind),
     )
 
 
@@ -188,7 +179,7 @@ _GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
 """GPT-2 activations and ONNX ``Gelu``'s ``approximate`` attribute for each."""
 
 
-class _Builder:
+class Builder:
     """Nodes and initializers of one graph, named by a prefix (a thin layer over onnx.helper)."""
 
     def __init__(self, precision: str) -> None:
@@ -273,15 +264,17 @@ class _Builder:
         return proto
 
 
-def _numpy(t: Any) -> np.ndarray:
+def numpy_of(t: Any) -> np.ndarray:
+    """A tensor's values as a float32 numpy array on the host."""
     return t.detach().to("cpu").float().numpy()
 
 
-def _bias(linear: Any) -> np.ndarray | None:
-    return None if getattr(linear, "bias", None) is None else _numpy(linear.bias)
+def bias_of(linear: Any) -> np.ndarray | None:
+    """A linear layer's bias as float32 numpy, or None."""
+    return None if getattr(linear, "bias", None) is None else numpy_of(linear.bias)
 
 
-def _body_inputs(g: _Builder, spec: GraphSpec) -> None:
+def _body_inputs(g: Builder, spec: GraphSpec) -> None:
     f, i64, i32 = g.TensorProto.FLOAT, g.TensorProto.INT64, g.TensorProto.INT32
     g.input("input_ids", i64, ["T"])
     g.input("position_ids", i64, [1, "T"])
@@ -296,7 +289,7 @@ def _body_inputs(g: _Builder, spec: GraphSpec) -> None:
         g.output(f"present_value.{i}", f, kv_shape)
 
 
-def _attention(g: _Builder, spec: GraphSpec, qkv: str, i: int, rotary: bool) -> str:
+def _attention(g: Builder, spec: GraphSpec, qkv: str, i: int, rotary: bool) -> str:
     """``GroupQueryAttention`` on the shared buffers: ``qkv [T, (n + 2 n_kv) hd] -> [T, n hd]``."""
     packed = g.op("Unsqueeze", [qkv, g.const(f"l{i}.axis0", np.array([0], np.int64))],
                   f"l{i}.qkv3")  # (1, T, ...)
@@ -309,7 +302,7 @@ def _attention(g: _Builder, spec: GraphSpec, qkv: str, i: int, rotary: bool) -> 
     return g.op("Squeeze", [out, f"l{i}.axis0"], f"l{i}.att")  # (T, n hd)
 
 
-def _llama_body(g: _Builder, spec: GraphSpec, base: Any) -> None:
+def _llama_body(g: Builder, spec: GraphSpec, base: Any) -> None:
     body = base.base_model
     cfg = base.config
     eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
@@ -320,275 +313,105 @@ def _llama_body(g: _Builder, spec: GraphSpec, base: Any) -> None:
         rows = torch.arange(spec.max_positions + EXTRA_ROWS)[None]
         cos, sin = body.rotary_emb(probe, rows)
     half = spec.head_dim // 2
-    g.const("cos_cache", _numpy(cos[0, :, :half]))
-    g.const("sin_cache", _numpy(sin[0, :, :half]))
-    resid = g.op("Gather", [g.const("embed_tokens", _numpy(body.embed_tokens.weight)),
+    g.const("cos_cache", numpy_of(cos[0, :, :half]))
+    g.const("sin_cache", numpy_of(sin[0, :, :half]))
+    resid = g.op("Gather", [g.const("embed_tokens", numpy_of(body.embed_tokens.weight)),
                             "input_ids"], "embedded")  # (T, d)
     layers = body.layers
     h = g.op("SimplifiedLayerNormalization",
-             [resid, g.const("l0.input_norm", _numpy(layers[0].input_layernorm.weight))],
+             [resid, g.const("l0.input_norm", numpy_of(layers[0].input_layernorm.weight))],
              "l0.h", axis=-1, epsilon=eps)
     for i, layer in enumerate(layers):
         att = layer.self_attn
         weights = [att.q_proj, att.k_proj, att.v_proj]
-        w_qkv = np.concatenate([_numpy(m.weight) for m in weights])
-        biases = [_bias(m) for m in weights]
+        w_qkv = np.concatenate([numpy_of(m.weight) for m in weights])
+        biases = [bias_of(m) for m in weights]
         b_qkv = None if all(b is None for b in biases) else np.concatenate([
             b if b is not None else np.zeros(m.weight.shape[0], np.float32)
             for b, m in zip(biases, weights, strict=True)])
         qkv = g.linear(h, w_qkv, b_qkv, f"l{i}.qkv")
-        o = g.linear(_attention(g, spec, qkv, i, rotary=True), _numpy(att.o_proj.weight),
-                     _bias(att.o_proj), f"l{i}.o_proj")
+        o = g.linear(_attention(g, spec, qkv, i, rotary=True), numpy_of(att.o_proj.weight),
+                     bias_of(att.o_proj), f"l{i}.o_proj")
         h2, _, _, resid = g.op(
             "SkipSimplifiedLayerNormalization",
-            [o, resid, g.const(f"l{i}.post_norm", _numpy(layer.post_attention_layernorm.weight))],
+            [o, resid, g.const(f"l{i}.post_norm", numpy_of(layer.post_attention_layernorm.weight))],
             [f"l{i}.h2", f"l{i}.mean1", f"l{i}.inv1", f"l{i}.resid1"], domain="com.microsoft",
             epsilon=eps)
         mlp = layer.mlp
         ff = int(mlp.gate_proj.weight.shape[0])
-        gb, ub = _bias(mlp.gate_proj), _bias(mlp.up_proj)
-        gu = g.linear(h2, np.concatenate([_numpy(mlp.gate_proj.weight),
-                                          _numpy(mlp.up_proj.weight)]),
+        gb, ub = bias_of(mlp.gate_proj), bias_of(mlp.up_proj)
+        gu = g.linear(h2, np.concatenate([numpy_of(mlp.gate_proj.weight),
+                                          numpy_of(mlp.up_proj.weight)]),
                       None if gb is None else np.concatenate([gb, ub]), f"l{i}.gate_up")
         gate, up = g.op("Split", [gu, g.const(f"l{i}.split", np.array([ff, ff], np.int64))],
                         [f"l{i}.gate", f"l{i}.up"], axis=-1)
         silu = g.op("Mul", [gate, g.op("Sigmoid", [gate], f"l{i}.sig")], f"l{i}.silu")
-        down = g.linear(g.op("Mul", [silu, up], f"l{i}.gated"), _numpy(mlp.down_proj.weight),
-                        _bias(mlp.down_proj), f"l{i}.down")
+        down = g.linear(g.op("Mul", [silu, up], f"l{i}.gated"), numpy_of(mlp.down_proj.weight),
+                        bias_of(mlp.down_proj), f"l{i}.down")
         last = i + 1 == len(layers)
         norm = body.norm if last else layers[i + 1].input_layernorm
         h, _, _, resid = g.op(
             "SkipSimplifiedLayerNormalization",
-            [down, resid, g.const(f"l{i}.next_norm", _numpy(norm.weight))],
+            [down, resid, g.const(f"l{i}.next_norm", numpy_of(norm.weight))],
             ["hidden" if last else f"l{i + 1}.h", f"l{i}.mean2", f"l{i}.inv2",
              f"l{i}.resid2"], domain="com.microsoft", epsilon=eps)
 
 
-def _gpt2_body(g: _Builder, spec: GraphSpec, base: Any) -> None:
+def _gpt2_body(g: Builder, spec: GraphSpec, base: Any) -> None:
     body = base.base_model
     eps = float(base.config.layer_norm_epsilon)
     approximate = _GELU[str(getattr(base.config, "activation_function", "gelu_new"))]
     pos = g.op("Squeeze", ["position_ids", g.const("axis0", np.array([0], np.int64))],
                "positions")  # (T,)
     resid = g.op("Add", [
-        g.op("Gather", [g.const("wte", _numpy(body.wte.weight)), "input_ids"], "tok_emb"),
-        g.op("Gather", [g.const("wpe", _numpy(body.wpe.weight)), pos], "pos_emb")],
+        g.op("Gather", [g.const("wte", numpy_of(body.wte.weight)), "input_ids"], "tok_emb"),
+        g.op("Gather", [g.const("wpe", numpy_of(body.wpe.weight)), pos], "pos_emb")],
         "embedded")  # (T, d)
     blocks = body.h
-    h = g.op("LayerNormalization", [resid, g.const("l0.ln_1.w", _numpy(blocks[0].ln_1.weight)),
-                                    g.const("l0.ln_1.b", _numpy(blocks[0].ln_1.bias))],
+    h = g.op("LayerNormalization", [resid, g.const("l0.ln_1.w", numpy_of(blocks[0].ln_1.weight)),
+                                    g.const("l0.ln_1.b", numpy_of(blocks[0].ln_1.bias))],
              "l0.h", axis=-1, epsilon=eps)
     for i, block in enumerate(blocks):
         att = block.attn  # Conv1D weights are [in, out]: transposed to torch's Linear layout
-        qkv = g.linear(h, _numpy(att.c_attn.weight).T, _bias(att.c_attn), f"l{i}.c_attn")
-        o = g.linear(_attention(g, spec, qkv, i, rotary=False), _numpy(att.c_proj.weight).T,
-                     _bias(att.c_proj), f"l{i}.attn_proj")
+        qkv = g.linear(h, numpy_of(att.c_attn.weight).T, bias_of(att.c_attn), f"l{i}.c_attn")
+        o = g.linear(_attention(g, spec, qkv, i, rotary=False), numpy_of(att.c_proj.weight).T,
+                     bias_of(att.c_proj), f"l{i}.attn_proj")
         h2, _, _, resid = g.op(
             "SkipLayerNormalization",
-            [o, resid, g.const(f"l{i}.ln_2.w", _numpy(block.ln_2.weight)),
-             g.const(f"l{i}.ln_2.b", _numpy(block.ln_2.bias))],
+            [o, resid, g.const(f"l{i}.ln_2.w", numpy_of(block.ln_2.weight)),
+             g.const(f"l{i}.ln_2.b", numpy_of(block.ln_2.bias))],
             [f"l{i}.h2", f"l{i}.mean1", f"l{i}.inv1", f"l{i}.resid1"], domain="com.microsoft",
             epsilon=eps)
         mlp = block.mlp
-        up = g.linear(h2, _numpy(mlp.c_fc.weight).T, _bias(mlp.c_fc), f"l{i}.c_fc")
+        up = g.linear(h2, numpy_of(mlp.c_fc.weight).T, bias_of(mlp.c_fc), f"l{i}.c_fc")
         act = g.op("Gelu", [up], f"l{i}.gelu", approximate=approximate)
-        down = g.linear(act, _numpy(mlp.c_proj.weight).T, _bias(mlp.c_proj), f"l{i}.mlp_proj")
+        down = g.linear(act, numpy_of(mlp.c_proj.weight).T, bias_of(mlp.c_proj), f"l{i}.mlp_proj")
         last = i + 1 == len(blocks)
         norm = body.ln_f if last else blocks[i + 1].ln_1
         h, _, _, resid = g.op(
             "SkipLayerNormalization",
-            [down, resid, g.const(f"l{i}.next_ln.w", _numpy(norm.weight)),
-             g.const(f"l{i}.next_ln.b", _numpy(norm.bias))],
+            [down, resid, g.const(f"l{i}.next_ln.w", numpy_of(norm.weight)),
+             g.const(f"l{i}.next_ln.b", numpy_of(norm.bias))],
             ["hidden" if last else f"l{i + 1}.h", f"l{i}.mean2", f"l{i}.inv2",
              f"l{i}.resid2"], domain="com.microsoft", epsilon=eps)
 
 
-def _head_blocks(g: _Builder, y: str, heads: Any, j: int, tag: str = "") -> str:
-    """Medusa head ``j``'s ResBlocks on ``y [M, d]`` (``y + SiLU(W y + b)``, ``L`` times)."""
-    for layer in range(heads.num_layers):
-        block = heads.block(j, layer)
-        name = f"h{j}.b{layer}{tag}"
-        z = g.linear(y, _numpy(block.linear.weight), _bias(block.linear), name)
-        silu = g.op("Mul", [z, g.op("Sigmoid", [z], f"{name}.sig")], f"{name}.silu")
-        y = g.op("Add", [y, silu], f"{name}.res")
-    return y
-
-
-def _medusa_states(g: _Builder, x: str, heads: Any) -> str:
-    """Every Medusa head's ResBlocks on ``x [M, d]``: the node ``states [M, h - 1, d]``."""
-    states = [g.op("Unsqueeze", [_head_blocks(g, x, heads, j),
-                                 g.const(f"h{j}.axis", np.array([1], np.int64))],
-                   f"h{j}.state") for j in range(heads.num_heads)]  # (M, 1, d) each
-    return g.op("Concat", states, "states", axis=1)  # type: ignore[no-any-return]
-
-
-def _resblocks(spec: GraphSpec, heads: Any, precision: str) -> Any:
-    g = _Builder(precision)
-    f = g.TensorProto.FLOAT
-    _medusa_states(g, g.input("x", f, ["M", spec.d_model]), heads)  # (M, h - 1, d)
-    g.output("states", f, ["M", spec.h - 1, spec.d_model])
-    return g.model("resblocks")
-
-
-def _shortlist_topk(g: _Builder, states: str, lm_head: Any, rows: Any, out: str) -> str:
-    """``states [..., d]`` projected onto the shortlist's rows of ``lm_head`` (the whole
-    vocabulary without one): ``{out}.ids``/``{out}.scores [..., k]`` (top ``k`` by logit,
-    ties to the lower column; log-probabilities over the shortlist); returns the logits'
-    name ``[..., Vs]``."""
-    weight = _numpy(lm_head.weight if rows is None else lm_head.weight[rows])  # (Vs, d)
-    bias = _bias(lm_head)
-    logits = g.op("MatMul", [states, g.const("short.weight", weight.T)], f"{out}.mm")
-    if bias is not None:
-        keep = bias if rows is None else bias[rows.numpy()]
-        logits = g.op("Add", [logits, g.const("short.bias", keep)], f"{out}.logits")
-    values, cols = g.op("TopK", [logits, "k"], [f"{out}.values", f"{out}.cols"], axis=-1,
-                        largest=1, sorted=1)
-    log_z = g.op("ReduceLogSumExp", [logits, g.const("short.axes", np.array([-1], np.int64))],
-                 f"{out}.logz", keepdims=1)
-    g.op("Sub", [values, log_z], f"{out}.scores")
-    if rows is None:
-        g.op("Identity", [cols], f"{out}.ids")
-    else:
-        g.op("Gather", [g.const("short.ids", rows.numpy().astype(np.int64)), cols],
-             f"{out}.ids")
-    return logits  # type: ignore[no-any-return]
-
-
-def _drafts(spec: GraphSpec, heads: Any, lm_head: Any, precision: str) -> Any:
-    g = _Builder(precision)
-    f, i64 = g.TensorProto.FLOAT, g.TensorProto.INT64
-    g.input("k", i64, [1])
-    stacked = _medusa_states(g, g.input("x", f, ["M", spec.d_model]), heads)  # (M, h - 1, d)
-    _shortlist_topk(g, stacked, lm_head, heads.shortlist, "all")
-    g.op("Identity", ["all.ids"], "ids")
-    g.op("Identity", ["all.scores"], "scores")
-    g.output("ids", i64, ["M", spec.h - 1, "k"])
-    g.output("scores", f, ["M", spec.h - 1, "k"])
-    return g.model("drafts")
-
-
-def _prefix_input(g: _Builder, x: str, previous: str, heads: Any, j: int, tag: str) -> str:
-    """Prefix head ``j``'s input ``x + P_j e`` (``e [M, d]``: the embedding of the token
-    before its target)."""
-    shifted = g.linear(previous, _numpy(heads.prefix[j].weight), None, f"p{j}{tag}")
-    return g.op("Add", [x, shifted], f"p{j}{tag}.in")  # type: ignore[no-any-return]
-
-
-def _prefix_drafts(spec: GraphSpec, heads: Any, lm_head: Any, embed: Any,
-                   precision: str) -> Any:
-    """The prefix heads' greedy chain (:mod:`blockdraft.models.hf.prefix_heads`)::
-
-        inputs   x float [M, d], e0 float [M, d] (the embedding of the base's greedy token at
-                 x), k int64 [1]
-        outputs  ids int64 [M, h - 1, k], scores float [M, h - 1, k]   as ``drafts``
-                 states float [M, h - 1, d]                             each head's state
-
-    head ``j`` reads the embedding of head ``j - 1``'s argmax (over the shortlist; ties to
-    the lower column, as torch's ``argmax``), held as the shortlist's rows of the input
-    embeddings."""
-    g = _Builder(precision)
-    f, i64 = g.TensorProto.FLOAT, g.TensorProto.INT64
-    g.input("k", i64, [1])
-    x = g.input("x", f, ["M", spec.d_model])
-    previous = g.input("e0", f, ["M", spec.d_model])
-    rows = heads.shortlist
-    table = g.const("short.embed", _numpy(embed if rows is None else embed[rows]))  # (Vs, d)
-    axis = g.const("axis1", np.array([1], np.int64))
-    states, ids, scores = [], [], []
-    for j in range(heads.num_heads):
-        state = _head_blocks(g, _prefix_input(g, x, previous, heads, j, ""), heads, j)
-        logits = _shortlist_topk(g, state, lm_head, rows, f"c{j}")  # (M, Vs)
-        states.append(g.op("Unsqueeze", [state, axis], f"c{j}.state"))
-        ids.append(g.op("Unsqueeze", [f"c{j}.ids", axis], f"c{j}.ids1"))
-        scores.append(g.op("Unsqueeze", [f"c{j}.scores", axis], f"c{j}.scores1"))
-        if j + 1 < heads.num_heads:
-            best = g.op("ArgMax", [logits], f"c{j}.best", axis=-1, keepdims=0)  # (M,)
-            previous = g.op("Gather", [table, best], f"c{j}.next")  # (M, d)
-    for name, parts in (("states", states), ("ids", ids), ("scores", scores)):
-        g.op("Concat", parts, name, axis=1)
-    g.output("ids", i64, ["M", spec.h - 1, "k"])
-    g.output("scores", f, ["M", spec.h - 1, "k"])
-    g.output("states", f, ["M", spec.h - 1, spec.d_model])
-    return g.model("drafts")
-
-
-def _prefix_expand(spec: GraphSpec, heads: Any, lm_head: Any, precision: str, j: int) -> Any:
-    """Head ``j``'s expansion of nodes of the prefix heads' tree lattice, a node a row::
-
-        inputs   x float [M, d], e float [M, d] (the embedding of the node's last token),
-                 k int64 [1]
-        outputs  ids int64 [M, k], scores float [M, k]   head j's top k, log-probabilities
-
-    One graph per head (``expand{j}``), so a node costs its own head's weights and the
-    shortlist projection, not every head's."""
-    g = _Builder(precision)
-    f, i64 = g.TensorProto.FLOAT, g.TensorProto.INT64
-    g.input("k", i64, [1])
-    x = g.input("x", f, ["M", spec.d_model])
-    e = g.input("e", f, ["M", spec.d_model])
-    state = _head_blocks(g, _prefix_input(g, x, e, heads, j, ""), heads, j)  # (M, d)
-    _shortlist_topk(g, state, lm_head, heads.shortlist, "x")
-    g.op("Identity", ["x.ids"], "ids")
-    g.op("Identity", ["x.scores"], "scores")
-    g.output("ids", i64, ["M", "k"])
-    g.output("scores", f, ["M", "k"])
-    return g.model(f"expand{j}")
-
-
-def _projection(spec: GraphSpec, lm_head: Any) -> Any:
-    g = _Builder("float32")
+def projection_graph(spec: GraphSpec, lm_head: Any) -> Any:
+    """``projection``: ``states [M, d] -> logits [M, V]``, the base ``lm_head`` in float32
+    (head 1, and every head that shares it)."""
+    g = Builder("float32")
     f = g.TensorProto.FLOAT
     g.input("states", f, ["M", spec.d_model])
-    g.op("Identity", [g.linear("states", _numpy(lm_head.weight), _bias(lm_head), "lm_head")],
+    g.op("Identity", [g.linear("states", numpy_of(lm_head.weight), bias_of(lm_head), "lm_head")],
          "logits")
     g.output("logits", f, ["M", spec.vocab_size])
     return g.model("projection")
 
 
-def _own_projection(spec: GraphSpec, heads: Any) -> Any:
-    g = _Builder("float32")
-    f = g.TensorProto.FLOAT
-    g.input("states", f, ["M", spec.h - 1, spec.d_model])
-    weights = np.stack([_numpy(heads.projection(j).weight).T for j in range(heads.num_heads)])
-    by_head = g.op("Transpose", ["states"], "by_head", perm=[1, 0, 2])  # (h - 1, M, d)
-    logits = g.op("MatMul", [by_head, g.const("own.weight", weights)], "own.mm")  # (h-1, M, V)
-    g.op("Transpose", [logits], "logits", perm=[1, 0, 2])  # (M, h - 1, V)
-    g.output("logits", f, ["M", spec.h - 1, spec.vocab_size])
-    return g.model("own_projection")
-
-
-def build_graphs(model: Any, precision: str = "float32") -> dict[str, Any]:
-    """The graphs of an :class:`~blockdraft.models.hf.HFBlockwiseModel` (module docstring).
-
-    Args:
-        model: the model, float32 or any float dtype (weights are read as float32).
-        precision: ``"float32"`` or ``"int8"``.
-
-    Returns:
-        ``{"body", "resblocks", "projection"}`` and ``"drafts"`` (``"own"`` instead, for heads
-        with their own projections) -> ``onnx.ModelProto``.
-
-    Raises:
-        ModelError: an unsupported architecture or precision.
-    """
-    if precision not in PRECISIONS:
-        raise ModelError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    spec = graph_spec(model)
-    g = _Builder(precision)
+def body_graph(spec: GraphSpec, base: Any, precision: str) -> Any:
+    """``body``: the decoder of ``base`` (the module docstring), in ``precision``."""
+    g = Builder(precision)
     _body_inputs(g, spec)
-    (_llama_body if spec.family == "llama" else _gpt2_body)(g, spec, model.base)
+    (_llama_body if spec.family == "llama" else _gpt2_body)(g, spec, base)
     g.output("hidden", g.TensorProto.FLOAT, ["T", spec.d_model])
-    graphs = {"body": g.model("body"), "projection": _projection(spec, model.lm_head)}
-    if spec.prefix_heads:
-        embed = model.base.get_input_embeddings().weight
-        graphs["drafts"] = _prefix_drafts(spec, model.heads, model.lm_head, embed, precision)
-        graphs.update({f"expand{j}": _prefix_expand(spec, model.heads, model.lm_head,
-                                                    precision, j)
-                       for j in range(model.heads.num_heads)})
-        return graphs
-    graphs["resblocks"] = _resblocks(spec, model.heads, precision)
-    if spec.own_projection:
-        graphs["own"] = _own_projection(spec, model.heads)
-    else:
-        graphs["drafts"] = _drafts(spec, model.heads, model.lm_head, precision)
-    return graphs
+    return g.model("body")

@@ -1,4 +1,4 @@
-"""`StaticKVModel`: a Hugging Face model with Medusa heads on a static key/value cache
+"""`StaticKVModel`: a Hugging Face model with its heads on a static key/value cache
 (runtime ``"static"``).
 
 The same model protocol as :class:`~blockdraft.models.hf.HFBlockwiseModel` and
@@ -26,9 +26,10 @@ sliding and full layers is refused.
 **Buckets and CUDA graphs** (:mod:`.cuda_graphs`). With ``buckets``, a forward of at most 64 new
 tokens is padded to its bucket (1, 2, 4, 8, 16, 32, 64); on a CUDA device (the default there,
 ``graphs``) each bucket's forward is captured once as a CUDA graph and replayed. On a CPU the
-same padded forward runs eagerly (tested equal to the unpadded one). The Medusa heads and
-their top-k run eagerly after the forward (:meth:`StaticKVModel.head_topk` is the seam where a
-GPU session moves them into the graph).
+same padded forward runs eagerly (tested equal to the unpadded one). The heads and their
+top-k run eagerly after the forward (the heads' rule over the PyTorch modules; a backend of
+this runtime's own, :mod:`blockdraft.models.heads`, is the seam where a GPU session moves them
+into the graph).
 
 **The ``index_copy_`` device assert of issue 30 is the caller's.** In transformers 5.x (read in
 5.24.0, ``cache_utils.StaticLayer.update``) a static layer writes the ``T`` new keys at rows
@@ -45,11 +46,17 @@ transformers does as designed, and a replay must set the cache's length first: h
 forward, captured or not, first copies its start row into every layer's ``cumulative_length``
 (a replay is idempotent), and the rows a forward needs are checked on the host.
 
+The heads are the wrapped model's heads object (their rule over the PyTorch modules, on the
+model's device); what the runtime shares with the model (sizes, tokenizer, drafting recipe,
+heads digest, capabilities) is one record (:class:`~.wrapped.Shared`); a forward's inputs are
+one checked :class:`~blockdraft.models.step.Step`.
+
 Public surface:
     StaticKVModel(model, capacity=None, buckets=None, graphs=None)
         the attributes and methods of HFBlockwiseModel's protocol (h, device, max_seq_len,
-        config, tokenizer, drafting, conditional_heads, hidden, head_states, project,
-        heads_logits, head_topk, expander), plus runtime, precision, capacity, buckets, graphs
+        config, tokenizer, drafting, conditional_heads, heads_digest, capabilities, hidden,
+        head_states, project, heads_logits, head_topk, expander), plus runtime, precision,
+        capacity, buckets, graphs
     DEFAULT_CAPACITY
 """
 
@@ -57,16 +64,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
-from blockdraft.models.capabilities import Capabilities
 from blockdraft.models.errors import ModelError
-from blockdraft.models.factored import FactoredHeadsLM
 from blockdraft.models.hf.adapter import HFBlockwiseModel
 from blockdraft.models.hf.body import call_with_cache
 from blockdraft.models.runtimes.cuda_graphs import BUCKETS, BucketRunner
-from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer, attention_bias, check_step
+from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer
+from blockdraft.models.runtimes.wrapped import RuntimeModel, Shared
+from blockdraft.models.step import Step, check_step
 
 DEFAULT_CAPACITY = 2048
 """Rows of the static cache when ``capacity`` is not given (or the model's context, if
@@ -150,8 +156,8 @@ def _static_cache(model: HFBlockwiseModel, buffer: KVBuffer) -> Any:
     return cache
 
 
-class StaticKVModel(FactoredHeadsLM):
-    """A Hugging Face causal LM with Medusa heads on a static KV cache (module docstring).
+class StaticKVModel(RuntimeModel):
+    """A Hugging Face causal LM with its heads on a static KV cache (module docstring).
 
     Args:
         model: an :class:`~blockdraft.models.hf.HFBlockwiseModel` in float32 or bfloat16 on
@@ -175,10 +181,8 @@ class StaticKVModel(FactoredHeadsLM):
         if not isinstance(model, HFBlockwiseModel):
             raise ModelError(f"runtime 'static' runs Hugging Face models with Medusa heads; "
                              f"{type(model).__name__} runs on runtime 'torch'")
+        super().__init__(Shared.of(model, runtime=self.runtime), model.heads_rule)
         self.model = model
-        self.config = model.config
-        self.tokenizer = model.tokenizer
-        self.precision = model.config.dtype
         if self.precision not in PRECISIONS:
             raise ModelError(f"runtime 'static' computes in {', '.join(PRECISIONS)}; the model "
                              f"is {self.precision}: load it with dtype='float32' or 'bfloat16'")
@@ -202,55 +206,13 @@ class StaticKVModel(FactoredHeadsLM):
                                 PRECISIONS[self.precision])
         self._cache = _static_cache(model, self._buffer)
         self._window = _window(model)
-        self._masked = float(torch.finfo(PRECISIONS[self.precision]).min)
         self._runner = (BucketRunner(self._step, self._inputs, self.buckets, self.capacity,
                                      capture=self.graphs) if self.buckets else None)
-
-    # ---- what the rest of blockdraft reads --------------------------------------------------
-
-    @property
-    def h(self) -> int:
-        """Prediction heads, the base LM (head 1) included."""
-        return self.config.h
 
     @property
     def device(self) -> torch.device:
         """Where the model, its cache and its inputs live."""
         return self.model.device
-
-    @property
-    def max_seq_len(self) -> int | None:
-        """The longest sequence the model reads (positions)."""
-        return self.config.max_seq_len
-
-    @property
-    def drafting(self) -> Any:
-        """The drafting recipe packaged with the heads, or None."""
-        return self.model.drafting
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """The wrapped model's record on the static runtime (same heads and precision)."""
-        return self.model.capabilities.with_(runtime=self.runtime)
-
-    @property
-    def conditional_heads(self) -> bool:
-        """Whether the heads read the base's greedy token (prefix heads)."""
-        return self.model.conditional_heads
-
-    @property
-    def heads_digest(self) -> str:
-        """The heads' digest (what a trace records), the wrapped model's."""
-        return self.model.heads_digest
-
-    @property
-    def training(self) -> bool:
-        """Never: the runtime only decodes."""
-        return False
-
-    def eval(self) -> StaticKVModel:
-        """No-op (the wrapped model is in eval mode)."""
-        return self
 
     def __repr__(self) -> str:
         return (f"StaticKVModel({self.config.name!r}, precision={self.precision!r}, "
@@ -280,38 +242,32 @@ class StaticKVModel(FactoredHeadsLM):
                 since it was made, a mask of the wrong shape, a sequence longer than the
                 model's context or than the cache's ``capacity``.
         """
-        ids, t_past, positions, mask = check_step(
-            input_ids, past, position_ids, tree_mask, vocab_size=self.config.vocab_size,
-            device=self.device, max_seq_len=self.max_seq_len, who="the static-cache model")
-        t = int(ids.shape[1])
-        if past is not None:
-            self._buffer.check(past)
+        step = check_step(input_ids, past, position_ids, tree_mask, cache=BufferCache,
+                          vocab_size=self.config.vocab_size, device=self.device,
+                          max_seq_len=self.max_seq_len, one_row="the static-cache model")
+        t, t_past = step.length, step.t_past
+        if step.past is not None:
+            self._buffer.check(step.past)
         if t_past + t > self.capacity:
             raise ModelError(
                 f"a forward of {t} tokens after {t_past} cached ones needs {t_past + t} rows; "
                 f"the static cache holds {self.capacity} (load it with a larger capacity, "
                 f"StaticKVModel(model, capacity={t_past + t}))")
-        tokens = ids[0].cpu().numpy()
-        mask = np.tri(t, dtype=bool) if mask is None else mask  # a chain: causal
         epoch = self._buffer.begin_write(t_past)
         with torch.no_grad():
             if self._runner is not None and t <= self._runner.largest:
-                x = self._runner.run(tokens, positions, mask, t_past)
+                x = self._runner.run(step)
             else:
-                x = self._step(*self._inputs(tokens, positions, mask, t_past))
+                x = self._step(*self._inputs(step))
         return x, BufferCache(self._buffer, t_past + t, epoch)
 
-    def _inputs(self, tokens: np.ndarray, positions: np.ndarray, tree_mask: np.ndarray,
-                t_past: int) -> tuple[torch.Tensor, ...]:
+    def _inputs(self, step: Step) -> tuple[torch.Tensor, ...]:
         """The step's arguments on the device: ``(ids [1, T], positions [1, T], bias [1, 1, T,
-        R] in the model's dtype, start [])``."""
-        dev = self.device
-        bias = attention_bias(positions, t_past, tree_mask, self._window,
-                              self._buffer.capacity, self._masked)  # (1, 1, T, R)
-        return (torch.from_numpy(tokens)[None].to(dev),  # (1, T)
-                torch.from_numpy(positions)[None].to(dev),  # (1, T)
-                torch.from_numpy(bias).to(dev, PRECISIONS[self.precision]),
-                torch.tensor(t_past, dtype=torch.long, device=dev))
+        R] in the model's dtype over all ``R`` rows of the buffer, start [])``."""
+        bias = step.bias(PRECISIONS[self.precision], columns=self._buffer.capacity,
+                         window=self._window)  # (1, 1, T, R)
+        return (step.ids, step.positions, bias,
+                torch.tensor(step.t_past, dtype=torch.long, device=self.device))
 
     def _step(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
               start: torch.Tensor) -> torch.Tensor:
@@ -323,26 +279,3 @@ class StaticKVModel(FactoredHeadsLM):
                                  self._cache, input_ids=ids, position_ids=positions,
                                  attention_mask=bias)
         return out.last_hidden_state  # type: ignore[no-any-return]  # (1, T, d)
-
-    # ---- the heads (eager, the wrapped model's) ---------------------------------------------
-
-    def head_states(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
-        """Each head's pre-projection state ``[..., d] -> [..., n, d]`` (the model's)."""
-        return self.model.head_states(x, heads)
-
-    def project(self, states: torch.Tensor) -> torch.Tensor:
-        """The vocabulary projection ``[..., n, d] -> [..., n, V]`` (the model's)."""
-        return self.model.project(states)
-
-    def head_topk(self, x: torch.Tensor, k: int, heads: int | None = None,
-                  first: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Heads 2..``heads``' top-``k`` at ``x [M, d]`` (the model's, over its shortlist).
-        A GPU session moves this into the bucket's graph: only ``[h, k]`` crosses to the
-        host."""
-        return self.model.head_topk(x, k, heads, first)
-
-    def expander(self, x: torch.Tensor, k: int, first: int | None = None,
-                 chain: Any = None) -> Any:
-        """The tree lattice of prefix heads at ``x [d]`` (the model's; ``chain``: the greedy
-        chain's top-k from :meth:`head_topk`); None for Medusa heads."""
-        return self.model.expander(x, k, first, chain=chain)

@@ -1,10 +1,19 @@
 """ONNX export of the rescoring LM: the step graph (:mod:`.onnx_graph`) written to a file or
 to bytes, stamped with the weights' fingerprint so an up-to-date file is reused.
 
+A file export is kept under the rules of every ONNX export of blockdraft
+(:mod:`blockdraft.models.runtimes.onnx_store`, docs/architecture.md "Integrity"): beside
+``rescorer.onnx`` a sealed record, ``rescorer.export.json``, holds the stamp it was made from
+(the key: weights, opset, graph format) and the file's size, time and digests. A file is
+reused when its record is sound, names the same stamp, and the file is the one recorded (its
+size; its SHA-256 when its time changed; a sample of its blocks); a file of other weights, or
+one without a record (an older blockdraft's), is exported again, and a damaged one too, with
+one warning saying what was wrong.
+
 Public surface:
     export_rescorer_onnx(model, path, opset=18, force=False) -> Path
         write (or reuse) ``path``: the :class:`~blockdraft.models.RescorerLM`'s incremental
-        forward as an ONNX graph (the step graph of :mod:`.onnx_graph`)
+        forward as an ONNX graph (the step graph of :mod:`.onnx_graph`), sealed
     export_rescorer_bytes(model, opset=18, fingerprint=None) -> bytes   the same, in memory
     onnx_fingerprint(model) -> str     the weights' SHA-256 stamped into every exported file
     read_fingerprint(path) -> str | None
@@ -22,6 +31,14 @@ import torch
 from blockdraft.core.checks import check_int
 from blockdraft.core.files import write_bytes_atomic
 from blockdraft.models.blockwise import RescorerLM
+from blockdraft.models.runtimes.onnx_store import (
+    export_problem,
+    read_record,
+    rebuild_warning,
+    record_name,
+    seal_export,
+    versions,
+)
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.neural.onnx_graph import (
     DEFAULT_OPSET,
@@ -94,8 +111,8 @@ def export_rescorer_onnx(
         force: export even when ``path`` already holds an export of the same weights.
 
     Returns:
-        The file written, or reused when it already holds an export of the same weights, opset
-        and graph format (its stamp matches).
+        The file written (with its sealed record beside it), or reused when it already holds an
+        export of the same weights, opset and graph format that matches its record.
 
     Raises:
         RescorerError: when ``model`` is not a RescorerLM, onnx is not installed, the export
@@ -106,17 +123,38 @@ def export_rescorer_onnx(
     if target.is_dir() or (not target.suffix and not target.exists()):
         target = target / ONNX_FILE
     stamp = _stamp_of(model, opset)
-    if target.is_file() and not force and read_fingerprint(target) == stamp:
+    if target.is_file() and not force and _reusable(target, stamp):
         return target
     data = export_rescorer_bytes(model, opset, stamp)
+    folder, record = target.parent, record_name(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / record).unlink(missing_ok=True)  # the file changes: its record goes first
         write_bytes_atomic(target, data)
+        seal_export(folder, [target.name], {
+            "key": stamp, "model": "rescorer", **versions()}, record)
     except OSError as e:
         raise RescorerError(
             f"cannot write the ONNX export to {target}: {e}; pass a writable onnx_path"
         ) from e
     return target
+
+
+def _reusable(target: Path, stamp: str) -> bool:
+    """Whether ``target`` is a sound export made from ``stamp`` (its sealed record, the
+    module docstring); a damaged one is named in a warning (it is exported again)."""
+    folder, record = target.parent, record_name(target)
+    meta = read_record(folder, record)
+    if isinstance(meta, str):  # no record (an older export), or a damaged one
+        if (folder / record).exists():
+            rebuild_warning(meta)
+        return False
+    if meta.get("key") != stamp or set(meta["files"]) != {target.name}:
+        return False  # made from other weights, opset or format
+    problem = export_problem(folder, record)
+    if problem is not None:
+        rebuild_warning(problem)
+    return problem is None
 
 
 def export_rescorer_bytes(

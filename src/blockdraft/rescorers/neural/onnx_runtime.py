@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from blockdraft.core.checks import check_int
+from blockdraft.models.runtimes.onnx_store import open_session
 from blockdraft.rescorers.base import RescorerError
 from blockdraft.rescorers.neural.onnx_graph import (
     CONFIG_KEYS,
@@ -117,7 +118,9 @@ class OnnxStepRunner:
             onnxruntime has it (else a RescorerError). Inputs and outputs are numpy arrays on
             the host either way.
         intra_op_threads: ONNX Runtime's intra-op thread count (0: its default, all cores).
-            A step is many tiny kernels: 1 (no thread pool) is usually the fastest.
+            A step is many tiny kernels: 1 (no thread pool) is usually the fastest. The other
+            options are every blockdraft session's (sequential, no spinning threads:
+            :func:`~blockdraft.models.runtimes.onnx_store.open_session`).
         output_embedding: float32 ``[V, d]``, the LM's output embedding (its tied ``wte`` or
             its ``lm_head``), for :meth:`logits`; None: no projection.
 
@@ -141,19 +144,10 @@ class OnnxStepRunner:
             raise RescorerError(f"the ONNX backend needs onnxruntime: {INSTALL_HINT}") from e
         intra_op_threads = check_int(intra_op_threads, "intra_op_threads", RescorerError,
                                      minimum=0)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._providers = self._pick_providers(ort, device)
-        source = model if isinstance(model, bytes) else str(model)
+        self._threads = intra_op_threads
         where = "<bytes>" if isinstance(model, bytes) else str(model)
-        try:
-            self.session = ort.InferenceSession(source, options, providers=self._providers)
-        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-            raise RescorerError(
-                f"onnxruntime cannot load {where}: {e}; re-export it with export_rescorer_onnx"
-            ) from e
+        self.session = self._open(model if isinstance(model, bytes) else Path(model))
         meta = self.session.get_modelmeta().custom_metadata_map
         if meta.get("graph_format") != GRAPH_FORMAT:
             raise RescorerError(
@@ -172,8 +166,13 @@ class OnnxStepRunner:
                     f"output_embedding must be [V, d] = [{self.vocab_size}, {self.d_model}], got "
                     f"{tuple(output_embedding.shape)}"
                 )
-            self._head = ort.InferenceSession(head_graph(output_embedding), options,
-                                              providers=self._providers)
+            self._head = self._open(head_graph(output_embedding))
+
+    def _open(self, source: Path | bytes) -> Any:
+        """A session over ``source`` with the options every blockdraft session has
+        (:func:`~blockdraft.models.runtimes.onnx_store.open_session`)."""
+        return open_session(source, self._threads, providers=self._providers,
+                            error=RescorerError, advice="re-export it with export_rescorer_onnx")
 
     @staticmethod
     def _pick_providers(ort: Any, device: str) -> list[Any]:
