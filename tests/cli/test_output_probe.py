@@ -117,6 +117,12 @@ PROBES: dict[str, Probe] = {
     "heads distill": Probe(lambda w, o, v: [
         "heads", "distill", *_data_args(w), "--max-new-tokens", str(8 - 2 * v), "--folder",
         str(o)], limit=("--max-tokens", "1")),
+    "heads archive": Probe(lambda w, o, v: [
+        "heads", "archive", str(w[("set", "set2", "set")[v]]), "-o", str(o)], kind="file"),
+    "heads restore": Probe(lambda w, o, v: [
+        "heads", "restore", str(w[("archive", "archive2", "archive")[v]]), "--prompts",
+        str(w["prompts"]), "--base", str(w["model"]), "--batch-size", "3", "--threads", "1",
+        "--folder", str(o)]),
     "heads label": Probe(lambda w, o, v: [
         "heads", "label", str(w["set"]), "--base", str(w["model"]), "--dtype",
         ("float32", "bfloat16", "float32")[v], "--batch-size", "2", "--threads", "1",
@@ -204,6 +210,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                  "--batch", "8", "--eval-every", "2", "--eval-positions", "16", "--warmup",
                  "1", "--json"]) == 0
     w["run2"] = Path(shutil.copytree(w["run"], root / "run2"))  # a second run, the same heads
+    w["set2"] = root / "set2"  # another set (shorter answers) and both sets' answers archives
+    assert main(["heads", "distill", *_data_args(w), "--max-new-tokens", "5", "--folder",
+                 str(w["set2"])]) == 0
+    for n, name in (("archive", "set"), ("archive2", "set2")):
+        w[n] = root / f"{n}.npz"
+        assert main(["heads", "archive", str(w[name]), "-o", str(w[n])]) == 0
     yield w
     if old_cache is None:
         os.environ.pop("BLOCKDRAFT_CACHE", None)

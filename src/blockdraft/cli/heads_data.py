@@ -132,6 +132,56 @@ def cmd_heads_label(args: argparse.Namespace) -> int:
                       "lacks some of the source's shards")
 
 
+# -------------------------------------------------------------------------- archive/restore
+
+
+def cmd_heads_archive(args: argparse.Namespace) -> int:
+    """``heads archive``: a distillation set's answers and plan in one small sealed file (no
+    states, no prompt text), written under the output rule."""
+    from blockdraft.training import heads
+    from blockdraft.training.heads.archive import archive_answers
+
+    dset = heads.open_distill_set(args.distill)
+    output = claim_output(args.out, what="an answers archive", error=CliError,
+                          overwrite=args.overwrite, folder=False)
+    with output.writing() as writing:
+        archive = archive_answers(dset, writing.path)
+    size = Path(args.out).stat().st_size
+    record = {"out": str(args.out), "digest": archive.digest, "shards": len(archive.shards),
+              "shards_planned": len(dset.plan["shards"]), "tokens": archive.tokens,
+              "bytes": size, "complete": dset.complete}
+    if args.json:
+        print_json(record)
+        return 0
+    print_table(f"answers archive: {args.out}", ["", "value"], [
+        ("shards", f"{len(archive.shards)} of {len(dset.plan['shards'])}"),
+        ("answer tokens", archive.tokens),
+        ("size", f"{size / 1e6:.2f} MB ({8 * size / max(archive.tokens, 1):.1f} bits a token)"),
+        ("digest", archive.digest[:16]),
+    ], caption=f"from {dset.folder}; `blockdraft heads restore` rebuilds the set with the "
+               "same prompt files")
+    return 0
+
+
+def cmd_heads_restore(args: argparse.Namespace) -> int:
+    """``heads restore``: the archived set rebuilt in ``--folder`` (its states recomputed by the
+    base in one forward a batch), continued with ``--resume``."""
+    from blockdraft.training import heads
+    from blockdraft.training.heads.archive import read_archive, restore
+
+    read_archive(args.archive)  # a bad archive is named before anything is claimed
+    if args.resume:
+        heads.check_distill_folder(args.folder)
+    output = claim_output(args.folder, what="a distillation set", error=CliError,
+                          overwrite=args.overwrite, resume=args.resume, flag="--folder",
+                          own=heads.SET_FILES)
+    with output.writing() as writing:
+        restore(args.archive, [str(p) for p in args.prompts], writing.path, base=args.base,
+                batch_size=args.batch_size, threads=args.threads, progress=not args.json)
+    _report_distill(args, heads.open_distill_set(output.path))
+    return 0
+
+
 def data_arguments(p: argparse.ArgumentParser, prompts_required: bool = True) -> None:
     """The data step's options, shared by ``heads distill`` and ``heads train``."""
     from blockdraft.training.heads.distill import distill
@@ -276,7 +326,8 @@ DISTILL_RULES = (
 
 
 def add_parsers(group: Any) -> None:
-    """``heads prompts|questions|follow-ups|distill|label`` in the ``heads`` group."""
+    """``heads prompts|questions|follow-ups|distill|archive|restore|label`` in the ``heads``
+    group."""
     from blockdraft.training.heads.mix import KINDS
 
     p = add_command(group, "prompts",
@@ -342,6 +393,34 @@ def add_parsers(group: Any) -> None:
                    help="replace what --folder holds (only once this run ends)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     add_rules(p, *SET_RULES, *DISTILL_RULES)
+
+    p = add_command(group, "archive",
+                    "a distillation set's answers in one small sealed file that survives a new "
+                    "machine (no hidden states, no prompt text)", cmd_heads_archive)
+    p.add_argument("distill", type=Path, help="the distillation folder to archive")
+    p.add_argument("-o", "--out", type=Path, required=True,
+                   help="the archive to write (.npz; about 2 bytes an answer token)")
+    p.add_argument("--overwrite", action="store_true", help="replace the archive at -o")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+
+    p = add_command(group, "restore",
+                    "a distillation set rebuilt from its answers archive and the prompt files "
+                    "that made it (states recomputed at prefill speed; resumable)",
+                    cmd_heads_restore)
+    p.add_argument("archive", type=Path, help="the answers archive (heads archive)")
+    p.add_argument("--prompts", action=ListAction, required=True, type=Path,
+                   help="the prompt files that made the set, in the same order (checked)")
+    p.add_argument("--folder", type=Path, required=True, help="the distillation set to write")
+    p.add_argument("--base", default=None,
+                   help="the base model (default: the one the archive names)")
+    p.add_argument("--batch-size", type=positive_int, default=16,
+                   help="prompts per forward (default %(default)s)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads")
+    p.add_argument("--resume", action="store_true",
+                   help="--folder holds a restore of this archive begun earlier: finish it")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what --folder holds (only once this run ends)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
 
     p = add_command(group, "label",
                     "a distillation set's texts labelled by the base in one forward each "

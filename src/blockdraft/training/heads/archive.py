@@ -29,6 +29,8 @@ Public surface:
     read_archive(path) -> Archive                 checked (format, digest, shapes)
     restore_distill_set(archive, model, prompt_ids, folder, *, pad_id, batch_size, log,
                         progress) -> DistillSet
+    restore(archive_path, prompt_files, folder, *, base, batch_size, threads, ...) -> DistillSet
+                                                  (loads the base and formats the prompts)
 """
 
 from __future__ import annotations
@@ -289,3 +291,53 @@ def restore_distill_set(archive: Archive, model: Any, prompt_ids: Sequence[Seque
     finally:
         bar.close()
     return open_distill_set(root)
+
+
+def restore(
+    archive_path: str | os.PathLike[str],
+    prompt_files: Sequence[str | os.PathLike[str]],
+    folder: str | os.PathLike[str],
+    *,
+    base: str | None = None,
+    batch_size: int = 16,
+    threads: int | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = log_line,
+) -> DistillSet:
+    """Rebuild an archived distillation set: read and check the archive, load the base it was
+    made with (in the set's dtype), format the prompt files with its chat template and
+    :func:`restore_distill_set` into ``folder``.
+
+    Args:
+        archive_path: the answers archive (:func:`archive_answers`).
+        prompt_files: the JSON-lines prompt files the set was made from, in the same order.
+        folder: a new or empty folder, or one a restore of this archive began.
+        base: the base model (default: the one the archive's settings name).
+        batch_size, progress, log: see :func:`restore_distill_set`.
+        threads: torch CPU threads (default: :func:`~.distill.default_threads`).
+
+    Raises:
+        TrainingError: see :func:`read_archive` and :func:`restore_distill_set` (the archive
+            and the folder are checked before the base loads).
+    """
+    from blockdraft.models.hf.loading import load_causal_lm
+    from blockdraft.training.heads.distill import default_threads
+    from blockdraft.training.heads.generation import pad_id_of
+    from blockdraft.training.heads.prompts import format_prompts, read_prompts
+
+    archive = read_archive(archive_path)
+    settings = archive.plan.get("settings", {})
+    texts = read_prompts(prompt_files)
+    if len(texts) != archive.plan.get("num_prompts"):
+        raise TrainingError(
+            f"the prompt files hold {len(texts)} prompts; the archived set was made from "
+            f"{archive.plan.get('num_prompts')}: pass the files that made it, in their order")
+    check_distill_folder(folder)
+    name = base or str(settings.get("base", "smollm2")).split("|")[0]
+    torch.set_num_threads(threads or default_threads())
+    model, tokenizer = load_causal_lm(name, str(settings.get("dtype", "float32")))
+    if tokenizer is None:
+        raise TrainingError(f"{name!r} has no tokenizer: cannot apply the chat template")
+    return restore_distill_set(archive, model, format_prompts(tokenizer, texts), folder,
+                               pad_id=pad_id_of(tokenizer), batch_size=batch_size, log=log,
+                               progress=progress)
