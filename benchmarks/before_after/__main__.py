@@ -16,11 +16,13 @@ quiet machine (nothing else busy: two cores).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     from blockdraft.core.signature import cpu_flags, environment, format_signature
 
     args.out.mkdir(parents=True, exist_ok=True)
-    prompts, curve = args.out / "prompts.json", args.out / "curve.json"
-    if not prompts.exists():
-        _checked(_python(["-c", PROMPTS, str(prompts)], args.after), "the prompts")
+    scratch = tempfile.TemporaryDirectory()  # the prompts' token ids: shared data, not kept
+    prompts, curve = Path(scratch.name) / "prompts.json", args.out / "curve.json"
+    _checked(_python(["-c", PROMPTS, str(prompts)], args.after), "the prompts")
     if not curve.exists():
         _checked(_python(["-c", CURVE, str(curve)], args.after), "the cost curve")
     runs: list[dict[str, Any]] = []
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     before, after = _summary(runs, "before"), _summary(runs, "after")
     signature = {"model": "smollm2", "runtime": "onnxruntime", "precision": "float32",
                  "threads": 1, "prompts": "bench-real chat x12 (400 tokens, seed 0)",
+                 "prompt_ids": hashlib.sha256(prompts.read_bytes()).hexdigest()[:16],
                  "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
                  "before": _git(args.before), "after": _git(args.after),
                  **environment()}
