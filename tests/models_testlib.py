@@ -55,3 +55,15 @@ def tiny_rescorer_lm(vocab: int = 30, seed: int = 0, max_seq_len: int = 32) -> R
             if p.dim() >= 2:
                 p.mul_(10.0)
     return model.eval()
+
+
+def ancestors(parents: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask [N, N], depths [N])`` of a tree given by its parents (``parents[0] = -1``),
+    computed the plain way (each node's row is its parent's plus itself): the brute force the
+    models' tree steps are checked against."""
+    n = len(parents)
+    mask, depths = np.eye(n, dtype=bool), np.zeros(n, dtype=np.int64)
+    for u in range(1, n):
+        mask[u] |= mask[parents[u]]
+        depths[u] = depths[parents[u]] + 1
+    return mask, depths

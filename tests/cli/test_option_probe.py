@@ -20,21 +20,10 @@ from typing import Any
 import pytest
 
 from blockdraft.cli import main
-from blockdraft.cli.parser import build_parser
+from blockdraft.cli.parser import commands
 from blockdraft.cli.values import Choice, ListAction, Number, Rule, Values, rules_of
 
-
-def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
-              ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _commands(sub, (*prefix, name))
-            return
-    yield " ".join(prefix), parser
-
-
-COMMANDS = dict(_commands(build_parser()))
+COMMANDS = dict(commands())
 
 
 def _valued(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:

@@ -15,7 +15,6 @@ an output option and no probe here fails it, so the next command inherits the ru
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ pytest.importorskip("transformers")
 from test_cli_hf import TEXT, _folder  # noqa: E402
 
 from blockdraft.cli import main  # noqa: E402
-from blockdraft.cli.parser import build_parser  # noqa: E402
+from blockdraft.cli.parser import commands  # noqa: E402
 from blockdraft.lattice.io import save_lattice
 
 OUTPUT_OPTIONS = {"-o", "--out", "--output", "--plot", "--folder"}
@@ -145,20 +144,12 @@ PROBES: dict[str, Probe] = {
 }
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
-              ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _commands(sub, (*prefix, name))
-            return
-    yield " ".join(prefix), parser
 
 
 def test_every_writing_command_is_probed() -> None:
     """A command with an output option has --overwrite and a probe here."""
     writing = {}
-    for name, parser in _commands(build_parser()):
+    for name, parser in commands():
         options = {o for action in parser._actions for o in action.option_strings}
         if options & OUTPUT_OPTIONS:
             writing[name] = "--overwrite" in options

@@ -12,18 +12,11 @@ import torch
 
 from blockdraft.models import BlockwiseConfig, BlockwiseLM, KVCache, ModelError
 from blockdraft.models.step import Step, check_step
+from models_testlib import ancestors
 
 V = 50
 
 
-def ancestors(parents: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """``(mask [N, N], depths [N])`` of a tree given by its parents (``parents[0] = -1``)."""
-    n = len(parents)
-    mask, depths = np.eye(n, dtype=bool), np.zeros(n, dtype=np.int64)
-    for u in range(1, n):
-        mask[u] |= mask[parents[u]]
-        depths[u] = depths[parents[u]] + 1
-    return mask, depths
 
 
 def step_of(t_past: int, tokens: int, positions=None, tree_mask=None, one_row=None) -> Step:

@@ -4,6 +4,7 @@ each adding its own arguments; ``--help`` lists them in this order."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 
 import blockdraft.cli.analyses as analyses
 import blockdraft.cli.bench as bench
@@ -38,3 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parsers(sub)  # bench rescore
     doctor.add_parser(sub)  # doctor
     return parser
+
+
+def commands(parser: argparse.ArgumentParser | None = None, prefix: tuple[str, ...] = ()
+             ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every command's own parser, named as a user types it (``"heads distill"``), in the
+    order ``--help`` lists them: the leaves of ``parser`` (default: :func:`build_parser`)."""
+    parser = build_parser() if parser is None else parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from commands(sub, (*prefix, name))
+            return
+    yield " ".join(prefix), parser

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from hf_testlib import V, randomize, tiny_hf_base
+from models_testlib import ancestors
 
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
@@ -73,13 +74,6 @@ def runtimes(heads: str, family: str = "llama") -> tuple[Any, ...]:
     return _RUNTIMES[(heads, family)]
 
 
-def ancestors(parents: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    n = len(parents)
-    mask, depths = np.eye(n, dtype=bool), np.zeros(n, dtype=np.int64)
-    for u in range(1, n):
-        mask[u] |= mask[parents[u]]
-        depths[u] = depths[parents[u]] + 1
-    return mask, depths
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "gpt2"])

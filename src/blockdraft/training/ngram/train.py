@@ -45,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -203,12 +203,7 @@ def write_corpus(sequences: Iterable[Sequence[int] | np.ndarray], path: str | Pa
     n = 0
     top = -1
     with open(path, "w", encoding="ascii") as f:
-        for seq in sequences:
-            arr = np.asarray(seq, dtype=np.int64).reshape(-1)
-            if arr.size == 0:
-                continue
-            if (arr < 0).any():
-                raise RescorerError(f"corpus holds a negative token id: {int(arr[arr < 0][0])}")
+        for arr in _checked(sequences):  # streamed: a corpus is never held whole
             f.write(" ".join(map(str, arr.tolist())))
             f.write("\n")
             n += int(arr.size)
@@ -333,17 +328,21 @@ def train_ngram(
     )
 
 
-def _checked_sequences(sequences: Iterable[Sequence[int] | np.ndarray]) -> list[np.ndarray]:
-    """The non-empty sequences as flat int64 arrays; a negative id is refused."""
-    out = []
+def _checked(sequences: Iterable[Sequence[int] | np.ndarray]) -> Iterator[np.ndarray]:
+    """The non-empty sequences as flat int64 arrays, one at a time; a negative id is
+    refused."""
     for seq in sequences:
         arr = np.asarray(seq, dtype=np.int64).reshape(-1)
         if arr.size == 0:
             continue
         if (arr < 0).any():
             raise RescorerError(f"corpus holds a negative token id: {int(arr[arr < 0][0])}")
-        out.append(arr)
-    return out
+        yield arr
+
+
+def _checked_sequences(sequences: Iterable[Sequence[int] | np.ndarray]) -> list[np.ndarray]:
+    """The non-empty sequences as flat int64 arrays (all of them); a negative id is refused."""
+    return list(_checked(sequences))
 
 
 def _run_lmplz(lmplz: Path, corpus: Path, out: Path, order: int, prune: Sequence[int] | None,
