@@ -1,6 +1,7 @@
 """Global n-gram rescoring: `NgramLM` (KenLM over token ids), `NgramRescorer` (exact p-best
 search or WFST composition, optionally interpolated with a `ContextLM`, the n-gram counts of the
-committed text), `NgramPathScorer` (the LM scoring token-tree paths, one lookup per child).
+committed text), `NgramPathScorer` (the LM scoring token-tree paths, one lookup per child),
+`NgramTable` (the LM as sorted arrays: a whole tree scored in a few gathers, on any device).
 
 Training an LM (`train_ngram`, `interpolate_arpa`, `find_kenlm_tool`, ...) is the training
 room's: :mod:`blockdraft.training.ngram`. Their old names here (and the old modules ``train``,
@@ -14,6 +15,7 @@ from blockdraft.rescorers.ngram.lm import NgramLM, read_vocab_mapping
 from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer
 from blockdraft.rescorers.ngram.records import read_vocab_record, vocab_record_path
 from blockdraft.rescorers.ngram.rescorer import BACKENDS, NgramRescorer, SearchStats
+from blockdraft.rescorers.ngram.table import NgramTable
 
 __all__ = [
     "BACKENDS",
@@ -21,6 +23,7 @@ __all__ = [
     "NgramLM",
     "NgramPathScorer",
     "NgramRescorer",
+    "NgramTable",
     "SearchStats",
     "read_vocab_mapping",
     "read_vocab_record",

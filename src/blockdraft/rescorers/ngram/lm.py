@@ -232,6 +232,11 @@ class NgramLM:
         sibling = self.path.with_suffix(".arpa")
         return sibling if sibling.is_file() and is_arpa(sibling) else None
 
+    @property
+    def words(self) -> tuple[str, ...]:
+        """The LM's words by KenLM index (index 0: ``<unk>``)."""
+        return tuple(self._lm_words)
+
     # ------------------------------------------------------------------ vocabulary
     def _build_table(self, lm_words: list[str], mapping: dict[int, str] | None) -> np.ndarray:
         """uint32 ``[max_id + 1]``: token id -> KenLM index (0 = unknown)."""
