@@ -52,6 +52,9 @@ SLOW = {  # commands run with --help: why they would be slow or need what is not
     "heads distill": "distils SmolLM2",
     "heads label": "labels a distillation set with SmolLM2 (tests/cli/test_cli_heads.py labels "
     "a tiny one)",
+    "heads archive": "needs a distillation set (tests/cli/test_cli_heads.py archives a tiny one)",
+    "heads restore": "rebuilds a set with SmolLM2 (tests/cli/test_cli_heads.py restores a tiny "
+    "one)",
     "heads curve": "needs trained heads and their set",
     "heads package": "needs a distillation set (the probe test packages tiny heads)",
     "ngram interpolate": "needs two ARPA files (tests/training/ngram/test_ngram_interpolate.py)",
