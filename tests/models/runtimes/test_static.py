@@ -261,3 +261,31 @@ def test_smollm2_greedy_and_decode_on_the_static_cache() -> None:
     assert greedy_generate(static, prompt, 24, eos_id=tok.eos_id) == want
     result = decode(static, prompt, k=4, p=2, max_new_tokens=24, eos_id=tok.eos_id)
     assert result.tokens == want
+
+
+@pytest.mark.parametrize("kind", ["medusa", "prefix"])
+def test_heads_take_a_state_in_any_dtype(kind: str) -> None:
+    """Issue 41: a bfloat16 model's heads met a float32 state (the cost curve's probe, the
+    prefix heads' node evaluation) and failed; the heads convert what enters them, once."""
+    from blockdraft.models.hf.prefix_heads import PrefixHeads
+
+    heads = (randomize(MedusaHeads(64, None, 3, 1), 5) if kind == "medusa"
+             else randomize(PrefixHeads(64, 3, 1), 5))
+    heads.set_shortlist(torch.arange(0, 96, 3))
+    static = StaticKVModel(HFBlockwiseModel(tiny_hf_base("llama", 5), heads,
+                                            dtype=torch.bfloat16), capacity=64)
+    x, _ = static.hidden(ids_of(9))
+    state = x[0, -1:]  # (1, d) bfloat16
+    want = static.head_topk(state, 4)
+    got = static.head_topk(state.float(), 4)  # what a float32 caller hands in
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1])
+    torch.testing.assert_close(static.project(static.head_states(state.float())),
+                               static.project(static.head_states(state)))
+    if kind == "prefix":
+        expand = static.expander(state[0].float(), 4)
+        certain = int(expand(())[0][0])
+        ids, scores = expand((certain,))
+        assert ids.shape == (4,) and np.isfinite(scores).all()
+        ref = static.expander(state[0], 4)((certain,))
+        np.testing.assert_array_equal(ids, ref[0])
