@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.overrides import TorchFunctionMode
 
 from hf_testlib import check_accepted_rows_move, randomize, tiny_hf_base
 
@@ -20,7 +21,7 @@ pytest.importorskip("transformers")
 from blockdraft.models import ModelError, greedy_generate  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.runtimes import on_runtime  # noqa: E402
-from blockdraft.models.runtimes.cuda_graphs import BUCKETS, bucket_of  # noqa: E402
+from blockdraft.models.runtimes.cuda_graphs import BUCKETS, bucket_of, kv_rows  # noqa: E402
 from blockdraft.models.runtimes.kv_buffer import BufferCache  # noqa: E402
 from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
 from blockdraft.verify import decode  # noqa: E402
@@ -292,3 +293,54 @@ def test_heads_take_a_state_in_any_dtype(kind: str) -> None:
         assert ids.shape == (4,) and np.isfinite(scores).all()
         ref = static.expander(state[0], 4)((certain,))
         np.testing.assert_array_equal(ids, ref[0])
+
+
+class _KeyLengths(TorchFunctionMode):
+    """Records the key length of every attention call (``scaled_dot_product_attention``'s
+    keys ``[B, heads, R, hd]``): the rows a forward attends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[int] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            self.rows.append(int(args[1].shape[-2]))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_attention_reads_the_rows_in_use_not_the_capacity(kind: str) -> None:
+    """Issue 41, cause 3: every forward attended all rows of the buffer (2048 by default). It
+    attends the rows it reaches, rounded up to a power of two (at least 64): the key length
+    the attention sees follows the sequence, and the numbers stay those of attending every
+    row (the same up to float32 summation order; the same tokens)."""
+    model = tiny(kind, seed=6, positions=512)
+    live = StaticKVModel(model, capacity=400, buckets=BUCKETS)
+    full = StaticKVModel(model, capacity=400, buckets=BUCKETS, kv_buckets=False)
+    total = 400 + BUCKETS[-1]  # the buffer's rows: capacity and the padding's scratch
+    assert full.attended(1) == total and live.attended(1) == 64 and live.attended(65) == 128
+    text = ids_of(320, seed=8)
+    x_live, past_live = live.hidden(text[:, :30])
+    x_full, past_full = full.hidden(text[:, :30])
+    start, attended = 30, []
+    for t in (0, 1, 3, 16, 40, 64, 1, 70, 5, 60):  # 0: the prompt above
+        if t:
+            seen, every = _KeyLengths(), _KeyLengths()
+            with seen:
+                x_live, past_live = live.hidden(text[:, start:start + t], past_live)
+            with every:
+                x_full, past_full = full.hidden(text[:, start:start + t], past_full)
+            padded = bucket_of(t, BUCKETS) or t  # 70: past the largest bucket, unpadded
+            want = kv_rows(start + padded, total)
+            assert seen.rows and set(seen.rows) == {want}, (start, t, seen.rows)
+            assert set(every.rows) == {total}
+            attended.append(want)
+            start += t
+        torch.testing.assert_close(x_live, x_full, atol=1e-5, rtol=1e-5)
+    assert attended == [64, 64, 64, 128, 256, 256, 256, 256, total]  # 230 + 64 rows: 512 -> 464
+    prompt = text[0, :40].tolist()
+    truth = greedy_generate(full, prompt, 40)
+    assert greedy_generate(live, prompt, 40) == truth
+    assert decode(live, prompt, k=4, p=3, max_new_tokens=40).tokens == truth
