@@ -61,7 +61,8 @@ Public surface:
         the attributes and methods of HFBlockwiseModel's protocol (h, device, max_seq_len,
         config, tokenizer, drafting, conditional_heads, heads_digest, capabilities, hidden,
         head_states, project, heads_logits, head_topk, expander), plus runtime, precision,
-        capacity, buckets, graphs, kv_buckets, attended(rows) -> R
+        capacity, buckets, graphs, kv_buckets, attended(rows) -> R,
+        use_body(body)       another function in place of the base's forward (a null forward)
     DEFAULT_CAPACITY
 """
 
@@ -74,7 +75,7 @@ import torch
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.adapter import HFBlockwiseModel
 from blockdraft.models.hf.body import call_with_cache
-from blockdraft.models.runtimes.cuda_graphs import BUCKETS, BucketRunner, kv_rows
+from blockdraft.models.runtimes.cuda_graphs import BUCKETS, BucketRunner, Forward, kv_rows
 from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer
 from blockdraft.models.runtimes.wrapped import RuntimeModel, Shared
 from blockdraft.models.step import Step, check_step
@@ -217,6 +218,7 @@ class StaticKVModel(RuntimeModel):
                                 PRECISIONS[self.precision])
         self.kv_buckets = bool(kv_buckets)
         self._caches: dict[int, Any] = {}  # rows attended -> its StaticCache over the buffer
+        self._body: Forward | None = None  # use_body's replacement of the base's forward
         self._cache_of(self.attended(1))  # the first one now: transformers' refusals here
         self._window = _window(model)
         self._runner = (BucketRunner(self._step, self._inputs, self.buckets,
@@ -231,6 +233,18 @@ class StaticKVModel(RuntimeModel):
         return (f"StaticKVModel({self.config.name!r}, precision={self.precision!r}, "
                 f"capacity={self.capacity}, buckets={self.buckets}, graphs={self.graphs}, "
                 f"kv_buckets={self.kv_buckets})")
+
+    def use_body(self, body: Forward | None) -> None:
+        """Run ``body(ids [1, T], positions [1, T], bias [1, 1, T, R], start []) -> x [1, T,
+        d]`` (in the model's dtype, on its device) in place of the base's forward, or the base
+        again (None); graphs captured so far are dropped. Everything else of a step stays: the
+        checks, the bias, the padding, the cache's book-keeping, the heads. A null body (the
+        embeddings of ``ids``, say) leaves what a step costs outside the forward:
+        ``benchmarks.bench_static_host --null-forward`` measures it."""
+        self._body = body
+        if self._runner is not None:
+            self._runner = BucketRunner(self._step, self._inputs, self.buckets,
+                                        capture=self.graphs)
 
     def attended(self, rows: int) -> int:
         """The rows a forward attends when it reads and writes the buffer's first ``rows``
@@ -303,6 +317,8 @@ class StaticKVModel(RuntimeModel):
         """One forward on static-shaped tensors (what a CUDA graph captures): every layer
         writes its new keys and values from row ``start`` and attends the bias's ``R`` rows;
         returns ``x [1, T, d]``."""
+        if self._body is not None:
+            return self._body(ids, positions, bias, start)
         cache = self._cache_of(int(bias.shape[-1]))
         for layer in cache.layers:
             layer.cumulative_length.copy_(start)
