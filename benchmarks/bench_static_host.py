@@ -205,7 +205,6 @@ def main(argv: list[str] | None = None) -> int:
         ngram = PACKAGED_NGRAM
     if args.tiny:
         from benchmarks.common.stand_ins import tiny_model
-
         from blockdraft.models.hf import HFBlockwiseModel
 
         plain = tiny_model()
