@@ -5,8 +5,8 @@ issue 41's host target).
         [--max-new-tokens 64] [--repeats 3] --out benchmarks/results/static
     .venv/bin/python -m benchmarks.bench_static_host --tiny --out /tmp/host   # a smoke run
     .venv/bin/python -m benchmarks.bench_static_host --null-forward [--tiny] --out /tmp/host
-    python -m benchmarks.bench_static_host --null-forward --device cuda --dtype bfloat16 \
-        --model GGUF --out OUT                                     # on a GPU
+    python -m benchmarks.bench_static_host [--null-forward] --device cuda --dtype bfloat16 \
+        --model GGUF --heads src/blockdraft/models/hf/heads/smollm2 --out OUT   # on a GPU
 
 Each strategy decodes the prompts (exact criterion; every output checked against the
 runtime's own greedy decoding) and every step's wall time is split as the decode loop records
@@ -105,8 +105,10 @@ def step_split_ms(results: list[Any]) -> dict[str, float]:
 
 
 def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
-            eos: int | None, ngram: Path | None = None) -> dict[str, Any]:
-    """Each strategy's split (the run of least host time of ``repeats``), B and losslessness."""
+            eos: int | None, ngram: Path | None = None,
+            only: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Each strategy's split (the run of least host time of ``repeats``), B and losslessness
+    (``only``: these strategies alone)."""
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
 
@@ -114,6 +116,8 @@ def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
     greedy = [greedy_generate(model, p, max_new, eos_id=eos) for p in prompts]
     rows: dict[str, Any] = {}
     for name, spec in strategies(ngram).items():
+        if only is not None and name not in only:
+            continue
         decode(model, prompts[0], drafter=spec, max_new_tokens=4, eos_id=eos,
                device=device)  # warm-up (and the n-gram LM loaded, once)
         best: dict[str, Any] | None = None
@@ -180,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2", help="what load_model takes (with heads)")
+    ap.add_argument("--heads", default=None,
+                    help="a heads folder for --model (default: the heads the name brings)")
     ap.add_argument("--tiny", action="store_true", help="a tiny random Llama: a smoke run")
     ap.add_argument("--runtime", default="static", choices=("static", "torch", "onnxruntime"))
     ap.add_argument("--max-new-tokens", type=int, default=64)
@@ -193,8 +199,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="the 4-gram of the 8x16 p-best row (KenLM binary or ARPA; default: "
                          "the packaged SmolLM2 answers 4-gram; --tiny: one trained on random "
                          "ids); 'none' leaves the row out")
+    ap.add_argument("--strategy", action="append", default=None,
+                    help="run this strategy only (repeatable; default: all), e.g. default")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
+    only = None if args.strategy is None else tuple(args.strategy)
+    known = list(strategies(Path("lm")))
+    if only is not None and not set(only) <= set(known):
+        ap.error(f"--strategy: unknown {sorted(set(only) - set(known))}; one of {known}")
     if args.null_forward and args.runtime != "static":
         ap.error("--null-forward replaces the static runtime's forward: --runtime static")
     torch.set_num_threads(args.threads)
@@ -215,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         eos = None
     else:
         model = load_model(args.model, runtime=args.runtime, dtype=args.dtype,
-                           device=args.device)
-        name = args.model
+                           device=args.device, heads=args.heads)
+        name = args.model if args.heads is None else f"{args.model}+{Path(args.heads).name}"
         tok = model.tokenizer
         prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in PROMPTS]
         eos = tok.eos_id
@@ -225,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
         cost_curve_of(model)  # the default drafter sizes its trees on the real forward's curve
         model.use_body(null_body(model))
-    rows = measure(model, prompts, args.max_new_tokens, args.repeats, eos, ngram)
+    rows = measure(model, prompts, args.max_new_tokens, args.repeats, eos, ngram, only)
     signature = format_signature({
         "model": name, "runtime": args.runtime, "precision": args.dtype,
         "forward": "null" if args.null_forward else "model",

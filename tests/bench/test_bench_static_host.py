@@ -47,6 +47,17 @@ def test_null_forward_run_splits_every_drafters_step(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         bench_static_host.main(["--tiny", "--null-forward", "--runtime", "torch",
                                 "--out", str(tmp_path / "x")])
+    with pytest.raises(SystemExit):
+        bench_static_host.main(["--tiny", "--strategy", "nonsense", "--out", str(tmp_path / "y")])
+
+
+def test_one_strategy_in_bfloat16(tmp_path: Path) -> None:
+    """What the GPU check runs per head kind and dtype: the default drafter alone."""
+    assert bench_static_host.main(["--tiny", "--dtype", "bfloat16", "--strategy", "default",
+                                   "--max-new-tokens", "8", "--repeats", "1", "--ngram", "none",
+                                   "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "host.json").read_text())
+    assert list(report["rows"]) == ["default"] and "precision:bfloat16" in report["signature"]
 
 
 def test_the_null_body_replaces_the_forward_and_comes_back() -> None:
