@@ -80,7 +80,8 @@ stage "1. tests"
 timeout 150 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs \
   tests/models/test_cuda.py tests/models/hf/test_hf_decode.py tests/models/hf/test_hf_tree.py \
   tests/verify/test_decode.py tests/rescorers/test_neural.py \
-  tests/verify/test_default_on_devices.py >"$OUT/tests.txt" 2>&1
+  tests/verify/test_default_on_devices.py tests/models/runtimes/test_device_drafts.py \
+  >"$OUT/tests.txt" 2>&1
 echo "cuda tests: exit $?" | tee -a "$OUT/tests.txt"
 timeout 40 "$PY" -m pytest -q -p no:cacheprovider -rs tests/models/runtimes/test_static.py \
   -k captured >>"$OUT/tests.txt" 2>&1
