@@ -1,8 +1,12 @@
-"""The host's share of a decode step: what a step spends outside the model (issue 30, item 2).
+"""The host's share of a decode step: what a step spends outside the model (issue 30, item 2;
+issue 41's host target).
 
     .venv/bin/python -m benchmarks.bench_static_host [--model smollm2] [--runtime static]
         [--max-new-tokens 64] [--repeats 3] --out benchmarks/results/static
     .venv/bin/python -m benchmarks.bench_static_host --tiny --out /tmp/host   # a smoke run
+    .venv/bin/python -m benchmarks.bench_static_host --null-forward [--tiny] --out /tmp/host
+    python -m benchmarks.bench_static_host [--null-forward] --device cuda --dtype bfloat16 \
+        --model GGUF --heads src/blockdraft/models/hf/heads/smollm2 --out OUT   # on a GPU
 
 Each strategy decodes the prompts (exact criterion; every output checked against the
 runtime's own greedy decoding) and every step's wall time is split as the decode loop records
@@ -15,12 +19,24 @@ it (:class:`~blockdraft.verify.records.DecodeStep`):
   stays on the host's bill);
 - host: the lattice, the drafting, acceptance, the cache's row selection and the loop's
   book-keeping (``lattice_s + draft_s + other_s``), the part the issue budgets (vanilla heads
-  at most 0.3 ms a step, 8x16 4-gram p-best at most 1.0 ms).
+  at most 0.3 ms a step, 8x16 4-gram p-best at most 1.0 ms);
+- step: the whole step (the sum of the above), and outside: the step less its forward.
 
-Strategies: vanilla heads, prompt lookup, an 8-best trie (k 16, head scores alone) and the
-issue's 8x16 4-gram p-best (the heads' lattice with k = 16, p = 8 drafts by the exact p-best
-search rescored by a 4-gram, ``--ngram``: by default the packaged SmolLM2 answers 4-gram;
-``--tiny`` trains a tiny one on random ids with the built-in estimator), verified as a trie.
+``--null-forward`` (static runtime) runs a null body in place of the base's forward
+(:meth:`StaticKVModel.use_body <blockdraft.models.runtimes.static.StaticKVModel.use_body>`:
+the embeddings of the new tokens, so the "model" is a bigram map and every drafter does its
+work), after measuring the model's cost curve with the real forward (so the default drafter
+sizes its trees as it would). Everything else of a step stays: the runtime's checks, bias,
+padding and cache book-keeping, the base head's projection, the heads, the lattice, the
+drafter, the acceptance. A step's wall time is then the host's time per step with the forward
+taken out (issue 41's target: at most 0.15 ms a step outside the graph replay). Outputs are
+still checked against the null model's own greedy decoding.
+
+Strategies: the model's default drafter, vanilla heads, prompt lookup, an 8-best trie (k 16,
+head scores alone) and the issue's 8x16 4-gram p-best (the heads' lattice with k = 16, p = 8
+drafts by the exact p-best search rescored by a 4-gram, ``--ngram``: by default the packaged
+SmolLM2 answers 4-gram; ``--tiny`` trains a tiny one on random ids with the built-in
+estimator), verified as a trie.
 
 The host code is the same on a CPU and a GPU, so its CPU figure is the one to read here;
 the forward's is the CPU's, not the GPU's. Medians over steps of the best of ``--repeats``
@@ -53,7 +69,8 @@ def strategies(ngram: Path | None = None) -> dict[str, Any]:
     as their trie."""
     from blockdraft.drafts import DraftSpec
 
-    rows = {"vanilla heads": DraftSpec("heads"),
+    rows = {"default": DraftSpec("default"),
+            "vanilla heads": DraftSpec("heads"),
             "prompt lookup": DraftSpec("lookup"),
             "8-best trie (k 16)": DraftSpec("heads", k=16, p=8)}
     if ngram is not None:
@@ -78,6 +95,9 @@ def step_split_ms(results: list[Any]) -> dict[str, float]:
     steps = [s for r in results for s in r.steps]
     parts = {"forward": [s.forward_s for s in steps], "heads": [s.heads_s for s in steps],
              "host": [s.lattice_s + s.draft_s + s.other_s for s in steps],
+             "step": [s.forward_s + s.heads_s + s.lattice_s + s.draft_s + s.other_s
+                      for s in steps],
+             "outside": [s.heads_s + s.lattice_s + s.draft_s + s.other_s for s in steps],
              "lattice": [s.lattice_s for s in steps], "draft": [s.draft_s for s in steps],
              "other": [s.other_s for s in steps]}
     return {name: 1e3 * statistics.median(v) if v else float("nan")
@@ -85,8 +105,10 @@ def step_split_ms(results: list[Any]) -> dict[str, float]:
 
 
 def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
-            eos: int | None, ngram: Path | None = None) -> dict[str, Any]:
-    """Each strategy's split (the run of least host time of ``repeats``), B and losslessness."""
+            eos: int | None, ngram: Path | None = None,
+            only: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Each strategy's split (the run of least host time of ``repeats``), B and losslessness
+    (``only``: these strategies alone)."""
     from blockdraft.models import greedy_generate
     from blockdraft.verify import decode
 
@@ -94,6 +116,8 @@ def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
     greedy = [greedy_generate(model, p, max_new, eos_id=eos) for p in prompts]
     rows: dict[str, Any] = {}
     for name, spec in strategies(ngram).items():
+        if only is not None and name not in only:
+            continue
         decode(model, prompts[0], drafter=spec, max_new_tokens=4, eos_id=eos,
                device=device)  # warm-up (and the n-gram LM loaded, once)
         best: dict[str, Any] | None = None
@@ -112,21 +136,41 @@ def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
     return rows
 
 
+def null_body(model: Any) -> Any:
+    """A null forward for the static runtime: ``x`` = the embeddings of the new tokens (in the
+    model's dtype, on its device; the base head then maps each token to the next: a bigram
+    model), with none of the base's layers."""
+    embed = model.model.base.get_input_embeddings()
+
+    def body(ids: Any, positions: Any, bias: Any, start: Any) -> Any:
+        return embed(ids)  # (1, T, d)
+
+    return body
+
+
 def markdown(report: dict[str, Any]) -> str:
     from benchmarks.common.report import header
 
-    lines = [*header("The host's share of a decode step (ms per step, medians)", report),
-             "| strategy | B | identical | forward | heads | host | lattice | draft | other "
-             "| host budget |", "|---|---|---|---|---|---|---|---|---|---|"]
+    null = report.get("null_forward", False)
+    title = ("The host's time per decode step with a null forward (ms per step, medians)"
+             if null else "The host's share of a decode step (ms per step, medians)")
+    lines = [*header(title, report),
+             "| strategy | B | identical | step | outside | forward | heads | host | lattice "
+             "| draft | other | host budget |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in report["rows"].items():
         s = row["split"]
         budget = "-" if row["budget_ms"] is None else (
             f"{row['budget_ms']} ({'met' if s['host'] <= row['budget_ms'] else 'missed'})")
         lines.append(f"| {name} | {row['B']:.2f} | {row['identical']}/{row['prompts']} | "
+                     f"{s['step']:.3f} | {s['outside']:.3f} | "
                      f"{s['forward']:.3f} | {s['heads']:.3f} | {s['host']:.3f} | "
                      f"{s['lattice']:.3f} | {s['draft']:.3f} | {s['other']:.3f} | {budget} |")
-    lines += ["", "host = lattice + draft + other: everything but the forward and the heads "
-              "(see the script's docstring)."]
+    lines += ["", "host = lattice + draft + other: everything but the forward and the heads; "
+              "outside = step - forward (see the script's docstring)."]
+    if null:
+        lines.append("Null forward: the base's layers replaced by the embeddings of the new "
+                     "tokens; `step` is the host's time per step (the runtime's own work, the "
+                     "base head, the heads, the lattice, the drafter, the acceptance).")
     return "\n".join(lines)
 
 
@@ -140,17 +184,31 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2", help="what load_model takes (with heads)")
+    ap.add_argument("--heads", default=None,
+                    help="a heads folder for --model (default: the heads the name brings)")
     ap.add_argument("--tiny", action="store_true", help="a tiny random Llama: a smoke run")
     ap.add_argument("--runtime", default="static", choices=("static", "torch", "onnxruntime"))
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="where the model runs (cuda on a GPU)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--null-forward", action="store_true",
+                    help="the static runtime with a null body: the host's time per step")
     ap.add_argument("--ngram", type=Path, default=None,
                     help="the 4-gram of the 8x16 p-best row (KenLM binary or ARPA; default: "
                          "the packaged SmolLM2 answers 4-gram; --tiny: one trained on random "
                          "ids); 'none' leaves the row out")
+    ap.add_argument("--strategy", action="append", default=None,
+                    help="run this strategy only (repeatable; default: all), e.g. default")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
+    only = None if args.strategy is None else tuple(args.strategy)
+    known = list(strategies(Path("lm")))
+    if only is not None and not set(only) <= set(known):
+        ap.error(f"--strategy: unknown {sorted(set(only) - set(known))}; one of {known}")
+    if args.null_forward and args.runtime != "static":
+        ap.error("--null-forward replaces the static runtime's forward: --runtime static")
     torch.set_num_threads(args.threads)
     ngram = None if str(args.ngram) == "none" else args.ngram
     if args.tiny and args.ngram is None:
@@ -159,23 +217,35 @@ def main(argv: list[str] | None = None) -> int:
         ngram = PACKAGED_NGRAM
     if args.tiny:
         from benchmarks.common.stand_ins import tiny_model
+        from blockdraft.models.hf import HFBlockwiseModel
 
-        model, name = on_runtime(tiny_model(), args.runtime, "float32"), "tiny-random-llama"
+        plain = tiny_model()
+        tiny = HFBlockwiseModel(plain.base, plain.heads, device=args.device,
+                                dtype=getattr(torch, args.dtype))
+        model, name = on_runtime(tiny, args.runtime, args.dtype), "tiny-random-llama"
         prompts = [[5, 9, 2, 33, 7, 8, 9, 10, 11], [3, 1, 4, 1, 5, 9, 2, 6]]
         eos = None
     else:
-        model, name = load_model(args.model, runtime=args.runtime), args.model
+        model = load_model(args.model, runtime=args.runtime, dtype=args.dtype,
+                           device=args.device, heads=args.heads)
+        name = args.model if args.heads is None else f"{args.model}+{Path(args.heads).name}"
         tok = model.tokenizer
         prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in PROMPTS]
         eos = tok.eos_id
-    rows = measure(model, prompts, args.max_new_tokens, args.repeats, eos, ngram)
+    if args.null_forward:
+        from blockdraft.models.cost import cost_curve_of
+
+        cost_curve_of(model)  # the default drafter sizes its trees on the real forward's curve
+        model.use_body(null_body(model))
+    rows = measure(model, prompts, args.max_new_tokens, args.repeats, eos, ngram, only)
     signature = format_signature({
-        "model": name, "runtime": args.runtime, "precision": "float32",
+        "model": name, "runtime": args.runtime, "precision": args.dtype,
+        "forward": "null" if args.null_forward else "model",
         "threads": args.threads, "max_new_tokens": args.max_new_tokens,
         "prompts": len(prompts), "repeats": args.repeats,
-        "ngram": "-" if ngram is None else Path(ngram).name, **environment("cpu")})
+        "ngram": "-" if ngram is None else Path(ngram).name, **environment(args.device)})
     report = {"command": command_line("benchmarks.bench_static_host", argv), "signature": signature,
-              "rows": rows}
+              "null_forward": args.null_forward, "rows": rows}
     write_report(report, args.out, "host", markdown)
     print(markdown(report))
     return 0

@@ -11,7 +11,12 @@
 #      onnxruntime;
 #   2. costs.{json,md}: the eager verification cost curve per precision (benchmarks.bench_costs:
 #      chains, trees, whole verification calls, expected speedups B x greedy / verify[N]);
-#   3. gpu.{json,md,png}: python -m benchmarks.bench_gpu: the cost curve eager against the static
+#   3. issue 41 (log.txt): decode's default drafter on CUDA with the real weights, both head
+#      kinds, bfloat16 and float32 (benchmarks.bench_static_host --strategy default: outputs
+#      against the runtime's own greedy, B, the step's split), and the host's time per step with
+#      a null forward (--null-forward: every drafter; the issue's target <= 0.15 ms outside the
+#      replay); the CUDA rows of tests/verify/test_default_on_devices.py run in stage 1;
+#   4. gpu.{json,md,png}: python -m benchmarks.bench_gpu: the cost curve eager against the static
 #      runtime and its CUDA graphs (bf16 and fp32) with the issue's three targets, the decode loop
 #      end to end (greedy, vanilla heads, prompt lookup, 8-best trie: speedup over the runtime's
 #      own greedy against B; real weights, else "replay" rows from benchmarks/replay/*.json) and
@@ -20,6 +25,8 @@
 # Results land in $OUT (8 files, the most that come back): env.txt, tests.txt, costs.json,
 # costs.md, gpu.json, gpu.md, gpu.png, log.txt.
 #   OUT=out/gpu bash scripts/gpu_check.sh
+#   GPU_CHECK_SKIP="costs gpu" OUT=out/gpu bash scripts/gpu_check.sh   # stages 0, 1, 3 only
+# GPU_CHECK_SKIP names stages to leave out: costs (2), issue41 (3), gpu (4).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}
@@ -29,6 +36,7 @@ LOG="$OUT/log.txt"
 : >"$LOG"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 stage() { echo "== [$SECONDS s] $*" | tee -a "$LOG"; }
+skipped() { case " ${GPU_CHECK_SKIP:-} " in *" $1 "*) echo "(skipped: GPU_CHECK_SKIP)" | tee -a "$LOG"; return 0;; esac; return 1; }
 
 stage "0. environment"
 if compgen -G ".gpu-wheels/*.whl" >/dev/null; then
@@ -69,9 +77,11 @@ PYEOF
 cat "$OUT/env.txt"
 
 stage "1. tests"
-timeout 100 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs \
+timeout 150 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs \
   tests/models/test_cuda.py tests/models/hf/test_hf_decode.py tests/models/hf/test_hf_tree.py \
-  tests/verify/test_decode.py tests/rescorers/test_neural.py >"$OUT/tests.txt" 2>&1
+  tests/verify/test_decode.py tests/rescorers/test_neural.py \
+  tests/verify/test_default_on_devices.py tests/models/runtimes/test_device_drafts.py \
+  >"$OUT/tests.txt" 2>&1
 echo "cuda tests: exit $?" | tee -a "$OUT/tests.txt"
 timeout 40 "$PY" -m pytest -q -p no:cacheprovider -rs tests/models/runtimes/test_static.py \
   -k captured >>"$OUT/tests.txt" 2>&1
@@ -82,15 +92,40 @@ echo "runtime tests (static, onnxruntime): exit $?" | tee -a "$OUT/tests.txt"
 tail -n 15 "$OUT/tests.txt"
 
 stage "2. eager cost curve (bench_costs.py)"
-timeout 100 "$PY" -m benchmarks.bench_costs --shape smollm2 --device cuda \
-  --variants torch:float32,torch:bfloat16,torch:float16 --repeats 10 --out "$OUT" \
-  >>"$LOG" 2>&1
-echo "eager cost curve: exit $?" | tee -a "$LOG"
-rm -f "$OUT/costs.png"  # 8 files come back; gpu.png draws the curves
+if ! skipped costs; then
+  timeout 100 "$PY" -m benchmarks.bench_costs --shape smollm2 --device cuda \
+    --variants torch:float32,torch:bfloat16,torch:float16 --repeats 10 --out "$OUT" \
+    >>"$LOG" 2>&1
+  echo "eager cost curve: exit $?" | tee -a "$LOG"
+  rm -f "$OUT/costs.png"  # 8 files come back; gpu.png draws the curves
+fi
 
-stage "3. bench_gpu.py: cost curve eager vs graphs, end to end, transformers' generate"
-timeout "${BENCH_GPU_TIMEOUT:-270}" "$PY" -m benchmarks.bench_gpu --device cuda --out "$OUT" \
-  >>"$LOG" 2>&1
-echo "bench_gpu: exit $? (124: its time limit; gpu.md keeps what it measured)" | tee -a "$LOG"
+stage "3. issue 41: the default drafter on CUDA (real weights), the host's time per step"
+if ! skipped issue41; then
+  if [ -n "${BLOCKDRAFT_GPU_MODEL:-}" ]; then
+    for dtype in bfloat16 float32; do
+      for heads in smollm2 smollm2-prefix; do
+        timeout 75 "$PY" -m benchmarks.bench_static_host --model "$BLOCKDRAFT_GPU_MODEL" \
+          --heads "src/blockdraft/models/hf/heads/$heads" --device cuda --dtype "$dtype" \
+          --strategy default --max-new-tokens 64 --repeats 1 --out "/tmp/host-$dtype-$heads" \
+          >>"$LOG" 2>&1
+        echo "default drafter, $dtype, $heads heads: exit $?" | tee -a "$LOG"
+      done
+    done
+    timeout 100 "$PY" -m benchmarks.bench_static_host --model "$BLOCKDRAFT_GPU_MODEL" \
+      --heads src/blockdraft/models/hf/heads/smollm2 --device cuda --dtype bfloat16 \
+      --null-forward --max-new-tokens 64 --repeats 1 --out /tmp/host-null >>"$LOG" 2>&1
+    echo "host time per step, null forward (bfloat16, every drafter): exit $?" | tee -a "$LOG"
+  else
+    echo "no real weights: the tiny models' CUDA rows of stage 1 only" | tee -a "$LOG"
+  fi
+fi
+
+stage "4. bench_gpu.py: cost curve eager vs graphs, end to end, transformers' generate"
+if ! skipped gpu; then
+  timeout "${BENCH_GPU_TIMEOUT:-270}" "$PY" -m benchmarks.bench_gpu --device cuda --out "$OUT" \
+    >>"$LOG" 2>&1
+  echo "bench_gpu: exit $? (124: its time limit; gpu.md keeps what it measured)" | tee -a "$LOG"
+fi
 stage "done"
 tail -n 60 "$OUT/gpu.md" 2>/dev/null

@@ -61,3 +61,57 @@ def test_ngram_path_scorer_equals_whole_path_scores(tmp_path) -> None:  # type: 
         NgramPathScorer(NgramLM(arpa, unknown="error")).next_scores([1], [2], [45])
     with pytest.raises(RescorerError, match="NgramLM"):
         NgramPathScorer(object())  # type: ignore[arg-type]
+
+
+def test_ngram_path_scorers_need_no_kenlm_module_on_the_native_engine(
+        tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 41: the default Medusa recipe rates its tree with its rescorer's path scorer, which
+    imported the ``kenlm`` module even when the native library was there (a GPU image without
+    the wheel failed). On the native engine it needs the library alone, and gives the kenlm
+    engine's numbers: children after a path, every node of a tree, with and without the
+    context LM, with both unknown-token policies."""
+    import sys
+
+    from blockdraft.rescorers import RescorerError
+    from blockdraft.rescorers.ngram import NgramLM, NgramPathScorer, NgramRescorer, native
+    from blockdraft.training.ngram import find_kenlm_tool, train_ngram
+
+    if not native.available():
+        pytest.skip("the native KenLM library is not built")
+    try:
+        find_kenlm_tool("lmplz")
+    except RescorerError as e:
+        pytest.skip(f"KenLM's lmplz is not built ({e})")
+    rng = np.random.default_rng(2)
+    seqs = [rng.integers(0, 40, size=25).tolist() for _ in range(150)]
+    built = train_ngram(seqs, tmp_path / "lm4", order=4, memory="64M")
+    parents = np.array([-1, 0, 0, 1, 1, 2, 3, 3, 6])
+    tokens = np.array([3, 5, 41, 7, 7, 2, 9, 1, 4])  # 41: unknown to the LM
+    contexts = ([], [3], list(rng.integers(0, 40, size=30)), [1, 45, 2])
+    want = {}
+    for unknown in ("unk", -7.5):  # the kenlm engine's numbers, module present
+        lm = NgramLM(built.arpa, unknown=unknown, engine="kenlm")
+        for weight in (0.0, 0.3):
+            scorer = NgramRescorer(lm, context_weight=weight).path_scorer()
+            for i, ctx in enumerate(contexts):
+                want[unknown, weight, i] = (scorer.score_tree(tokens, parents, ctx),
+                                            scorer.next_scores([3, 5], ctx, [7, 8, 41]))
+    monkeypatch.setitem(sys.modules, "kenlm", None)  # the GPU image: no kenlm module
+    for path in (built.arpa, built.binary):
+        for unknown in ("unk", -7.5):
+            lm = NgramLM(path, unknown=unknown)
+            assert lm.engine == "native"
+            plain = NgramPathScorer(lm)
+            for weight in (0.0, 0.3):
+                scorer = NgramRescorer(lm, context_weight=weight).path_scorer()
+                for i, ctx in enumerate(contexts):
+                    tree, kids = want[unknown, weight, i]
+                    np.testing.assert_allclose(scorer.score_tree(tokens, parents, ctx), tree,
+                                               rtol=1e-9, atol=1e-9)
+                    np.testing.assert_allclose(scorer.next_scores([3, 5], ctx, [7, 8, 41]),
+                                               kids, rtol=1e-9, atol=1e-9)
+                    if weight == 0.0:
+                        np.testing.assert_allclose(plain.score_tree(tokens, parents, ctx),
+                                                   tree, rtol=1e-9, atol=1e-9)
+    with pytest.raises(RescorerError, match="kenlm module is not installed"):
+        NgramLM(built.arpa, engine="kenlm")  # the module really is gone here

@@ -15,6 +15,7 @@ all ``h`` heads only at the accepted one; any other model is seen through
 
 Public surface:
     Verifier(model, criterion="exact")
+        .topologies                                              tree topologies on the device
         .prefill(prompt_ids) -> (next_logits [h, V], past)       the prompt's serial call
         .verify_tree(past, tree, eos_id=None) -> VerifyOutcome    one call for a token tree
         .verify(past, drafts, eos_id=None) -> VerifyOutcome       one call for p drafts (their
@@ -54,6 +55,7 @@ from blockdraft.verify.acceptance import (
 )
 from blockdraft.verify.criteria import Criterion
 from blockdraft.verify.errors import VerifyError
+from blockdraft.verify.topology import TreeTopologies
 
 
 def model_device(model: Any) -> torch.device:
@@ -156,11 +158,20 @@ class Verifier:
                                            else as_factored(model))
         # a runtime whose tree forwards are not lossless (ONNX Runtime int8) verifies chains only
         self._trees_ok = self.caps.exact_trees or not self.criterion.lossless
+        self._topologies: TreeTopologies | None = None
 
     @property
     def device(self) -> torch.device:
         """The model's device; drafts are moved there."""
         return model_device(self.model)
+
+    @property
+    def topologies(self) -> TreeTopologies:
+        """The tree topologies met, compiled on the model's device (:mod:`~.topology`; made
+        at the first tree)."""
+        if self._topologies is None:
+            self._topologies = TreeTopologies(self.device)
+        return self._topologies
 
     def __repr__(self) -> str:
         return f"Verifier({type(self.model).__name__}, criterion={str(self.criterion)!r})"
@@ -314,10 +325,10 @@ class Verifier:
                 "the last bits of a tree's attention sums into other tokens. Draft one path a "
                 "step (vanilla heads, an n-gram rescored draft, prompt lookup), use precision "
                 "float32 for trees and p > 1, or a lossy criterion")
-        else:
-            positions = torch.tensor(past.length + tree.depths, device=dev)  # (N,)
-            mask = torch.tensor(tree.ancestor_mask(), device=dev)  # (N, N)
-            x, cache = model.hidden(tokens, past, position_ids=positions, tree_mask=mask)
+        else:  # the topology's depths and mask, compiled once on the device
+            shape = self.topologies.of(tree)
+            x, cache = model.hidden(tokens, past, position_ids=shape.depths + past.length,
+                                    tree_mask=shape.mask)
         states = x[0]  # (N, d): the factored state at every node
         # the base head at every node in one projection: the verdict reads it at the nodes with
         # children, the next certain token at the accepted node (a small projection reads the

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.overrides import TorchFunctionMode
 
 from hf_testlib import check_accepted_rows_move, randomize, tiny_hf_base
 
@@ -20,7 +21,7 @@ pytest.importorskip("transformers")
 from blockdraft.models import ModelError, greedy_generate  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.runtimes import on_runtime  # noqa: E402
-from blockdraft.models.runtimes.cuda_graphs import BUCKETS  # noqa: E402
+from blockdraft.models.runtimes.cuda_graphs import BUCKETS, bucket_of, kv_rows  # noqa: E402
 from blockdraft.models.runtimes.kv_buffer import BufferCache  # noqa: E402
 from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
 from blockdraft.verify import decode  # noqa: E402
@@ -233,12 +234,15 @@ def test_captured_graphs_replay_the_eager_forward(dtype: torch.dtype) -> None:
     prompt = ids_of(20).cuda()
     _, past_g = static.hidden(prompt)
     _, past_e = eager.hidden(prompt)
-    for t in (1, 2, 3, 16, 16, 33):  # a bucket replayed twice: the same rows
+    chunks = (1, 2, 3, 16, 16, 33)  # a bucket replayed twice: the same rows
+    for t in chunks:
         chunk = ids_of(t, seed=t).cuda()
         a, past_g = static.hidden(chunk, past_g)
         b, past_e = eager.hidden(chunk, past_e)
         torch.testing.assert_close(a, b, **tol)
-    assert static._runner is not None and static._runner.captured == (1, 2, 4, 16, 64)
+    # every forward of at most the largest bucket, the prompt's too, captures its bucket once
+    want = tuple(sorted({bucket_of(t, BUCKETS) for t in (prompt.shape[1], *chunks)}))
+    assert static._runner is not None and static._runner.captured == want
     prompt_list = [5, 9, 2, 33, 7]
     assert decode(static, prompt_list, k=4, p=3, max_new_tokens=16).tokens == greedy_generate(
         static, prompt_list, 16)
@@ -261,3 +265,82 @@ def test_smollm2_greedy_and_decode_on_the_static_cache() -> None:
     assert greedy_generate(static, prompt, 24, eos_id=tok.eos_id) == want
     result = decode(static, prompt, k=4, p=2, max_new_tokens=24, eos_id=tok.eos_id)
     assert result.tokens == want
+
+
+@pytest.mark.parametrize("kind", ["medusa", "prefix"])
+def test_heads_take_a_state_in_any_dtype(kind: str) -> None:
+    """Issue 41: a bfloat16 model's heads met a float32 state (the cost curve's probe, the
+    prefix heads' node evaluation) and failed; the heads convert what enters them, once."""
+    from blockdraft.models.hf.prefix_heads import PrefixHeads
+
+    heads = (randomize(MedusaHeads(64, None, 3, 1), 5) if kind == "medusa"
+             else randomize(PrefixHeads(64, 3, 1), 5))
+    heads.set_shortlist(torch.arange(0, 96, 3))
+    static = StaticKVModel(HFBlockwiseModel(tiny_hf_base("llama", 5), heads,
+                                            dtype=torch.bfloat16), capacity=64)
+    x, _ = static.hidden(ids_of(9))
+    state = x[0, -1:]  # (1, d) bfloat16
+    want = static.head_topk(state, 4)
+    got = static.head_topk(state.float(), 4)  # what a float32 caller hands in
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1])
+    torch.testing.assert_close(static.project(static.head_states(state.float())),
+                               static.project(static.head_states(state)))
+    if kind == "prefix":
+        expand = static.expander(state[0].float(), 4)
+        certain = int(expand(())[0][0])
+        ids, scores = expand((certain,))
+        assert ids.shape == (4,) and np.isfinite(scores).all()
+        ref = static.expander(state[0], 4)((certain,))
+        np.testing.assert_array_equal(ids, ref[0])
+
+
+class _KeyLengths(TorchFunctionMode):
+    """Records the key length of every attention call (``scaled_dot_product_attention``'s
+    keys ``[B, heads, R, hd]``): the rows a forward attends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[int] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            self.rows.append(int(args[1].shape[-2]))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_attention_reads_the_rows_in_use_not_the_capacity(kind: str) -> None:
+    """Issue 41, cause 3: every forward attended all rows of the buffer (2048 by default). It
+    attends the rows it reaches, rounded up to a power of two (at least 64): the key length
+    the attention sees follows the sequence, and the numbers stay those of attending every
+    row (the same up to float32 summation order; the same tokens)."""
+    model = tiny(kind, seed=6, positions=512)
+    live = StaticKVModel(model, capacity=400, buckets=BUCKETS)
+    full = StaticKVModel(model, capacity=400, buckets=BUCKETS, kv_buckets=False)
+    total = 400 + BUCKETS[-1]  # the buffer's rows: capacity and the padding's scratch
+    assert full.attended(1) == total and live.attended(1) == 64 and live.attended(65) == 128
+    text = ids_of(320, seed=8)
+    x_live, past_live = live.hidden(text[:, :30])
+    x_full, past_full = full.hidden(text[:, :30])
+    start, attended = 30, []
+    for t in (0, 1, 3, 16, 40, 64, 1, 70, 5, 60):  # 0: the prompt above
+        if t:
+            seen, every = _KeyLengths(), _KeyLengths()
+            with seen:
+                x_live, past_live = live.hidden(text[:, start:start + t], past_live)
+            with every:
+                x_full, past_full = full.hidden(text[:, start:start + t], past_full)
+            padded = bucket_of(t, BUCKETS) or t  # 70: past the largest bucket, unpadded
+            want = kv_rows(start + padded, total)
+            assert seen.rows and set(seen.rows) == {want}, (start, t, seen.rows)
+            assert set(every.rows) == {total}
+            attended.append(want)
+            start += t
+        torch.testing.assert_close(x_live, x_full, atol=1e-5, rtol=1e-5)
+    assert attended == [64, 64, 64, 128, 256, 256, 256, 256, total]  # 230 + 64 rows: 512 -> 464
+    prompt = text[0, :40].tolist()
+    truth = greedy_generate(full, prompt, 40)
+    assert greedy_generate(live, prompt, 40) == truth
+    assert decode(live, prompt, k=4, p=3, max_new_tokens=40).tokens == truth

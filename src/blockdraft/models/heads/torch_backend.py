@@ -10,8 +10,16 @@ the heads, and one node's expansion, :meth:`PrefixHeads.node
 (:class:`~blockdraft.models.hf.HFBlockwiseModel`) runs them, and so does the static runtime,
 whose heads are the adapter's modules on its device.
 
+Where data enters. A state ``x`` reaches the heads in whatever float dtype and on whatever device
+its caller made it (the forward's ``x`` in the model's dtype, a cost curve's zeros in float32, a
+host copy): every method converts it once, on entry (:meth:`TorchHeads.enter`), to the dtype
+and device of the modules (``lm_head``'s weight: the adapter keeps the heads beside it), so a
+bfloat16 model on a GPU takes a float32 CPU tensor as a float32 model on a CPU does. What
+leaves is the modules' own (logits in their dtype on their device; top-k ids and scores as
+numpy arrays on the host).
+
 Public surface:
-    TorchHeads(base, heads)      num_heads, by_head, greedy, project, shortlist_projection
+    TorchHeads(base, heads)      num_heads, by_head, enter, greedy, project, shortlist_projection
     TorchMedusa(base, heads)     + states, topk
     TorchPrefix(base, heads)     + chain, chain_states, chain_topk, node
 """
@@ -62,15 +70,24 @@ class TorchHeads:
         assert isinstance(head, nn.Linear)
         return head
 
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the modules' dtype and on their device (itself when it already is): the one
+        conversion of what enters the heads (module docstring)."""
+        weight = self.lm_head.weight
+        if x.dtype == weight.dtype and x.device == weight.device:
+            return x
+        return x.to(device=weight.device, dtype=weight.dtype)
+
     def greedy(self, x: torch.Tensor) -> torch.Tensor:
         """The base's greedy tokens at ``x [..., d]``: int64 ``[...]``."""
-        return self.lm_head(x).argmax(-1)
+        return self.lm_head(self.enter(x)).argmax(-1)
 
     def project(self, states: torch.Tensor) -> torch.Tensor:
         """``[..., n, d] -> [..., n, V]``: the base ``lm_head`` on head 1's row, the heads'
         projection (:meth:`MedusaHeads.logits <blockdraft.models.hf.MedusaHeads.logits>`) on
         the others; ``lm_head`` on everything when that is every head's projection."""
         lm_head = self.lm_head
+        states = self.enter(states)
         if not self.by_head:
             return lm_head(states)  # type: ignore[no-any-return]  # (..., n, V)
         base = lm_head(states[..., :1, :])  # (..., 1, V)
@@ -103,11 +120,12 @@ class TorchMedusa(TorchHeads):
 
     def states(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """Medusa heads ``0 .. n - 1``'s states at ``x [..., d]``: ``[..., n, d]``."""
-        return self.heads(x, n)  # type: ignore[no-any-return]
+        return self.heads(self.enter(x), n)  # type: ignore[no-any-return]
 
     def topk(self, x: torch.Tensor, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Medusa heads ``0 .. n - 1``'s top-``k`` at ``x [M, d]``, projected onto the
         shortlist's rows alone (with the heads' own matrices: every head's logits)."""
+        x = self.enter(x)
         states = self.heads(x, n)  # (M, n, d)
         if self.heads.projections is not None:  # every head's logits over V, as project gives
             logits = self.project(torch.cat((x.unsqueeze(-2), states), dim=-2))[:, 1:]
@@ -129,6 +147,7 @@ class TorchPrefix(TorchHeads):
         computed once: head ``j``'s argmax is the token head ``j + 1`` reads. ``first``
         (int64 ``[...]``): the base's greedy token at ``x`` when the caller has it (the
         verifier does), else projected here over the whole vocabulary."""
+        x = self.enter(x)
         weight, bias, ids = self.shortlist_projection()
         embed = self.base.get_input_embeddings().weight
         previous = self.greedy(x) if first is None else first.to(x.device)
@@ -156,6 +175,6 @@ class TorchPrefix(TorchHeads):
 
     def node(self, x: torch.Tensor, k: int) -> Node:
         """One node's expansion at ``x [d]``: the heads' module on the shortlist's rows."""
-        return self.heads.node(x, self.lm_head.weight,  # type: ignore[no-any-return]
+        return self.heads.node(self.enter(x), self.lm_head.weight,  # type: ignore[no-any-return]
                                self.base.get_input_embeddings().weight, k,
                                rows=self.shortlist_projection()[0])

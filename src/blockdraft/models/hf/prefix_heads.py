@@ -144,7 +144,6 @@ class PrefixHeads(MedusaHeads):
                 evaluation that is never used costs nothing).
         """
         ids = self.shortlist
-        h = hidden.float()
         kept: list[torch.Tensor] = [] if rows is None else [rows.float()]
 
         def weight() -> torch.Tensor:  # (V or Vs, d)
@@ -154,7 +153,8 @@ class PrefixHeads(MedusaHeads):
 
         def node(head: int, token: int) -> tuple[np.ndarray, np.ndarray]:
             with torch.no_grad():
-                state = self.head_state(head, h, embed[token].float())  # (d,)
+                # the head in its own dtype, its projection and softmax in float32
+                state = self.head_state(head, hidden, embed[token]).float()  # (d,)
                 logp = torch.log_softmax(state @ weight().T, dim=-1)  # (V or Vs,)
                 top = logp.topk(min(k, logp.numel()))
             best = top.indices if ids is None else ids[top.indices.cpu()]

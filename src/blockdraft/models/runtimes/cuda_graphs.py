@@ -1,27 +1,37 @@
-"""Buckets of new tokens, and one CUDA graph per bucket: the thin layer over a static forward.
+"""Buckets of new tokens and of attended rows, and one CUDA graph per pair: the thin layer over a
+static forward.
 
 A forward of ``T`` new tokens (``T`` at most the largest bucket) is padded to the next bucket
 (:data:`BUCKETS`: 1, 2, 4, 8, 16, 32, 64), so a step's shapes come from a small fixed set. A
 padding token repeats the last real token's position and reads the prefix and itself only; no
 real token reads it, its keys and values land in rows past the cache's length (which the next
-forward overwrites) and its output is dropped. On a CUDA device each bucket's forward is then
-captured once as a CUDA graph (:class:`BucketRunner` with ``capture=True``) and replayed: a
-step copies its inputs into the graph's static input tensors and replays. On a CPU the same
-padded forward runs eagerly (that is what the CPU tests check; capture itself is untested
-here: no GPU in CI).
+forward overwrites) and its output is dropped.
+
+The rows a forward attends are bucketed too (:func:`kv_rows`): the rows it reads and writes
+(``T_past + T``), rounded up to a power of two of at least :data:`KV_MIN`, at most the buffer's
+rows. Attention then costs what the sequence holds, not what the buffer could hold (issue 41:
+a 2048-row buffer attended in full cost a float32 greedy step twice a 300-row one), and a decode
+meets a new shape only when its length doubles.
+
+On a CUDA device each (tokens, rows) pair's forward is captured once as a CUDA graph
+(:class:`BucketRunner` with ``capture=True``) and replayed: a step copies its inputs into the
+graph's static input tensors and replays. On a CPU the same padded forward runs eagerly (that is
+what the CPU tests check; capture itself is untested here: no GPU in CI).
 
 The forward must be a function of static-shaped tensors only, ``forward(ids [1, Tb], positions
 [1, Tb], bias [1, 1, Tb, R], start []) -> x [1, Tb, d]``, that reads its write row from
-``start`` on the device (so a replay never depends on Python state), with no host
-synchronisation inside (a requirement of capture). Its inputs are made from the step's record
-(:class:`~blockdraft.models.step.Step`, padded on the device by :func:`pad_step`).
+``start`` on the device (so a replay never depends on Python state) and attends ``R`` rows (the
+bias's last size), with no host synchronisation inside (a requirement of capture). Its inputs
+are made from the step's record (:class:`~blockdraft.models.step.Step`, padded on the device by
+:func:`pad_step`).
 
 Public surface:
-    BUCKETS
+    BUCKETS, KV_MIN
     bucket_of(t, buckets) -> Tb or None
-    pad_step(step, size) -> Step          padded to ``size`` new tokens
-    BucketRunner(forward, inputs, buckets, scratch_row, capture)
-        .run(step) -> x [1, T, d]
+    kv_rows(rows, total) -> R                 rows attended for a forward reaching ``rows``
+    pad_step(step, size) -> Step              padded to ``size`` new tokens
+    BucketRunner(forward, inputs, buckets, capture)
+        .run(step) -> x [1, T, d];  .captured (token buckets), .graphs ((tokens, rows) pairs)
 """
 
 from __future__ import annotations
@@ -41,6 +51,9 @@ WARMUP = 2
 """Eager runs of a bucket's forward on a side stream before its capture (what
 ``torch.cuda.graph`` asks for: lazy initialisations happen outside the graph)."""
 
+KV_MIN = 64
+"""The fewest rows a forward attends (short sequences share one shape)."""
+
 Forward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Inputs = Callable[[Step], tuple[torch.Tensor, ...]]
 
@@ -48,6 +61,13 @@ Inputs = Callable[[Step], tuple[torch.Tensor, ...]]
 def bucket_of(t: int, buckets: tuple[int, ...]) -> int | None:
     """The smallest bucket of at least ``t`` tokens, or None when ``t`` exceeds them all."""
     return next((b for b in buckets if b >= t), None)
+
+
+def kv_rows(rows: int, total: int) -> int:
+    """The rows a forward attends when it reads and writes rows ``0 .. rows - 1`` of a buffer of
+    ``total`` rows: the next power of two of at least :data:`KV_MIN`, at most ``total``."""
+    want = max(int(rows), KV_MIN)
+    return min(1 << (want - 1).bit_length(), int(total))
 
 
 def pad_step(step: Step, size: int) -> Step:
@@ -75,24 +95,23 @@ class _Captured:
 
 
 class BucketRunner:
-    """Runs a static forward padded to its bucket, captured once per bucket on a CUDA device.
+    """Runs a static forward padded to its bucket, captured once per (tokens, attended rows)
+    pair on a CUDA device.
 
     Args:
         forward: the forward (see the module docstring).
         inputs: ``step -> (ids, positions, bias, start)``, a (padded) step's arguments on its
-            device.
+            device, the bias over the rows the forward attends.
         buckets: increasing bucket sizes.
-        scratch_row: a first row where a bucket's warm-up runs may write (``scratch_row +
-            max(buckets)`` rows must exist, past every cache's length).
-        capture: capture a CUDA graph per bucket (the step's tensors on a CUDA device);
-            False runs the padded step eagerly.
+        capture: capture a CUDA graph per (tokens, rows) pair (the step's tensors on a CUDA
+            device); False runs the padded step eagerly.
     """
 
     def __init__(self, forward: Forward, inputs: Inputs, buckets: tuple[int, ...],
-                 scratch_row: int, capture: bool) -> None:
+                 capture: bool) -> None:
         self.forward, self.inputs, self.buckets = forward, inputs, buckets
-        self.scratch_row, self.capture = scratch_row, capture
-        self._graphs: dict[int, _Captured] = {}
+        self.capture = capture
+        self._graphs: dict[tuple[int, int], _Captured] = {}
         self._pool: Any = None
 
     @property
@@ -102,7 +121,12 @@ class BucketRunner:
 
     @property
     def captured(self) -> tuple[int, ...]:
-        """The buckets captured so far (each at its first use)."""
+        """The token buckets captured so far (each at its first use, for some rows)."""
+        return tuple(sorted({size for size, _ in self._graphs}))
+
+    @property
+    def graphs(self) -> tuple[tuple[int, int], ...]:
+        """The ``(tokens, attended rows)`` pairs captured so far."""
         return tuple(sorted(self._graphs))
 
     def run(self, step: Step) -> torch.Tensor:
@@ -113,17 +137,21 @@ class BucketRunner:
         args = self.inputs(pad_step(step, size))
         if not self.capture:
             return self.forward(*args)[:, :t]
-        captured = self._graphs.get(size) or self._capture(size, args)
+        key = (size, int(args[2].shape[-1]))
+        captured = self._graphs.get(key) or self._capture(key, args)
         for static, value in zip(captured.inputs, args, strict=True):
             static.copy_(value, non_blocking=True)
         captured.graph.replay()
         return captured.output[:, :t].clone()
 
-    def _capture(self, size: int, args: tuple[torch.Tensor, ...]) -> _Captured:
-        """Capture bucket ``size``'s step (untested without a GPU). Its warm-up runs write
-        from ``scratch_row``, so no cache row is touched before the first replay."""
+    def _capture(self, key: tuple[int, int], args: tuple[torch.Tensor, ...]) -> _Captured:
+        """Capture the step's graph for ``key = (tokens, rows)`` (untested without a GPU). Its
+        warm-up runs write the last ``tokens`` of the ``rows`` attended: rows past the cache's
+        length (the step reads and writes at most ``rows`` rows from its start), which the
+        replay that follows overwrites; no cache row is touched."""
+        size, rows = key
         static = tuple(a.clone() for a in args)
-        static[3].fill_(self.scratch_row)
+        static[3].fill_(rows - size)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream()
@@ -136,5 +164,5 @@ class BucketRunner:
         with torch.cuda.graph(graph, pool=self._pool):
             output = self.forward(*static)
         captured = _Captured(graph, static, output)
-        self._graphs[size] = captured
+        self._graphs[key] = captured
         return captured

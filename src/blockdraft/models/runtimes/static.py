@@ -12,9 +12,13 @@ each bound to a view of one preallocated :class:`~.kv_buffer.KVBuffer`:
 - the buffer holds ``capacity`` rows, allocated once; a forward that needs more is refused
   (static shapes are what a captured graph replays);
 - a forward is a function of static-shaped inputs: ids ``[1, T]``, positions ``[1, T]``, an
-  additive attention bias ``[1, 1, T, R]`` over all ``R`` rows of the buffer (the prefix, the
-  new tokens a token tree's mask allows, a chain being the causal case, and a sliding window)
-  and the first row it writes, so a chain and a token tree are the same forward;
+  additive attention bias ``[1, 1, T, R]`` over the first ``R`` rows of the buffer (the prefix,
+  the new tokens a token tree's mask allows, a chain being the causal case, and a sliding
+  window) and the first row it writes, so a chain and a token tree are the same forward;
+- the rows attended follow the sequence, not the capacity: ``R`` is the rows the forward reads
+  and writes rounded up to a power of two (:func:`~.cuda_graphs.kv_rows`, at least 64), and
+  the layers it runs on are views of the buffer's first ``R`` rows (one ``StaticCache`` per
+  ``R``, made at its first use); ``kv_buckets=False`` attends every row, as before issue 41;
 - a verification keeps its accepted path by moving ``1 + n`` rows within the buffer
   (:meth:`BufferCache.gather`, on the buffer's device), as on ONNX Runtime;
 - float32 or bfloat16 (the model's dtype; ``precision``).
@@ -25,7 +29,8 @@ sliding and full layers is refused.
 
 **Buckets and CUDA graphs** (:mod:`.cuda_graphs`). With ``buckets``, a forward of at most 64 new
 tokens is padded to its bucket (1, 2, 4, 8, 16, 32, 64); on a CUDA device (the default there,
-``graphs``) each bucket's forward is captured once as a CUDA graph and replayed. On a CPU the
+``graphs``) each (bucket, rows attended) pair's forward is captured once as a CUDA graph and
+replayed. On a CPU the
 same padded forward runs eagerly (tested equal to the unpadded one). The heads and their
 top-k run eagerly after the forward (the heads' rule over the PyTorch modules; a backend of
 this runtime's own, :mod:`blockdraft.models.heads`, is the seam where a GPU session moves them
@@ -52,11 +57,12 @@ heads digest, capabilities) is one record (:class:`~.wrapped.Shared`); a forward
 one checked :class:`~blockdraft.models.step.Step`.
 
 Public surface:
-    StaticKVModel(model, capacity=None, buckets=None, graphs=None)
+    StaticKVModel(model, capacity=None, buckets=None, graphs=None, kv_buckets=True)
         the attributes and methods of HFBlockwiseModel's protocol (h, device, max_seq_len,
         config, tokenizer, drafting, conditional_heads, heads_digest, capabilities, hidden,
         head_states, project, heads_logits, head_topk, expander), plus runtime, precision,
-        capacity, buckets, graphs
+        capacity, buckets, graphs, kv_buckets, attended(rows) -> R,
+        use_body(body)       another function in place of the base's forward (a null forward)
     DEFAULT_CAPACITY
 """
 
@@ -69,7 +75,7 @@ import torch
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.adapter import HFBlockwiseModel
 from blockdraft.models.hf.body import call_with_cache
-from blockdraft.models.runtimes.cuda_graphs import BUCKETS, BucketRunner
+from blockdraft.models.runtimes.cuda_graphs import BUCKETS, BucketRunner, Forward, kv_rows
 from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer
 from blockdraft.models.runtimes.wrapped import RuntimeModel, Shared
 from blockdraft.models.step import Step, check_step
@@ -123,9 +129,10 @@ def _window(model: HFBlockwiseModel) -> int | None:
         "runtime='torch'")
 
 
-def _static_cache(model: HFBlockwiseModel, buffer: KVBuffer) -> Any:
-    """A ``transformers.StaticCache`` whose layers are full ``StaticLayer`` s bound to the
-    buffer's per-layer views (already initialised: they never allocate).
+def _static_cache(model: HFBlockwiseModel, buffer: KVBuffer, rows: int) -> Any:
+    """A ``transformers.StaticCache`` of ``rows`` rows whose layers are full ``StaticLayer`` s
+    bound to views of the buffer's first ``rows`` rows, layer by layer (already initialised:
+    they never allocate; their writes land in the buffer).
 
     Raises:
         ModelError: a transformers whose ``StaticLayer`` keeps no ``cumulative_length`` tensor
@@ -134,12 +141,12 @@ def _static_cache(model: HFBlockwiseModel, buffer: KVBuffer) -> Any:
     from transformers import StaticCache
     from transformers.cache_utils import StaticLayer
 
-    cache = StaticCache(config=model.base.config, max_cache_len=buffer.capacity)
+    cache = StaticCache(config=model.base.config, max_cache_len=rows)
     if len(cache.layers) != buffer.n_layer:
         raise ModelError(f"transformers' StaticCache has {len(cache.layers)} layers, the model's "
                          f"cache {buffer.n_layer}: use runtime='torch'")
     for i in range(buffer.n_layer):
-        layer = StaticLayer(max_cache_len=buffer.capacity)
+        layer = StaticLayer(max_cache_len=rows)
         if not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
             import transformers
 
@@ -149,8 +156,9 @@ def _static_cache(model: HFBlockwiseModel, buffer: KVBuffer) -> Any:
                 "not: use runtime='torch'")
         vars(layer).update(
             device=buffer.device, batch_size=1, num_heads=buffer.n_kv_head,
-            k_head_dim=buffer.head_dim, v_head_dim=buffer.head_dim, keys=buffer.keys(i),
-            values=buffer.values(i), is_initialized=True,
+            k_head_dim=buffer.head_dim, v_head_dim=buffer.head_dim,
+            keys=buffer.keys(i)[:, :, :rows], values=buffer.values(i)[:, :, :rows],
+            is_initialized=True,
             cumulative_length=torch.zeros((), dtype=torch.long, device=buffer.device))
         cache.layers[i] = layer
     return cache
@@ -167,6 +175,9 @@ class StaticKVModel(RuntimeModel):
         buckets: pad forwards of up to ``max(buckets)`` new tokens to the next bucket
             (default :data:`~.cuda_graphs.BUCKETS` with graphs, none without).
         graphs: capture one CUDA graph per bucket (default: on a CUDA device).
+        kv_buckets: attend the rows a forward reaches, rounded up to a power of two (default);
+            False attends every row of the buffer (the runtime before issue 41, for
+            comparisons).
 
     Raises:
         ModelError: another kind of model, another dtype, graphs off a CUDA device, bad
@@ -177,7 +188,8 @@ class StaticKVModel(RuntimeModel):
     runtime: ClassVar[str] = "static"
 
     def __init__(self, model: Any, capacity: int | None = None,
-                 buckets: tuple[int, ...] | None = None, graphs: bool | None = None) -> None:
+                 buckets: tuple[int, ...] | None = None, graphs: bool | None = None,
+                 kv_buckets: bool = True) -> None:
         if not isinstance(model, HFBlockwiseModel):
             raise ModelError(f"runtime 'static' runs Hugging Face models with Medusa heads; "
                              f"{type(model).__name__} runs on runtime 'torch'")
@@ -204,9 +216,12 @@ class StaticKVModel(RuntimeModel):
         scratch = max(self.buckets, default=0)  # padding and warm-ups write past the capacity
         self._buffer = KVBuffer(n_layer, n_kv, head_dim, self.capacity + scratch, device,
                                 PRECISIONS[self.precision])
-        self._cache = _static_cache(model, self._buffer)
+        self.kv_buckets = bool(kv_buckets)
+        self._caches: dict[int, Any] = {}  # rows attended -> its StaticCache over the buffer
+        self._body: Forward | None = None  # use_body's replacement of the base's forward
+        self._cache_of(self.attended(1))  # the first one now: transformers' refusals here
         self._window = _window(model)
-        self._runner = (BucketRunner(self._step, self._inputs, self.buckets, self.capacity,
+        self._runner = (BucketRunner(self._step, self._inputs, self.buckets,
                                      capture=self.graphs) if self.buckets else None)
 
     @property
@@ -216,7 +231,27 @@ class StaticKVModel(RuntimeModel):
 
     def __repr__(self) -> str:
         return (f"StaticKVModel({self.config.name!r}, precision={self.precision!r}, "
-                f"capacity={self.capacity}, buckets={self.buckets}, graphs={self.graphs})")
+                f"capacity={self.capacity}, buckets={self.buckets}, graphs={self.graphs}, "
+                f"kv_buckets={self.kv_buckets})")
+
+    def use_body(self, body: Forward | None) -> None:
+        """Run ``body(ids [1, T], positions [1, T], bias [1, 1, T, R], start []) -> x [1, T,
+        d]`` (in the model's dtype, on its device) in place of the base's forward, or the base
+        again (None); graphs captured so far are dropped. Everything else of a step stays: the
+        checks, the bias, the padding, the cache's book-keeping, the heads. A null body (the
+        embeddings of ``ids``, say) leaves what a step costs outside the forward:
+        ``benchmarks.bench_static_host --null-forward`` measures it."""
+        self._body = body
+        if self._runner is not None:
+            self._runner = BucketRunner(self._step, self._inputs, self.buckets,
+                                        capture=self.graphs)
+
+    def attended(self, rows: int) -> int:
+        """The rows a forward attends when it reads and writes the buffer's first ``rows``
+        (the prefix, its new tokens and their padding): :func:`~.cuda_graphs.kv_rows`, or the
+        whole buffer without ``kv_buckets``."""
+        total = self._buffer.capacity
+        return kv_rows(rows, total) if self.kv_buckets else total
 
     # ---- the forward ------------------------------------------------------------------------
 
@@ -263,19 +298,31 @@ class StaticKVModel(RuntimeModel):
 
     def _inputs(self, step: Step) -> tuple[torch.Tensor, ...]:
         """The step's arguments on the device: ``(ids [1, T], positions [1, T], bias [1, 1, T,
-        R] in the model's dtype over all ``R`` rows of the buffer, start [])``."""
-        bias = step.bias(PRECISIONS[self.precision], columns=self._buffer.capacity,
+        R] in the model's dtype over the ``R`` rows it attends (:meth:`attended`), start [])``."""
+        rows = self.attended(step.t_past + step.length)
+        bias = step.bias(PRECISIONS[self.precision], columns=rows,
                          window=self._window)  # (1, 1, T, R)
         return (step.ids, step.positions, bias,
                 torch.tensor(step.t_past, dtype=torch.long, device=self.device))
 
+    def _cache_of(self, rows: int) -> Any:
+        """The ``StaticCache`` over the buffer's first ``rows`` rows (made once)."""
+        cache = self._caches.get(rows)
+        if cache is None:
+            cache = self._caches[rows] = _static_cache(self.model, self._buffer, rows)
+        return cache
+
     def _step(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
               start: torch.Tensor) -> torch.Tensor:
         """One forward on static-shaped tensors (what a CUDA graph captures): every layer
-        writes its new keys and values from row ``start``; returns ``x [1, T, d]``."""
-        for layer in self._cache.layers:
+        writes its new keys and values from row ``start`` and attends the bias's ``R`` rows;
+        returns ``x [1, T, d]``."""
+        if self._body is not None:
+            return self._body(ids, positions, bias, start)
+        cache = self._cache_of(int(bias.shape[-1]))
+        for layer in cache.layers:
             layer.cumulative_length.copy_(start)
         out, _ = call_with_cache(self.model.base.base_model, self.model._cache_argument,
-                                 self._cache, input_ids=ids, position_ids=positions,
+                                 cache, input_ids=ids, position_ids=positions,
                                  attention_mask=bias)
         return out.last_hidden_state  # type: ignore[no-any-return]  # (1, T, d)

@@ -4,8 +4,12 @@
 :func:`~blockdraft.drafts.trees.rescored_tree` scores a node's children with an LM that sees
 the committed context and the node's root path. An ``NgramLM`` can do it through ``score``,
 rescoring the whole path for every child; :class:`NgramPathScorer` gives the same numbers
-with one KenLM lookup per child, from its parent's LM state (kept for the step). Its neural
-counterpart is :class:`~blockdraft.rescorers.neural.NeuralPathScorer`; both satisfy
+through the LM's own engine: with the native library (``engine="native"``, the default when it
+is built) one native call per child or per leaf of a tree, rescoring its short root path; with
+the ``kenlm`` module (``engine="kenlm"``) one KenLM lookup per child, from its parent's LM state
+(kept for the step). So the native library alone is enough to rescore trees: the ``kenlm``
+module is imported only by an LM that runs on it. Its neural counterpart is
+:class:`~blockdraft.rescorers.neural.NeuralPathScorer`; both satisfy
 :class:`~blockdraft.rescorers.base.PathScorer`.
 
 Public surface:
@@ -23,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from blockdraft.rescorers.base import RescorerError, as_context, scores_by_parent
+from blockdraft.rescorers.base import RescorerError, as_context
 from blockdraft.rescorers.ngram.lm import LN10, NgramLM
 
 
@@ -32,11 +36,14 @@ class NgramPathScorer:
 
     ``next_scores(path, context, candidates)`` equals ``lm.score([*path, c], context)[-1]``
     for every candidate ``c`` (the LM's start-of-text and unknown-token conventions
-    included), at the cost of one KenLM lookup per candidate: the LM state after each scored
-    path is kept, keyed by the path, until the context's LM history changes (a new step).
+    included). On the native engine each candidate is one native call over ``path + [c]``
+    after the context (a tree's path is a few tokens); on the ``kenlm`` module it is one
+    KenLM lookup: the LM state after each scored path is kept, keyed by the path, until the
+    context's LM history changes (a new step).
 
     Raises:
-        RescorerError: on an ``lm`` that is not an :class:`NgramLM`.
+        RescorerError: on an ``lm`` that is not an :class:`NgramLM`, or one on the ``kenlm``
+            engine without the ``kenlm`` module.
     """
 
     MAX_STATES = 1 << 16
@@ -45,11 +52,15 @@ class NgramPathScorer:
     def __init__(self, lm: NgramLM) -> None:
         if not isinstance(lm, NgramLM):
             raise RescorerError(f"lm must be an NgramLM, got {type(lm).__name__}")
-        import kenlm
-
         self.lm = lm
-        self._kenlm = kenlm
-        self._model = lm.kenlm_model()
+        self._native = lm.native_model  # None: the LM runs on the kenlm module
+        self._kenlm: Any = None
+        self._model: Any = None
+        if self._native is None:
+            import kenlm
+
+            self._kenlm = kenlm
+            self._model = lm.kenlm_model()
         self._words: dict[int, str] = {}
         self._key: tuple[Any, ...] | None = None
         self._states: dict[tuple[int, ...], Any] = {}
@@ -95,6 +106,15 @@ class NgramPathScorer:
     def next_scores(self, path: Sequence[int], context: Sequence[int] | np.ndarray,
                     candidates: Sequence[int] | np.ndarray) -> np.ndarray:
         """float64 ``[c]``: ``ln P(c | context, path)`` of every candidate."""
+        if self._native is not None:
+            cands = as_context(candidates)
+            bos, ctx = self.lm.start_checked(as_context(context))
+            words = np.append(self.lm.indices(np.asarray(path, dtype=np.int64)), 0)
+            out = np.empty(cands.size)
+            for i, word in enumerate(self.lm.indices(cands).tolist()):
+                words[-1] = word
+                out[i] = self._native.score(words, ctx, bos)[-1]
+            return self._unknown(cands, out)
         self._begin(context)
         prefix = tuple(int(t) for t in path)
         parent = self._state(prefix)
@@ -106,16 +126,45 @@ class NgramPathScorer:
             state = self._kenlm.State()
             out[i] = self._model.BaseScore(parent, self._word(c), state) * LN10
             self._states[(*prefix, c)] = state
+        return self._unknown(cands, out)
+
+    def _unknown(self, tokens: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out`` with the policy's fixed log-prob at the tokens the LM does not know."""
         unk = self.lm.unk_ln()
         if unk is not None:
-            out[~self.lm.known(cands)] = unk
+            out[~self.lm.known(tokens)] = unk
         return out
 
     def score_tree(self, tokens: np.ndarray, parents: np.ndarray,
                    context: Sequence[int] | np.ndarray) -> np.ndarray:
         """float64 ``[N]``: ``ln P(token_u | context, u's ancestors)`` of every node of a token
-        tree: :meth:`next_scores` once per parent."""
-        return scores_by_parent(self, tokens, parents, context)
+        tree (``parents[u] < u``, the root's ``-1``): on the native engine one call per leaf
+        (its root path scores every node on it), on the ``kenlm`` module one lookup per node,
+        each from its parent's state. Equal to :meth:`next_scores` node by node."""
+        toks = np.asarray(tokens, dtype=np.int64)
+        par = np.asarray(parents, dtype=np.int64).tolist()
+        ctx = as_context(context)
+        words = self.lm.indices(toks)  # raises on an unknown id with unknown="error"
+        out = np.empty(toks.size)
+        if self._native is not None:
+            bos, start = self.lm.start_checked(ctx)
+            inner = set(par)
+            for leaf in (u for u in range(toks.size) if u not in inner):
+                path = [leaf]
+                while par[path[-1]] >= 0:
+                    path.append(par[path[-1]])
+                path.reverse()  # root first
+                out[path] = self._native.score(words[path], start, bos)
+            return self._unknown(toks, out)
+        self._begin(ctx)
+        root = self._states[()]
+        states: list[Any] = []
+        for u, t in enumerate(toks.tolist()):
+            state = self._kenlm.State()
+            out[u] = self._model.BaseScore(root if par[u] < 0 else states[par[u]],
+                                           self._word(t), state) * LN10
+            states.append(state)
+        return self._unknown(toks, out)
 
     def check_vocab(self, vocab_size: int) -> None:
         """The LM's own check (:meth:`NgramLM.check_vocab`)."""

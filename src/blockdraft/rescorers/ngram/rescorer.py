@@ -420,7 +420,7 @@ class RescorerPathScorer:
         from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer
 
         self.rescorer = rescorer
-        self._kenlm = NgramPathScorer(rescorer.lm)
+        self._ngram = NgramPathScorer(rescorer.lm)
         # A Python context LM (its states walk a tree), whatever the rescorer's backend holds.
         self._counted = _CountedText(ContextLM, rescorer.context_order)
 
@@ -428,45 +428,28 @@ class RescorerPathScorer:
                     candidates: Sequence[int] | np.ndarray) -> np.ndarray:
         """float64 ``[c]``: ``ln P(c | context, path)`` of every candidate."""
         prefix = np.asarray(path, dtype=np.int64)
-        kenlm_ln = self._kenlm.next_scores(prefix.tolist(), context, candidates)
+        ngram_ln = self._ngram.next_scores(prefix.tolist(), context, candidates)
         r = self.rescorer
         if not r.uses_context:
-            return kenlm_ln
+            return ngram_ln
         r._sync_context(as_context(context))
         held = r._context_lm
         assert held is not None
         probs = [float(held.continuation_probs(np.append(prefix, c))[-1])
                  for c in np.asarray(candidates, dtype=np.int64).tolist()]
-        return interpolate_ln(kenlm_ln, probs, r.context_weight)
+        return interpolate_ln(ngram_ln, probs, r.context_weight)
 
     def score_tree(self, tokens: np.ndarray, parents: np.ndarray,
                    context: Sequence[int] | np.ndarray) -> np.ndarray:
         """float64 ``[N]``: ``ln P(token_u | context, u's ancestors)`` of every node of a token
-        tree (``parents[u] < u``, the root's ``-1``), in one walk: one KenLM lookup and one
-        context-LM step per node. Equal to :meth:`next_scores` node by node."""
-        import kenlm
-
+        tree (``parents[u] < u``, the root's ``-1``), in one walk: the n-gram LM's scores
+        (:meth:`NgramPathScorer.score_tree`, its engine's) and one context-LM step per node.
+        Equal to :meth:`next_scores` node by node."""
         ctx = as_context(context)
-        scorer = self._kenlm
-        scorer._begin(ctx)
-        start = scorer._states[()]
-        model = scorer._model
         toks = np.asarray(tokens, dtype=np.int64)
         par = np.asarray(parents, dtype=np.int64).tolist()
         r = self.rescorer
-        lm = r.lm
-        if lm.unknown == "error":
-            lm.indices(toks)  # raises, naming the first unknown id
-        states: list[Any] = []
-        out = np.empty(toks.size)
-        for u, t in enumerate(toks.tolist()):
-            state = kenlm.State()
-            out[u] = model.BaseScore(start if par[u] < 0 else states[par[u]], scorer._word(t),
-                                     state) * LN10
-            states.append(state)
-        unk = lm.unk_ln()
-        if unk is not None:
-            out[~lm.known(toks)] = unk
+        out = self._ngram.score_tree(toks, np.asarray(parents, dtype=np.int64), ctx)
         if not r.uses_context:
             return out
         held = self._counted.sync(ctx)

@@ -1,0 +1,134 @@
+"""Drafts made on the device, from the tensors a step leaves there (issue 41, item 2): the heads'
+chain and prompt lookup as torch operations, no host round trip.
+
+The host drafters (:mod:`blockdraft.drafts`, pure numpy) read the heads' top-k and the committed
+text on the host; a step kept on the device (one captured graph: forward, acceptance, the next
+heads and the next draft) needs the same drafts from device tensors. These functions compute
+exactly the host drafters' trees (tested equal on CPU tensors, the drafts room's own rules:
+:func:`~blockdraft.drafts.heads.vanilla`, :func:`~blockdraft.drafts.lookup.LookupDrafter`),
+with static shapes and no host synchronisation, so a graph can capture them: the text is a
+buffer of ``C`` rows and its length a 0-d device tensor, a draft a padded row and its length.
+
+- **chain** (vanilla BPD): the certain token (the base head's argmax) and each further head's
+  argmax over its columns (a shortlist's ids, ascending; ties to the smaller id, the host's
+  rule), the prefix heads' greedy chain included (their logits along it);
+- **prompt lookup**: the longest suffix n-gram of the text (``min_match <= n <= max_match``)
+  that occurred before with a token after it, its most recent occurrence, and the
+  ``lengths[n - 1]`` tokens after it (the last entry for longer matches), cut at the text's
+  end; none: the certain token alone.
+
+A draft is a chain (each node's parent the one before it): :class:`DeviceDraft`, a padded row of
+``1 + D`` ids and its count; :meth:`DeviceDraft.tree` reads it back as a
+:class:`~blockdraft.core.tree.DraftTree` (one small copy to the host).
+
+Public surface:
+    DeviceDraft          frozen: tokens int64 [1 + D] (-1 past count), count int64 []
+        .tree() -> DraftTree                    the chain, on the host
+    chain_draft(base [V], heads [n, C], ids=None) -> DeviceDraft
+    lookup_draft(text [C], size [], min_match=1, max_match=4, lengths=(2, 6, 10)) -> DeviceDraft
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from blockdraft.core.tree import DraftTree
+from blockdraft.models.errors import ModelError
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceDraft:
+    """One chain draft on the device.
+
+    Attributes:
+        tokens: int64 ``[1 + D]``: the certain token, then the draft (``-1`` past ``count``).
+        count: int64 ``[]``: the nodes of the chain (the root included), ``1 <= count <= 1 + D``.
+    """
+
+    tokens: torch.Tensor
+    count: torch.Tensor
+
+    def tree(self) -> DraftTree:
+        """The chain as a :class:`DraftTree` (scores zero), read back to the host."""
+        row = self.tokens.cpu().numpy()[: int(self.count)]
+        return DraftTree(tokens=row, parents=np.arange(-1, row.size - 1),
+                         scores=np.zeros(row.size))
+
+
+def chain_draft(base: torch.Tensor, heads: torch.Tensor,
+                ids: torch.Tensor | None = None) -> DeviceDraft:
+    """Vanilla BPD's chain: the base head's argmax, then each head's.
+
+    Args:
+        base: float ``[V]``, the base head's logits at the accepted node.
+        heads: float ``[n, C]``, heads 2..n+1's logits over their ``C`` columns (the whole
+            vocabulary, or a shortlist; the prefix heads' along their greedy chain).
+        ids: int64 ``[C]``, the token id of each column (a shortlist, ascending), or None.
+
+    Returns:
+        A :class:`DeviceDraft` of ``1 + n`` tokens (``count = 1 + n``).
+    """
+    certain = base.argmax(-1, keepdim=True)  # (1,)
+    best = heads.argmax(-1)  # (n,): the first maximum, the smallest column: the smallest id
+    if ids is not None:
+        best = ids.to(best.device)[best]
+    tokens = torch.cat((certain, best))  # (1 + n,)
+    return DeviceDraft(tokens=tokens, count=torch.full((), tokens.numel(), dtype=torch.int64,
+                                                       device=tokens.device))
+
+
+def lookup_draft(text: torch.Tensor, size: torch.Tensor | int, min_match: int = 1,
+                 max_match: int = 4, lengths: Sequence[int] = (2, 6, 10)) -> DeviceDraft:
+    """Prompt lookup's copy over the text on the device (the module docstring's rule, that of
+    :func:`blockdraft.drafts.lookup.lookup` and :class:`~blockdraft.drafts.lookup.Copies`).
+
+    Args:
+        text: int64 ``[C]``, a buffer whose first ``size`` entries are the committed text and
+            the certain token, last (the rest is never read).
+        size: the text's length (``1 <= size <= C``), a 0-d device tensor or an int.
+        min_match, max_match: the shortest and longest suffix n-gram tried.
+        lengths: draft tokens after a match of 1, 2, ... tokens (the last entry for longer).
+
+    Returns:
+        A :class:`DeviceDraft` of ``1 + max(lengths)`` slots: the certain token, then the copy.
+
+    Raises:
+        ModelError: bad settings (checked on the host; nothing on the device is read).
+    """
+    if not 1 <= min_match <= max_match or not lengths or min(lengths) < 1:
+        raise ModelError(f"lookup_draft needs 1 <= min_match <= max_match and lengths >= 1, "
+                         f"got {min_match}, {max_match}, {tuple(lengths)}")
+    dev = text.device
+    c = int(text.shape[0])
+    n_at = torch.as_tensor(size, dtype=torch.int64, device=dev)  # ()
+    ends = torch.arange(c, device=dev)  # (C,): a candidate occurrence's exclusive end e
+    last = (n_at - 1).clamp(min=0)
+    run = torch.ones(c, dtype=torch.bool, device=dev)
+    matched = torch.zeros(c, dtype=torch.int64, device=dev)  # (C,): matched suffix length
+    for j in range(max_match):  # suffix token j from the end against the token before e - j
+        here = ends - 1 - j
+        mine = n_at - 1 - j
+        same = text[here.clamp(min=0)] == text[mine.clamp(min=0)]
+        run = run & same & (here >= 0) & (j + 1 <= n_at - 1)  # n <= size - 1 tokens
+        matched = matched + run.to(torch.int64)
+    valid = (ends >= 1) & (ends <= n_at - 1) & (matched >= min_match)  # a token follows e
+    key = torch.where(valid, matched * c + ends, torch.full_like(ends, -1))  # longest, latest
+    best = key.argmax()
+    found = key[best] >= 0
+    n = matched[best]
+    rank = n.clamp(min=1, max=len(lengths))  # (): which entry of lengths
+    want = torch.zeros((), dtype=torch.int64, device=dev)  # () copy length, 0: none
+    for i, length in enumerate(lengths, start=1):  # host ints as kernel scalars: no copy
+        want = want + (rank == i) * int(length)
+    want = want * found
+    longest = max(lengths)
+    slot = torch.arange(longest, device=dev)  # (D,)
+    at = best + slot
+    keep = (slot < want) & (at < n_at)
+    copy = torch.where(keep, text[at.clamp(max=c - 1)], torch.full_like(at, -1))  # (D,)
+    tokens = torch.cat((text[last][None], copy))  # (1 + D,)
+    return DeviceDraft(tokens=tokens, count=1 + keep.sum())
