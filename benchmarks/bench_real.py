@@ -102,7 +102,8 @@ LM_CORPORA = {
 STRATEGY_KEYS = ("default", "vanilla", "vanilla-depth", "pbest0", "ngram", "pbest-ngram",
                  "rescored-tree", "neural", "iad", "vanilla-iad", "lookup", "vanilla-lookup")
 RUNTIME_TAGS = {"torch:float32": "pt32", "torch:bfloat16": "pt-bf16",
-                "onnxruntime:float32": "ort32", "onnxruntime:int8": "ort8"}
+                "onnxruntime:float32": "ort32", "onnxruntime:int8": "ort8",
+                "onnxruntime:q4": "ort4"}
 """``runtime:precision`` -> the short tag strategy names carry (``vanilla [ort32]``)."""
 PEER_KEYS = ("hf", "hf-pld", "llama", "llama-pld")
 LOOKUP = 10  # prompt_lookup_num_tokens: transformers' and llama-cpp-python's default
@@ -790,9 +791,12 @@ def main(argv: list[str] | None = None) -> int:
         "The 'explain' prompts were written for this benchmark on the topics of the pretraining "
         "corpus, on a subset of which the n-gram LM is trained: that task may favour the "
         "n-gram rescorers.",
-        "llama.cpp runs the GGUF file's own quantised weights (Q4_1) with its own kernels; "
+        "llama.cpp runs the GGUF file's own quantised weights (Q4_1) with its own kernels "
+        "(flash attention on: the greedy whose batched rows equal its one-token steps); "
         "blockdraft and transformers run the same weights dequantised (exactly) to float32, "
-        "then cast to the benchmark's dtype.",
+        "then cast to the benchmark's dtype, except blockdraft on onnxruntime:q4 (ort4), which "
+        "runs the file's own blocks (ONNX Runtime MatMulNBits, int8 activations; one draft a "
+        "step: its token trees are not lossless).",
     ]
     if lm_info is not None:
         notes.append(f"n-gram LM: {lm_info.get('ngrams', '?')} n-grams, made by "

@@ -142,9 +142,12 @@ def gguf_precision(path: str | Path) -> str:
 class LlamaCpp:
     """llama.cpp (llama-cpp-python) on a GGUF file, greedy; prompt lookup with ``lookup``.
 
-    Greedy is ``temp=0`` (llama.cpp's greedy sampler; no repetition penalty). The KV cache is
-    reset before every prompt, so no call reuses another's prefix. ``eval`` calls are counted
-    (one per forward batch: the prompt's prefill and one per step).
+    Greedy is ``temp=0`` (llama.cpp's greedy sampler; no repetition penalty), with flash
+    attention on: llama.cpp's own greedy (its low-level default, "auto", turns it on; without
+    it, the high-level class's default, a row of a batched forward is not bit-identical to the
+    same token decoded alone, and greedy outputs differ from the low-level loop's). The KV
+    cache is reset before every prompt, so no call reuses another's prefix. ``eval`` calls are
+    counted (one per forward batch: the prompt's prefill and one per step).
     """
 
     def __init__(self, gguf: str | Path, threads: int, lookup: int | None = None,
@@ -153,7 +156,7 @@ class LlamaCpp:
 
         kwargs: dict[str, Any] = {"model_path": str(gguf), "n_threads": threads,
                                   "n_threads_batch": threads, "n_ctx": n_ctx, "seed": 0,
-                                  "verbose": False}
+                                  "flash_attn": True, "verbose": False}
         if lookup is not None:
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -163,7 +166,7 @@ class LlamaCpp:
         self.lookup = lookup
         self.family = peer_name("llama.cpp", None)
         self.name = peer_name("llama.cpp", lookup)
-        self.precision = f"{gguf_precision(gguf)} (llama.cpp)"
+        self.precision = f"{gguf_precision(gguf)} (llama.cpp, flash attention)"
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int,
                  eos_id: int | None) -> PeerOutput:

@@ -131,8 +131,8 @@ def _drafting_spec(model: Any, criterion: Any, vocab: int, tok: Any,
     told nothing; ``--k``/``--p`` the heads' p best (``--k`` 16 unless given); ``--lm`` or
     ``--rescorer-model`` rescores them (an LM over another tokenizer refused by its record);
     ``--iad`` adds the input copy, ``--lookup`` prompt lookup's copy. On a runtime that
-    verifies one draft a step losslessly but not a token tree (ONNX Runtime int8, under a
-    lossless criterion), ``--lookup`` drafts with prompt lookup alone, said in a warning, or is
+    verifies one draft a step losslessly but not a token tree (ONNX Runtime int8 and q4, under
+    a lossless criterion), ``--lookup`` drafts with prompt lookup alone, said in a warning, or is
     refused when the heads' drafts were asked for explicitly (``--p``, ``--lm``, ...).
 
     Raises:
@@ -216,8 +216,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--iad", action="store_true", help="add an input-guided draft")
     p.add_argument("--lookup", action="store_true",
                    help="add the prompt-lookup draft (the longest recent n-gram match over the "
-                        "prompt and the output) beside the heads' drafts (on int8, which "
-                        "verifies one draft a step losslessly: prompt lookup alone)")
+                        "prompt and the output) beside the heads' drafts (on int8 and q4, "
+                        "which verify one draft a step losslessly: prompt lookup alone)")
     p.add_argument("--compare-greedy", action="store_true",
                    help="also time plain greedy decoding (and check losslessness)")
     p.add_argument("--device", type=device_name, default="cpu",

@@ -287,9 +287,11 @@ def add_parser(sub: Any) -> None:
                         "runtime on a CPU; static: transformers on a preallocated cache, "
                         "replayed as CUDA graphs on a GPU; with a runtime other than torch "
                         "the PyTorch greedy loop runs as a second reference)")
-    p.add_argument("--precision", choices=("float32", "int8"), default=None,
-                   help="--runtime onnxruntime: float32 (default, PyTorch's answers) or int8 "
-                        "(chunk-invariant per-row int8: lossless against its own greedy)")
+    p.add_argument("--precision", choices=("float32", "int8", "q4"), default=None,
+                   help="--runtime onnxruntime: float32 (default, PyTorch's answers), int8 "
+                        "(chunk-invariant per-row int8: lossless against its own greedy) or q4 "
+                        "(the GGUF file's own 4-bit blocks: lossless against q4's greedy for "
+                        "one draft a step; the strategies of token trees are skipped)")
     p.add_argument("--prompt", action=ListAction, nargs=None, default=None, metavar="TEXT",
                    help="a user turn to decode instead of the demo's Python questions "
                         "(repeat for several)")

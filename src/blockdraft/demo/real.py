@@ -135,7 +135,8 @@ def run_real_demo(
             runtime on a CPU), ``"torch"`` or ``"static"`` (transformers on a static cache,
             CUDA graphs on a GPU; its precision is ``dtype``); with another runtime than torch
             the PyTorch greedy loop runs too, as a second reference.
-        precision: the runtime's precision (``"float32"``, or ``"int8"`` on onnxruntime).
+        precision: the runtime's precision (``"float32"``, or ``"int8"`` or ``"q4"`` on
+            onnxruntime: q4 runs the GGUF file's own blocks, a model loaded from one).
         corpus: the n-gram LM's text (None: ``pydoc_data.topics``).
         prompts: the user turns to decode (default :data:`REAL_PROMPTS`).
         max_new_tokens: tokens per prompt (EOS stops earlier).

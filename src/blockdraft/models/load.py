@@ -155,9 +155,11 @@ def load_model(
             once, cached, on ONNX Runtime's CPU provider) or ``"static"`` (a Hugging Face model
             on a preallocated KV cache, on ``device``; CUDA graphs there).
         precision: what the runtime computes in: torch ``"float32"``, ``"bfloat16"``,
-            ``"float16"`` (the same as ``dtype``); onnxruntime ``"float32"`` (default) or
-            ``"int8"``; static ``"float32"`` (default) or ``"bfloat16"`` (the same as
-            ``dtype``).
+            ``"float16"`` (the same as ``dtype``); onnxruntime ``"float32"`` (default),
+            ``"int8"`` or ``"q4"`` (a model loaded from a GGUF file, a known name or a
+            ``.gguf`` path, verified on the file's own Q4_1/Q8_0 blocks; chains lossless, token
+            trees refused under the exact criterion); static ``"float32"`` (default) or
+            ``"bfloat16"`` (the same as ``dtype``).
         threads: intra-op threads: ONNX Runtime's sessions; for torch, the process-wide
             ``torch.set_num_threads`` (default: leave torch's setting).
         log: called with one line per stage of a first ONNX export (None: silent).
@@ -173,7 +175,8 @@ def load_model(
         ModelError: an unknown name (the known ones are listed), a path that does not exist, a
             missing package (with the install command), missing packaged heads (with how to
             train them), a Hugging Face model without heads, heads that do not fit the base,
-            an unsupported architecture.
+            an unsupported architecture; precision ``"q4"`` for a model that is not loaded
+            from a GGUF file (saying what to pass).
     """
     from blockdraft.models.runtimes import check_runtime, on_runtime
 
@@ -216,7 +219,7 @@ def load_model(
 
     from blockdraft.models.hf.adapter import HFBlockwiseModel
     from blockdraft.models.hf.formats import read_heads, read_heads_config
-    from blockdraft.models.hf.loading import KNOWN_MODELS, load_causal_lm
+    from blockdraft.models.hf.loading import KNOWN_MODELS, gguf_source, load_causal_lm
     from blockdraft.models.hf.medusa import MedusaHeads
 
     base_source: str
@@ -266,10 +269,18 @@ def load_model(
         raise ModelError(
             f"heads must be a folder or MedusaHeads, got {type(heads_source).__name__}"
         )
+    gguf = gguf_source(base_source) if precision == "q4" else None
+    if precision == "q4" and gguf is None:
+        raise ModelError(
+            f"precision 'q4' verifies on a GGUF file's own 4-bit blocks; the base model "
+            f"{base_source!r} is not a GGUF file: load it from its .gguf file "
+            "(load_model('model.gguf', heads=HEADS, runtime='onnxruntime', precision='q4')) "
+            "or a known name, or use precision 'int8'")
     base, tokenizer = load_causal_lm(base_source, dtype="float32" if dtype is None else dtype,
                                      device=device)
     hf_model = HFBlockwiseModel(base, medusa, tokenizer)
-    return on_runtime(hf_model, runtime, precision or "float32", threads=threads, log=log)
+    return on_runtime(hf_model, runtime, precision or "float32", threads=threads, log=log,
+                      gguf=gguf)
 
 
 def _hf_vocab_size(folder: Path) -> int | None:

@@ -8,9 +8,9 @@ is the causal case) and the rows of the cache it writes (``T_past .. T_past + T 
 runtime takes the same record: the reference :class:`~blockdraft.models.BlockwiseLM` (a boolean
 attention mask), the Hugging Face adapter (an additive mask for transformers), ONNX Runtime
 (the ``attention_bias`` input over the buffer's rows) and the static runtime (the bias over the
-rows it attends: the live rows of its preallocated cache, rounded up to a power of two). :func:`check_step` builds it from the public arguments and is
-the one place they are checked; :meth:`Step.allowed` and :meth:`Step.bias` are the one rule of
-what a new token attends to.
+rows it attends: the live rows of its preallocated cache, rounded up to a power of two).
+:func:`check_step` builds it from the public arguments and is the one place they are checked;
+:meth:`Step.allowed` and :meth:`Step.bias` are the one rule of what a new token attends to.
 
 Public surface:
     Step          frozen: ids [B, T], past, t_past, positions [1 or B, T], tree_mask [T, T] or

@@ -200,7 +200,8 @@ def test_refusals() -> None:
         pad_token_id=0)).eval()  # head size 8
     with pytest.raises(ModelError, match="multiple of 16"):
         on_runtime(HFBlockwiseModel(small_heads, _heads(32)), "onnxruntime", "float32")
-    with pytest.raises(ModelError, match=r"computes in float32, int8, not 'bfloat16'.*torch"):
+    with pytest.raises(ModelError,
+                       match=r"computes in float32, int8, q4, not 'bfloat16'.*torch"):
         on_runtime(tiny("llama"), "onnxruntime", "bfloat16")
     with pytest.raises(ModelError, match="unknown runtime 'tvm'"):
         on_runtime(tiny("llama"), "tvm", "float32")

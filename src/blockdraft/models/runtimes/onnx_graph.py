@@ -32,12 +32,20 @@ Precisions: ``float32`` (every weight as it is: ORT pre-packs constant MatMul we
 activations per ROW (each token's own scale ``max |x_row| / 127``) through ``MatMulInteger``, so
 a token's numbers never depend on the other tokens of its forward (chunk-invariant); the
 vocabulary projections stay float32 (argmax quality). Never per-tensor activation scales.
+``q4`` (Llama-family models loaded from a GGUF file): the decoder's linear layers, its
+embedding and the base head built from the file's own Q4_1 and Q8_0 blocks
+(:mod:`.onnx_blocks`: ONNX Runtime's ``MatMulNBits``, no weight re-quantised and no float32 copy
+of any); the heads' graphs stay float32.
 
 Public surface:
     FAMILIES, PRECISIONS, GRAPH_VERSION, OPSET, MASKED, EXTRA_ROWS
     GraphSpec        frozen: the sizes the runtime needs (layers, heads, buffers, ...)
     graph_spec(model) -> GraphSpec         or ModelError naming what is unsupported
-    body_graph(spec, base, precision), projection_graph(spec, lm_head) -> onnx.ModelProto
+    body_graph(spec, base, precision, linears=None), projection_graph(spec, lm_head)
+                                           -> onnx.ModelProto
+    Linears(base)                          where a Llama body's embedding and linear layers
+                                           come from (the model's weights; subclassed for
+                                           the GGUF's blocks)
     Builder(precision)                     nodes and initializers of one graph (a float32 or
                                            int8 linear layer, ...); numpy_of, bias_of
 """
@@ -54,7 +62,7 @@ from blockdraft.models.errors import ModelError
 
 FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gpt2": "gpt2"}
 """``config.model_type`` -> the graph family that builds it."""
-PRECISIONS = ("float32", "int8")
+PRECISIONS = ("float32", "int8", "q4")
 GRAPH_VERSION = 3
 """The graphs' format; a change re-exports every cached model."""
 OPSET = 21
@@ -302,10 +310,55 @@ def _attention(g: Builder, spec: GraphSpec, qkv: str, i: int, rotary: bool) -> s
     return g.op("Squeeze", [out, f"l{i}.axis0"], f"l{i}.att")  # (T, n hd)
 
 
-def _llama_body(g: Builder, spec: GraphSpec, base: Any) -> None:
+class Linears:
+    """Where a Llama-family body's embedding and linear layers come from: the model's own
+    float32 weights (quantised by the :class:`Builder` in ``int8``). A graph of other weights
+    (the GGUF file's blocks, :mod:`.onnx_blocks`) overrides :meth:`embedding` and
+    :meth:`linear`.
+
+    Args:
+        base: the transformers model (``base.base_model.layers``, ``embed_tokens``).
+    """
+
+    PARTS = ("qkv", "o_proj", "gate_up", "down")
+    """The linear layers of a decoder layer: the fused q/k/v projection, the attention's
+    output, the fused gate/up projection, the MLP's output."""
+
+    def __init__(self, base: Any) -> None:
+        self.body = base.base_model
+
+    def modules(self, part: str, layer: int) -> list[Any]:
+        """The ``torch.nn.Linear`` modules fused into ``part`` of layer ``layer``, in order."""
+        block = self.body.layers[layer]
+        att, mlp = block.self_attn, block.mlp
+        return {"qkv": [att.q_proj, att.k_proj, att.v_proj], "o_proj": [att.o_proj],
+                "gate_up": [mlp.gate_proj, mlp.up_proj], "down": [mlp.down_proj]}[part]
+
+    def bias(self, part: str, layer: int) -> np.ndarray | None:
+        """The fused bias of ``part`` (zeros where one of its modules has none), or None."""
+        modules = self.modules(part, layer)
+        biases = [bias_of(m) for m in modules]
+        if all(b is None for b in biases):
+            return None
+        return np.concatenate([b if b is not None else np.zeros(m.weight.shape[0], np.float32)
+                               for b, m in zip(biases, modules, strict=True)])
+
+    def embedding(self, g: Builder, ids: str) -> str:
+        """The token embeddings of ``ids [T]``: ``[T, d]``."""
+        return g.op("Gather", [g.const("embed_tokens", numpy_of(self.body.embed_tokens.weight)),
+                               ids], "embedded")  # type: ignore[no-any-return]
+
+    def linear(self, g: Builder, x: str, part: str, layer: int, name: str) -> str:
+        """``part`` of layer ``layer`` on ``x [M, in]`` (its bias included): ``[M, out]``."""
+        weight = np.concatenate([numpy_of(m.weight) for m in self.modules(part, layer)])
+        return g.linear(x, weight, self.bias(part, layer), name)
+
+
+def _llama_body(g: Builder, spec: GraphSpec, base: Any, linears: Linears | None) -> None:
     body = base.base_model
     cfg = base.config
     eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
+    weights = linears or Linears(base)
     import torch
 
     with torch.no_grad():  # the model's own rotary tables (scaling rules included)
@@ -315,39 +368,26 @@ def _llama_body(g: Builder, spec: GraphSpec, base: Any) -> None:
     half = spec.head_dim // 2
     g.const("cos_cache", numpy_of(cos[0, :, :half]))
     g.const("sin_cache", numpy_of(sin[0, :, :half]))
-    resid = g.op("Gather", [g.const("embed_tokens", numpy_of(body.embed_tokens.weight)),
-                            "input_ids"], "embedded")  # (T, d)
+    resid = weights.embedding(g, "input_ids")  # (T, d)
     layers = body.layers
     h = g.op("SimplifiedLayerNormalization",
              [resid, g.const("l0.input_norm", numpy_of(layers[0].input_layernorm.weight))],
              "l0.h", axis=-1, epsilon=eps)
     for i, layer in enumerate(layers):
-        att = layer.self_attn
-        weights = [att.q_proj, att.k_proj, att.v_proj]
-        w_qkv = np.concatenate([numpy_of(m.weight) for m in weights])
-        biases = [bias_of(m) for m in weights]
-        b_qkv = None if all(b is None for b in biases) else np.concatenate([
-            b if b is not None else np.zeros(m.weight.shape[0], np.float32)
-            for b, m in zip(biases, weights, strict=True)])
-        qkv = g.linear(h, w_qkv, b_qkv, f"l{i}.qkv")
-        o = g.linear(_attention(g, spec, qkv, i, rotary=True), numpy_of(att.o_proj.weight),
-                     bias_of(att.o_proj), f"l{i}.o_proj")
+        qkv = weights.linear(g, h, "qkv", i, f"l{i}.qkv")
+        o = weights.linear(g, _attention(g, spec, qkv, i, rotary=True), "o_proj", i,
+                           f"l{i}.o_proj")
         h2, _, _, resid = g.op(
             "SkipSimplifiedLayerNormalization",
             [o, resid, g.const(f"l{i}.post_norm", numpy_of(layer.post_attention_layernorm.weight))],
             [f"l{i}.h2", f"l{i}.mean1", f"l{i}.inv1", f"l{i}.resid1"], domain="com.microsoft",
             epsilon=eps)
-        mlp = layer.mlp
-        ff = int(mlp.gate_proj.weight.shape[0])
-        gb, ub = bias_of(mlp.gate_proj), bias_of(mlp.up_proj)
-        gu = g.linear(h2, np.concatenate([numpy_of(mlp.gate_proj.weight),
-                                          numpy_of(mlp.up_proj.weight)]),
-                      None if gb is None else np.concatenate([gb, ub]), f"l{i}.gate_up")
+        ff = int(layer.mlp.gate_proj.weight.shape[0])
+        gu = weights.linear(g, h2, "gate_up", i, f"l{i}.gate_up")
         gate, up = g.op("Split", [gu, g.const(f"l{i}.split", np.array([ff, ff], np.int64))],
                         [f"l{i}.gate", f"l{i}.up"], axis=-1)
         silu = g.op("Mul", [gate, g.op("Sigmoid", [gate], f"l{i}.sig")], f"l{i}.silu")
-        down = g.linear(g.op("Mul", [silu, up], f"l{i}.gated"), numpy_of(mlp.down_proj.weight),
-                        bias_of(mlp.down_proj), f"l{i}.down")
+        down = weights.linear(g, g.op("Mul", [silu, up], f"l{i}.gated"), "down", i, f"l{i}.down")
         last = i + 1 == len(layers)
         norm = body.norm if last else layers[i + 1].input_layernorm
         h, _, _, resid = g.op(
@@ -408,10 +448,16 @@ def projection_graph(spec: GraphSpec, lm_head: Any) -> Any:
     return g.model("projection")
 
 
-def body_graph(spec: GraphSpec, base: Any, precision: str) -> Any:
-    """``body``: the decoder of ``base`` (the module docstring), in ``precision``."""
+def body_graph(spec: GraphSpec, base: Any, precision: str,
+               linears: Linears | None = None) -> Any:
+    """``body``: the decoder of ``base`` (the module docstring), in ``precision``; a
+    Llama-family body's embedding and linear layers from ``linears`` (default: ``base``'s own
+    weights; precision ``q4``: the GGUF file's blocks, :mod:`.onnx_blocks`)."""
     g = Builder(precision)
     _body_inputs(g, spec)
-    (_llama_body if spec.family == "llama" else _gpt2_body)(g, spec, base)
+    if spec.family == "llama":
+        _llama_body(g, spec, base, linears)
+    else:
+        _gpt2_body(g, spec, base)
     g.output("hidden", g.TensorProto.FLOAT, ["T", spec.d_model])
     return g.model("body")

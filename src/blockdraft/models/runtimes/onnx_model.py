@@ -19,7 +19,7 @@ single new token; every other kernel here gives a row the same bits whatever the
 its call. A one-token forward is therefore run as two rows (the token and a copy of it one
 position later, whose cache row lies past the cache's length and is overwritten by the next
 forward). With that, a token's logits are bit-identical whether it is decoded alone (the greedy
-reference) or inside a chunk of draft tokens, in float32 and int8 alike
+reference) or inside a chunk of draft tokens, in float32, int8 and q4 alike
 (``chunk_invariant = True``; tested). A token tree whose nodes are not one chain reads its
 ancestors' keys at other rows than a chain would, which can change the last bits of a sum
 (like any runtime's batched or tree forward: lossless up to float rounding; measured, see the
@@ -32,7 +32,8 @@ capabilities) is one record (:class:`~.wrapped.Shared`); a forward's inputs are 
 :class:`~blockdraft.models.step.Step`.
 
 Public surface:
-    OrtBlockwiseModel(model, precision="float32", threads=None, log=None, pad_single=True)
+    OrtBlockwiseModel(model, precision="float32", threads=None, log=None, pad_single=True,
+                      gguf=None)
         the same attributes and methods as HFBlockwiseModel (h, device, max_seq_len, config,
         tokenizer, hidden, head_states, project, heads_logits, head_topk, expander,
         conditional_heads, heads_digest, drafting, capabilities), plus runtime, precision,
@@ -42,7 +43,9 @@ Public surface:
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -65,32 +68,40 @@ class OrtBlockwiseModel(RuntimeModel):
     Args:
         model: an :class:`~blockdraft.models.hf.HFBlockwiseModel` (its weights are exported
             once; it is not kept).
-        precision: ``"float32"`` or ``"int8"`` (per-row int8 activations, per-channel int8
-            weights, float32 vocabulary projections: :mod:`.onnx_graph`).
+        precision: ``"float32"``, ``"int8"`` (per-row int8 activations, per-channel int8
+            weights, float32 vocabulary projections: :mod:`.onnx_graph`) or ``"q4"`` (the
+            decoder and the base head on the GGUF file's own Q4_1 and Q8_0 blocks, int8
+            activations: :mod:`.onnx_blocks`; the heads in float32).
         threads: ONNX Runtime's intra-op threads (default: torch's current thread count).
         log: called with a line per stage of a first export (None: silent).
         pad_single: run a one-token forward as two rows (default), so that every forward is
             bit-identical per token whatever its length (``chunk_invariant``); False runs it
             alone through the single-token kernel: about 10% faster greedy steps, but a
             decode is then lossless only up to float rounding (for speed comparisons).
+        gguf: in ``q4``, the GGUF file the model was loaded from (default: the one its
+            folder was dequantised from, when it was loaded from a GGUF file or a known name).
 
     Raises:
-        ModelError: an architecture or precision the runtime does not build, or an export
-            ONNX Runtime cannot load.
+        ModelError: an architecture or precision the runtime does not build, an export ONNX
+            Runtime cannot load; in ``q4``, a model that was not loaded from a GGUF file
+            (without ``gguf``), or a GGUF file whose blocks have no exact mapping.
     """
 
     kind: ClassVar[str] = "hf-medusa-onnxruntime"
     runtime: ClassVar[str] = "onnxruntime"
 
     def __init__(self, model: Any, precision: str = "float32", threads: int | None = None,
-                 log: Callable[[str], None] | None = None, pad_single: bool = True) -> None:
+                 log: Callable[[str], None] | None = None, pad_single: bool = True,
+                 gguf: str | os.PathLike[str] | None = None) -> None:
         self.pad_single = bool(pad_single)
         self.threads = int(threads) if threads else max(torch.get_num_threads(), 1)
-        self.export_folder, self.spec = ensure_export(model, precision, log)
+        blocks = _gguf_of(model, gguf) if precision == "q4" else None
+        self.export_folder, self.spec = ensure_export(model, precision, log, gguf=blocks)
         try:
             heads = self._open_sessions(model)
         except ModelError:  # a cached export ONNX Runtime cannot read: export it again, once
-            self.export_folder, self.spec = ensure_export(model, precision, log, rebuild=True)
+            self.export_folder, self.spec = ensure_export(model, precision, log, rebuild=True,
+                                                          gguf=blocks)
             heads = self._open_sessions(model)
         super().__init__(
             Shared.of(model, config=dataclasses.replace(model.config, dtype=precision),
@@ -123,10 +134,11 @@ class OrtBlockwiseModel(RuntimeModel):
     def exact_trees(self) -> bool:
         """Whether a token tree (not a chain) verifies losslessly (declared in
         :attr:`capabilities`): in float32 up to float rounding, as on any runtime; not in
-        int8, whose per-row rounding to integers turns the last-bit differences of a tree's
-        attention sums into different tokens (measured: 3 of 12 benchmark answers equal to int8
-        greedy's with two drafts a step, 12 of 12 with one), so the verifier refuses a tree with
-        the exact criterion there."""
+        int8 or q4, whose rounding of activations to integers turns the last-bit differences
+        of a tree's attention sums into different tokens (int8, measured: 3 of 12 benchmark
+        answers equal to int8 greedy's with two drafts a step, 12 of 12 with one; q4: an argmax
+        flipped in about 1% of random tree rows), so the verifier refuses a tree with the exact
+        criterion there."""
         return self.capabilities.exact_trees
 
     @property
@@ -225,3 +237,25 @@ class OrtBlockwiseModel(RuntimeModel):
         if np.isnan(out.sum()):
             raise nan_error(f"ONNX Runtime ({self.precision})", self.export_folder)
         return out
+
+
+def _gguf_of(model: Any, gguf: str | os.PathLike[str] | None) -> Path:
+    """The GGUF file of a ``q4`` export: ``gguf``, or the file ``model``'s folder was
+    dequantised from.
+
+    Raises:
+        ModelError: neither (naming the model's folder and what to pass).
+    """
+    if gguf is not None:
+        return Path(gguf)
+    from blockdraft.models.hf.loading import source_gguf
+
+    found = source_gguf(model.config.name)
+    if found is None:
+        raise ModelError(
+            f"precision 'q4' runs the GGUF file's own 4-bit blocks, and the model "
+            f"{model.config.name!r} was not loaded from a GGUF file (or that file has moved or "
+            "changed since): pass gguf=PATH, the .gguf file it was loaded from, load it from "
+            "that file (load_model('model.gguf', heads=..., runtime='onnxruntime', "
+            "precision='q4')), or use precision 'int8'")
+    return found
