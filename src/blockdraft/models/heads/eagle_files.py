@@ -31,7 +31,8 @@ from typing import Any
 import torch
 
 from blockdraft.models.errors import ModelError
-from blockdraft.models.heads.eagle_layer import KIND, EagleConfig, EagleLayer
+from blockdraft.models.heads.eagle_config import KIND, EagleConfig
+from blockdraft.models.heads.eagle_layer import EagleLayer
 from blockdraft.models.hf.layouts import CONFIG_FILE
 from blockdraft.models.hf.shortlist import CONFIG_KEY, read_shortlist, shortlist_files
 from blockdraft.models.hf.tensor_digest import DIGEST_KEY, tensors_digest
