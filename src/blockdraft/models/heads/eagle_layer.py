@@ -46,7 +46,7 @@ Public surface:
         attach(embed [V, d], lm_head [V, d]) -> self   the base's frozen tensors
         fuse(states [..., F]) -> [..., d];   logits(features [..., d]) -> [..., Vs]
         forward(features, tokens, positions, kv=None, mask=None) -> EagleStep
-        unroll(features, tokens, positions, steps) -> [EagleStep without kv] * steps
+        unroll(features, tokens, positions, steps, project=True) -> [EagleStep (kv None)]
         draft_chain(features, tokens, positions, depth, kv=None, forced=None) -> EagleChain
         token_ids(index) -> base ids
     KV, EagleStep, EagleChain, truncate_kv(kv, length)
@@ -141,6 +141,9 @@ class EagleLayer(nn.Module):
     """
 
     kind: ClassVar[str] = KIND
+    fuse_norms: nn.ModuleList
+    fuse_proj: nn.Linear
+    out_norm: RMSNorm
     inv_freq: torch.Tensor
     embed: torch.Tensor | None
     head: torch.Tensor | None
@@ -342,7 +345,7 @@ class EagleLayer(nn.Module):
         return EagleStep(self.logits(out), out, (k, v))
 
     def unroll(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-               steps: int) -> list[EagleStep]:
+               steps: int, project: bool = True) -> list[EagleStep]:
         """Training-time test: ``steps`` draft steps from every root of whole sequences.
 
         Step ``k``'s row ``p`` is the ``k``-th drafted position from the root ``p - k``
@@ -354,6 +357,8 @@ class EagleLayer(nn.Module):
             tokens: int64 ``[B, T]``: the true token after each position.
             positions: int64 ``[B, T]``.
             steps: ``K >= 1``.
+            project: compute the logits (False: each step's ``logits`` are ``[B, T, 0]``,
+                for a caller that projects the rows it scores, :meth:`logits`).
 
         Returns:
             ``K`` :class:`EagleStep` records (``kv`` None).
@@ -388,7 +393,9 @@ class EagleLayer(nn.Module):
             for j, vj in enumerate(chain_values):
                 attended = attended + probs[..., t + j:t + j + 1] * vj
             step_out = self._finish(x, attended)
-            out.append(EagleStep(self.logits(step_out), step_out, None))
+            logits = self.logits(step_out) if project else step_out.new_zeros(
+                (*step_out.shape[:2], 0))
+            out.append(EagleStep(logits, step_out, None))
             feature = _shift(step_out, 1, 1)  # row p reads row p - 1's output
         return out
 

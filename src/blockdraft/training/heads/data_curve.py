@@ -21,6 +21,7 @@ Public surface:
     signature_fields(signature) -> dict         ``k:v|k:v`` as a dict
     head_topk(heads, lm_head, data, k) -> [N, n, k]   each head's top-k at every position
     chain_block_efficiency(topk, data, k) -> float     B of vanilla (k = 1) / oracle(k) BPD
+    topk_scores(topk, data) -> dict             top-1/top-5 per head, vanilla and oracle B
     score_runs(runs, dset, lm_head) -> rows     held-out top-1/top-5 per head and B, per run
     write_data_curve(rows, out, title)          data_curve.{json,md,png}, atomically
     CURVE_FILES                                 the names it writes
@@ -43,6 +44,7 @@ import torch
 
 from blockdraft.core.efficiency import block_efficiency
 from blockdraft.core.files import atomic_directory, atomic_path, write_text_atomic
+from blockdraft.models.heads.eagle_layer import EagleLayer
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.prefix_heads import PrefixHeads, is_prefix_folder, read_prefix_heads
 from blockdraft.training.errors import TrainingError
@@ -66,7 +68,9 @@ class HeadsRun:
 
     Attributes:
         path: the folder it was read from.
-        heads: the heads (eval mode; float32 or the stored dtype).
+        heads: the heads (eval mode; float32 or the stored dtype), or an EAGLE draft layer
+            (not attached to its base; scored by :func:`~blockdraft.training.heads
+            .eagle_train.score_eagle_runs`).
         signature: the training signature (``k:v|k:v``).
         prompts: training prompts (from the signature).
         tokens: training answer tokens, as the signature rounds them (``186k`` -> 186,000).
@@ -74,7 +78,7 @@ class HeadsRun:
     """
 
     path: Path
-    heads: MedusaHeads
+    heads: MedusaHeads | EagleLayer
     signature: str
     prompts: int
     tokens: int
@@ -108,24 +112,31 @@ def read_run(path: str | os.PathLike[str]) -> HeadsRun:
     root = Path(path)
     checkpoint = root / CHECKPOINT_FILE
     curve = root / CURVE_FILE
+    heads: MedusaHeads | EagleLayer
     if checkpoint.is_file():
         state = read_checkpoint(checkpoint)
         weights = state.get("best_heads") or state["heads"]
         signature, step = state.get("signature", ""), int(state.get("best_step", state["step"]))
         fields = signature_fields(signature)
+        if fields.get("arch") == "eagle":
+            raise TrainingError(f"{checkpoint} is an EAGLE draft layer's training folder: "
+                                "score the layer's folder (the -o of heads train)")
         if "heads" not in fields or "blocks.0.0.linear.weight" not in weights:
             raise TrainingError(f"{checkpoint} is not a Medusa head training checkpoint")
         d = int(weights["blocks.0.0.linear.weight"].shape[1])
         n, layers = int(fields["heads"]), int(fields.get("layers", 1))
-        heads = (PrefixHeads(d, n, layers) if "prefix.0.weight" in weights
-                 else MedusaHeads(d, None, n, layers))
-        heads.load_state_dict(weights)
+        medusa = (PrefixHeads(d, n, layers) if "prefix.0.weight" in weights
+                  else MedusaHeads(d, None, n, layers))
+        medusa.load_state_dict(weights)
         if state.get("shortlist") is not None:  # trained over it: scored as it drafts
-            heads.set_shortlist(state["shortlist"])
+            medusa.set_shortlist(state["shortlist"])
+        heads = medusa
     elif curve.is_file():
+        from blockdraft.models.heads.eagle_files import is_eagle_folder, read_eagle
         from blockdraft.models.hf.formats import read_heads
 
-        heads = read_prefix_heads(root) if is_prefix_folder(root) else read_heads(root)
+        heads = (read_eagle(root) if is_eagle_folder(root) else read_prefix_heads(root)
+                 if is_prefix_folder(root) else read_heads(root))
         try:
             record = json.loads(curve.read_text(encoding="utf-8"))
             signature = str(record["signature"])
@@ -206,6 +217,28 @@ def chain_block_efficiency(topk: torch.Tensor, data: PositionData, k: int = 1) -
     return block_efficiency(tokens, calls)
 
 
+def topk_scores(topk: torch.Tensor, data: PositionData) -> dict[str, Any]:
+    """The held-out figures of every head's (or draft step's) top-``K`` at every row of
+    ``data`` (``topk`` int64 ``[N, n, K >= 5]`` base ids, best first, as :func:`head_topk`
+    gives them; ``-1`` where nothing was drafted).
+
+    Returns:
+        ``top1``/``top5`` per head against the base's greedy token at that offset,
+        ``mean_top1``, ``positions`` (scored per head), ``B_vanilla`` and ``B_oracle5``
+        (:func:`chain_block_efficiency`).
+    """
+    targets = head_targets(data, torch.arange(data.tokens), topk.shape[1])  # (N, n)
+    valid = targets != IGNORE
+    match = topk[..., :5] == targets[..., None]  # (N, n, 5)
+    count = valid.sum(0).clamp(min=1).double()
+    top1 = ((match[..., 0] & valid).sum(0) / count).tolist()
+    top5 = ((match.any(-1) & valid).sum(0) / count).tolist()
+    return {"top1": top1, "top5": top5, "mean_top1": float(np.mean(top1)),
+            "positions": valid.sum(0).tolist(),
+            "B_vanilla": chain_block_efficiency(topk, data, 1),
+            "B_oracle5": chain_block_efficiency(topk, data, 5)}
+
+
 def score_runs(
     runs: Sequence[HeadsRun],
     dset: DistillSet,
@@ -231,23 +264,17 @@ def score_runs(
     held = load_positions(dset, "heldout")
     out = []
     for run in sorted(runs, key=lambda r: r.tokens):
+        if isinstance(run.heads, EagleLayer):
+            raise TrainingError(f"{run.path} holds an EAGLE draft layer: score_eagle_runs "
+                                "scores it (heads curve does)")
         heads = run.heads.float()
         topk = head_topk(heads, lm_head, held, 5, embed=embed)  # (N, n, 5)
-        targets = head_targets(held, torch.arange(held.tokens), topk.shape[1])  # (N, n)
-        valid = targets != IGNORE
-        match = topk == targets[..., None]  # (N, n, 5)
-        count = valid.sum(0).clamp(min=1).double()
-        top1 = ((match[..., 0] & valid).sum(0) / count).tolist()
-        top5 = ((match.any(-1) & valid).sum(0) / count).tolist()
         row = {"path": str(run.path), "prompts": run.prompts, "tokens": run.tokens,
-               "step": run.step, "signature": run.signature, "top1": top1, "top5": top5,
-               "mean_top1": float(np.mean(top1)), "positions": valid.sum(0).tolist(),
-               "B_vanilla": chain_block_efficiency(topk, held, 1),
-               "B_oracle5": chain_block_efficiency(topk, held, 5)}
+               "step": run.step, "signature": run.signature, **topk_scores(topk, held)}
         out.append(row)
         if log is not None:
             log(f"{run.path}: {run.tokens} tokens, top-1 "
-                + " ".join(f"{v:.3f}" for v in top1) + f" (mean {row['mean_top1']:.3f}), "
+                + " ".join(f"{v:.3f}" for v in row['top1']) + f" (mean {row['mean_top1']:.3f}), "
                 f"B vanilla {row['B_vanilla']:.3f}, oracle(5) {row['B_oracle5']:.3f}")
     return out
 

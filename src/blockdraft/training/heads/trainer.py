@@ -53,6 +53,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from blockdraft.core.signature import environment, format_signature, human_count
+from blockdraft.models.heads.eagle_layer import EagleLayer
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.prefix_heads import PrefixHeads
 from blockdraft.training.errors import TrainingError
@@ -71,7 +72,7 @@ from blockdraft.training.heads.shortlist import frequency_shortlist
 __all__ = ["ARCHS", "CHECKPOINT_FILE", "CURVE_FILE", "LOSSES", "SCHEDULES", "VOCABS",
            "HeadsTrainResult", "HeadsTrainSettings", "answer_shortlist", "check_training_folder",
            "data_key", "evaluate_heads", "head_states", "heads_loss", "lm_head_weight",
-           "read_checkpoint", "restrict_vocab", "train_heads"]
+           "read_checkpoint", "recorded_settings", "restrict_vocab", "train_heads"]
 
 LOSSES = ("ce", "kl")
 ARCHS = ("medusa", "prefix", "eagle")
@@ -232,7 +233,7 @@ def _warm_start(heads: torch.nn.Module, init: torch.nn.Module,
     heads.load_state_dict({k: v.float() for k, v in theirs.items()})
 
 
-def _recorded(settings: HeadsTrainSettings) -> dict[str, Any]:
+def recorded_settings(settings: HeadsTrainSettings) -> dict[str, Any]:
     """The settings a run's identity and signature record: the shortlist's size and the
     architecture only where they are not the defaults of before (so older checkpoints keep
     their identity)."""
@@ -394,7 +395,8 @@ class HeadsTrainResult:
 
     Attributes:
         heads: the trained heads (float32, eval mode): those of the evaluation with the
-            best mean held-out top-1 (``best_step``), not necessarily the last.
+            best mean held-out top-1 (``best_step``), not necessarily the last (an EAGLE
+            draft layer: :func:`~blockdraft.training.heads.eagle_train.train_eagle`).
         curve: one entry per evaluation: ``step``, ``positions`` (training positions seen),
             ``seconds`` (training wall time so far), ``train_loss``, ``heldout_loss``,
             ``top1``/``top5`` (per head).
@@ -404,7 +406,7 @@ class HeadsTrainResult:
         best_step: the step whose heads are returned (0: no evaluation yet).
     """
 
-    heads: MedusaHeads
+    heads: MedusaHeads | EagleLayer
     curve: list[dict[str, Any]]
     signature: str
     step: int
@@ -473,11 +475,11 @@ def train_heads(
         **(extra_signature or {}),
         "data": data_key(dset), "prompts": train.prompts, "tokens": human_count(train.tokens),
         "heldout": f"{held.prompts}p/{human_count(held.tokens)}",
-        **{k: v for k, v in _recorded(settings).items() if k != "version"},
+        **{k: v for k, v in recorded_settings(settings).items() if k != "version"},
         "threads": torch.get_num_threads(), **environment(),
     }
     signature = format_signature(fields)
-    identity: dict[str, Any] = {"settings": _recorded(settings), "data": data_key(dset)}
+    identity: dict[str, Any] = {"settings": recorded_settings(settings), "data": data_key(dset)}
 
     torch.manual_seed(settings.seed)
     heads = (PrefixHeads(d, settings.heads, settings.layers) if settings.arch == "prefix"
