@@ -69,8 +69,16 @@ def test_forward_features_line_up_with_the_stored_states(dataset: Any) -> None:
         assert stored.positions[b, :m].tolist() == list(range(n - 1, n - 1 + m))
     # step k scores only rows whose root is k rows back inside the answer
     assert not prompt.valid(2)[0, :int(prompt.roots[0]) + 2].any()
-    layers = FeatureMaker("layers", "answer", base(), (1, 2)).batch(seqs, picked)
+    model = base()
+    layers = FeatureMaker("layers", "answer", model, (1, 2)).batch(seqs, picked)
     assert layers.features.shape[-1] == 64 and layers.features.shape[1] == stored.features.shape[1]
+    # index i is HF's hidden_states[i]: the residual stream entering decoder layer i
+    s, n, m = picked[0], seqs.prompts[picked[0]].size, seqs.answers[picked[0]].size
+    row = torch.tensor([np.concatenate([seqs.prompts[s], seqs.texts[s][:-1]]).tolist()])
+    with torch.no_grad():
+        hidden = model(row, output_hidden_states=True).hidden_states[1][0]
+    torch.testing.assert_close(layers.features[0, :m, :32], hidden[n - 1:n - 1 + m],
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("fusion", ["top", "layers"])
