@@ -393,6 +393,8 @@ def test_eagle_layer_trains_and_scores_from_the_command_line(base: dict[str, Pat
                           "--base", str(base["model"]), "-o", str(tmp_path / "curve"), "--json"])
     (row,) = curve["runs"]
     assert len(row["top1"]) == 8 and 1.0 <= row["B_vanilla"] <= row["B_oracle5"]
+    table = (tmp_path / "curve" / "data_curve.md").read_text(encoding="utf-8")
+    assert "| draft step 1 |" in table and "draft step 8" in table and "head 2" not in table
     medusa = tmp_path / "medusa"
     args = _train_args(base, tmp_path, medusa)
     args[args.index("--work") + 1] = str(tmp_path / "mw")  # the eagle run's is its own

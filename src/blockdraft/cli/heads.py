@@ -313,12 +313,14 @@ def cmd_heads_curve(args: argparse.Namespace) -> int:
     else:
         del model
         rows = heads.score_runs(runs, dset, lm_head, embed=embed)
+    title = ("EAGLE draft layers: held-out accuracy per draft step and chain B" if all(eagle)
+             else "Medusa heads: held-out accuracy against training data")
     with output.writing() as writing:
-        heads.write_data_curve(rows, writing.path, command=command_line(args))
+        heads.write_data_curve(rows, writing.path, title, command_line(args), all(eagle))
     if args.json:
         print_json({"out": str(out), "runs": rows})
         return 0
-    print_table("Medusa heads: held-out accuracy against training data",
+    print_table(title,
                 ["training answer tokens", "prompts", "step", "mean top-1", "vanilla B",
                  "oracle(5) B"],
                 [(r["tokens"], r["prompts"], r["step"], r["mean_top1"], r["B_vanilla"],

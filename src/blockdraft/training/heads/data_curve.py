@@ -279,15 +279,23 @@ def score_runs(
     return out
 
 
-def _markdown(rows: Sequence[dict[str, Any]], title: str, command: str) -> str:
+def _label(i: int, steps: bool) -> str:
+    """Column ``i``'s name: blockdraft head ``i + 2``, or an EAGLE layer's draft step ``i + 1``."""
+    return f"draft step {i + 1}" if steps else f"head {i + 2}"
+
+
+def _markdown(rows: Sequence[dict[str, Any]], title: str, command: str,
+              steps: bool = False) -> str:
     n = max(len(r["top1"]) for r in rows)
-    head = " | ".join(f"head {i + 2}" for i in range(n))
+    head = " | ".join(_label(i, steps) for i in range(n))
     scored = rows[0]["positions"][0]
+    what = ("the greedy chain of the draft layer (its top-1 at every step) and a full top-5 "
+            "tree's oracle" if steps else "vanilla heads and the top-5 oracle")
     lines = [f"# {title}", ""] + ([f"Command: `{command}`", ""] if command else []) + [
-             f"Scored on every usable held-out position ({scored:,} for head 2);"
+             f"Scored on every usable held-out position ({scored:,} for {_label(0, steps)});"
              " top-1 (top-5) against the base's greedy token at that offset. B: "
              "block efficiency along the held-out greedy answers (prefill counted, pooled), "
-             "vanilla heads and the top-5 oracle.", "",
+             f"{what}.", "",
              f"| training answer tokens | prompts | step | {head} | mean top-1 | vanilla B | "
              "oracle(5) B |", "|---|---|---|" + "---|" * n + "---|---|---|"]
     for r in rows:
@@ -300,11 +308,12 @@ def _markdown(rows: Sequence[dict[str, Any]], title: str, command: str) -> str:
 
 def write_data_curve(rows: Sequence[dict[str, Any]], out: str | os.PathLike[str],
                      title: str = "Medusa heads: held-out accuracy against training data",
-                     command: str = "") -> Path:
+                     command: str = "", steps: bool = False) -> Path:
     """``data_curve.json``, ``data_curve.md`` and ``data_curve.png`` in the folder ``out``,
     built beside it and swapped into place complete (what was at ``out`` is replaced; check it
     first with :func:`blockdraft.core.outputs.claim_output`); ``command``, when given, is the
-    command line the Markdown names.
+    command line the Markdown names; ``steps``: the rows are EAGLE draft layers' (columns
+    are draft steps ``1 ..``, not heads ``2 ..``).
 
     Raises:
         TrainingError: no rows.
@@ -317,12 +326,13 @@ def write_data_curve(rows: Sequence[dict[str, Any]], out: str | os.PathLike[str]
         json_file, md_file, png_file = (tmp / name for name in CURVE_FILES)
         write_text_atomic(json_file, json.dumps(
             {"command": command, "runs": list(rows)}, indent=1) + "\n")
-        write_text_atomic(md_file, _markdown(rows, title, command))
-        _plot_data_curve(rows, png_file, title)
+        write_text_atomic(md_file, _markdown(rows, title, command, steps))
+        _plot_data_curve(rows, png_file, title, steps)
     return root
 
 
-def _plot_data_curve(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+def _plot_data_curve(rows: Sequence[dict[str, Any]], path: Path, title: str,
+                     steps: bool = False) -> None:
     """Held-out top-1 (and dashed top-5) per head against training tokens, as a PNG."""
     import matplotlib
 
@@ -333,7 +343,7 @@ def _plot_data_curve(rows: Sequence[dict[str, Any]], path: Path, title: str) -> 
     xs = [r["tokens"] for r in rows]
     for i in range(max(len(r["top1"]) for r in rows)):
         ax.plot(xs, [r["top1"][i] for r in rows], marker="o", color=f"C{i}",
-                label=f"head {i + 2} top-1")
+                label=f"{_label(i, steps)} top-1")
         ax.plot(xs, [r["top5"][i] for r in rows], marker=".", linestyle="--", color=f"C{i}",
                 alpha=0.6)
     ax.plot(xs, [r["mean_top1"] for r in rows], marker="s", color="black", label="mean top-1")
