@@ -21,8 +21,9 @@ RoPE theta) are the base's (:meth:`EagleConfig.from_base`). The base feature ``f
   space (trained to regress the base's next feature), so it goes to the head as it is
   (``head_norm`` off);
 - ``"layers"`` (EAGLE-3): the base's residual stream entering decoder layers ``fuse_layers``
-  (HF ``hidden_states`` indices: low, middle, high), each RMS-normalised, fused by
-  ``fuse: 3d -> d``; the output has its own RMSNorm before the head (``head_norm`` on).
+  (0-based; HF's ``hidden_states[i]``: low, middle, high; ``L`` is the last layer's output
+  before the final norm), each RMS-normalised, fused by ``fuse_proj: 3d -> d``; the output
+  has its own RMSNorm before the head (``head_norm`` on).
 
 A call reads base features (width :attr:`EagleConfig.feature_width`, fused here) or, when it
 drafts on, the layer's own output features (width ``d``); with ``"top"`` the two are one space.
