@@ -371,3 +371,37 @@ def test_heads_archive_then_restore_rebuilds_the_set(base: dict[str, Path], tmp_
     _one_line(_run(capsys, ["heads", "restore", str(damaged), "--prompts",
                             str(base["prompts"]), "--folder", str(tmp_path / "y")], 1),
               "damaged.npz", "truncated")
+
+
+def test_eagle_layer_trains_and_scores_from_the_command_line(base: dict[str, Path],
+                                                             tmp_path: Path, capsys: Any) -> None:
+    """heads train --arch eagle writes a draft layer (EAGLE-3 fusion: the base runs for its
+    features) that heads curve scores along chains of 8; heads and layers in one curve are
+    refused, and EAGLE's options elsewhere too."""
+    from blockdraft.models.heads.eagle_files import eagle_record, read_eagle
+
+    out = tmp_path / "eagle"
+    got = _run(capsys, [*_train_args(base, tmp_path, out), "--arch", "eagle", "--fusion",
+                        "layers", "--shortlist", "20"])
+    assert got["finished"]
+    layer = read_eagle(out)
+    assert layer.config.fusion == "layers" and layer.shortlist.numel() == 20
+    assert eagle_record(out)["context"] == "prompt" and eagle_record(out)["unroll"] == 3
+    readme = (out / "README.md").read_text(encoding="utf-8")
+    assert "EAGLE draft layer" in readme and "draft step" in readme
+    curve = _run(capsys, ["heads", "curve", str(out), "--data", str(tmp_path / "data"),
+                          "--base", str(base["model"]), "-o", str(tmp_path / "curve"), "--json"])
+    (row,) = curve["runs"]
+    assert len(row["top1"]) == 8 and 1.0 <= row["B_vanilla"] <= row["B_oracle5"]
+    table = (tmp_path / "curve" / "data_curve.md").read_text(encoding="utf-8")
+    assert "| draft step 1 |" in table and "draft step 8" in table and "head 2" not in table
+    medusa = tmp_path / "medusa"
+    args = _train_args(base, tmp_path, medusa)
+    args[args.index("--work") + 1] = str(tmp_path / "mw")  # the eagle run's is its own
+    _run(capsys, args)
+    err = _run(capsys, ["heads", "curve", str(out), str(medusa), "--data",
+                        str(tmp_path / "data"), "--base", str(base["model"]), "-o",
+                        str(tmp_path / "curve2")], code=2)
+    assert "not both at once" in err.err
+    err = _run(capsys, [*_train_args(base, tmp_path, tmp_path / "x"), "--unroll", "2"], code=2)
+    assert "--unroll 2 applies only with --arch eagle" in err.err

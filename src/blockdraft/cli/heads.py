@@ -81,15 +81,29 @@ def heads_settings(args: argparse.Namespace) -> Any:
     """The :class:`~blockdraft.training.heads.HeadsTrainSettings` of ``heads train``'s
     arguments, checked."""
     from blockdraft.training.heads import HeadsTrainSettings
+    from blockdraft.training.heads.eagle_train import EAGLE_BATCH, EAGLE_DEFAULTS
 
-    shortlist = HeadsTrainSettings().shortlist if args.shortlist is None else args.shortlist
+    defaults = HeadsTrainSettings()
+    shortlist = defaults.shortlist if args.shortlist is None else args.shortlist
+    eagle: dict[str, Any] = {}
+    if args.arch == "eagle":  # the fusion's defaults (EAGLE-1 or EAGLE-3) under what is given
+        eagle = {"fusion": args.fusion or "top"}
+        for name, value in EAGLE_DEFAULTS[eagle["fusion"]].items():
+            given = getattr(args, name)
+            eagle[name] = value if given is None else given
     settings = HeadsTrainSettings(
         heads=args.heads, layers=args.layers, seed=args.seed, steps=args.steps,
-        batch=args.batch, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
-        loss=args.loss, eval_every=args.eval_every, eval_positions=args.eval_positions,
-        patience=args.patience, vocab=args.vocab, shortlist=shortlist, arch=args.arch)
+        batch=args.batch or (EAGLE_BATCH if args.arch == "eagle" else defaults.batch),
+        lr=args.lr, warmup=args.warmup, schedule=args.schedule, loss=args.loss,
+        eval_every=args.eval_every, eval_positions=args.eval_positions, patience=args.patience,
+        vocab=_vocab(args), shortlist=shortlist, arch=args.arch, **eagle)
     settings.check()
     return settings
+
+
+def _vocab(args: argparse.Namespace) -> str:
+    """``--vocab``, default ``shortlist`` for an EAGLE layer (its head), ``full`` otherwise."""
+    return str(args.vocab or ("shortlist" if args.arch == "eagle" else "full"))
 
 
 def cmd_heads_train(args: argparse.Namespace) -> int:
@@ -111,7 +125,8 @@ def cmd_heads_train(args: argparse.Namespace) -> int:
                        "to replace it, or choose a new path")
     # written at the end by a rename (its progress is in the training folder): a new -o is
     # built beside it, and what appeared there meanwhile is not replaced
-    output = claim_output(out, what="Medusa heads", error=CliError, overwrite=args.overwrite,
+    what = "an EAGLE draft layer" if settings.arch == "eagle" else "Medusa heads"
+    output = claim_output(out, what=what, error=CliError, overwrite=args.overwrite,
                           resume=args.resume, own=heads.HEADS_FILES, in_place=False)
     if args.data is not None:
         heads.check_distill_folder(args.data)
@@ -144,10 +159,12 @@ def cmd_heads_train(args: argparse.Namespace) -> int:
         if last:
             rows += [(str(key), value) for key, value in last.items()
                      if isinstance(value, (int, float, str))]
-            rows += [(f"held-out top-1, head {i + 2}", float(v))
+            first, unit = (1, "draft step") if settings.arch == "eagle" else (2, "head")
+            rows += [(f"held-out top-1, {unit} {i + first}", float(v))
                      for i, v in enumerate(last.get("top1", ()))]
-        print_table(f"trained {settings.heads} Medusa heads on {args.base}", ["", "value"],
-                    rows, caption=f"heads: {out}")
+        title = (f"trained an EAGLE draft layer (fusion {settings.fusion})"
+                 if settings.arch == "eagle" else f"trained {settings.heads} Medusa heads")
+        print_table(f"{title} on {args.base}", ["", "value"], rows, caption=f"heads: {out}")
     return 0 if writing.complete else stopped_early(writing.partial_message())
 
 
@@ -162,16 +179,35 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                         "curve.json, curve.png, README.md)")
     p.add_argument("--heads", type=positive_int, default=defaults.heads,
                    help="Medusa heads (blockdraft heads 2..n+1, so h = n + 1; default "
-                        "%(default)s)")
+                        "%(default)s); --arch eagle: the draft steps scored at each evaluation")
     p.add_argument("--layers", type=positive_int, default=defaults.layers,
                    help="ResBlocks per head (default %(default)s)")
     p.add_argument("--distill-minutes", type=number(0.0), default=None,
                    help="time box of the data step, minutes (0: only read the set as it is)")
     p.add_argument("--minutes", type=number(0.0), default=None,
                    help="time box of the training, minutes (a later run with --resume goes on)")
-    p.add_argument("--arch", choices=("medusa", "prefix"), default=defaults.arch,
+    p.add_argument("--arch", choices=("medusa", "prefix", "eagle"), default=defaults.arch,
                    help="medusa: independent heads; prefix: each head also reads the token "
-                        "before its target (Hydra-style: their lattice is a tree)")
+                        "before its target (Hydra-style: their lattice is a tree); eagle: one "
+                        "decoder layer of the base's block drafting autoregressively with its "
+                        "own KV cache (EAGLE-style; --fusion)")
+    p.add_argument("--fusion", choices=("top", "layers"), default=None,
+                   help="--arch eagle: the base feature the layer reads: top (EAGLE-1, the "
+                        "final hidden state; the default) or layers (EAGLE-3, low, middle and "
+                        "high layers fused); each sets the defaults of --unroll, "
+                        "--feature-weight and --context")
+    p.add_argument("--unroll", type=positive_int, default=None,
+                   help="--arch eagle: draft steps unrolled in training on the layer's own "
+                        "features (training-time test; default 1 with top, 3 with layers)")
+    p.add_argument("--feature-weight", type=number(0.0), default=None,
+                   help="--arch eagle, --fusion top: weight of the regression onto the "
+                        "base's next feature beside cross-entropy 1 (default 10, EAGLE-1's "
+                        "ratio)")
+    p.add_argument("--context", choices=("answer", "prompt"), default=None,
+                   help="--arch eagle: the positions the layer attends to: answer (the set's "
+                        "stored states with top: no base run; the default with top) or prompt "
+                        "(the prompt too, features from a forward of the base in --dtype, as "
+                        "at decode time; the default with layers)")
     p.add_argument("--init", type=Path, default=None, metavar="HEADS_DIR",
                    help="start from these heads (a warm start: another epoch, new data; the "
                         "same --arch, --heads and --layers) instead of a random start")
@@ -180,8 +216,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                         "(a learning curve's point; default: all the set holds)")
     p.add_argument("--steps", type=positive_int, default=defaults.steps,
                    help="optimizer steps, the cosine schedule's length (default %(default)s)")
-    p.add_argument("--batch", type=positive_int, default=defaults.batch,
-                   help="positions per step (default %(default)s)")
+    p.add_argument("--batch", type=positive_int, default=None,
+                   help=f"positions per step (default {defaults.batch}); --arch eagle: whole "
+                        "answers per step (default 8)")
     p.add_argument("--lr", type=number(above=0.0), default=defaults.lr,
                    help="peak learning rate (default %(default)s)")
     p.add_argument("--warmup", type=non_negative_int, default=defaults.warmup,
@@ -189,11 +226,12 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", choices=("cosine", "constant"), default=defaults.schedule)
     p.add_argument("--loss", choices=("ce", "kl"), default=defaults.loss,
                    help="ce: the base's greedy tokens; kl: its distributions")
-    p.add_argument("--vocab", choices=("full", "seen", "shortlist"), default=defaults.vocab,
-                   help="softmax of the training loss over the full vocabulary, only the "
-                        "tokens seen in the training answers (several times faster), or the "
-                        "--shortlist most frequent of them: the draft vocabulary of heads "
-                        "packaged with that shortlist (faster still)")
+    p.add_argument("--vocab", choices=("full", "seen", "shortlist"), default=None,
+                   help="softmax of the training loss over the full vocabulary (the default), "
+                        "only the tokens seen in the training answers (several times faster), "
+                        "or the --shortlist most frequent of them: the draft vocabulary of "
+                        "heads packaged with that shortlist (faster still; --arch eagle: its "
+                        "head, the default there)")
     p.add_argument("--shortlist", type=positive_int, default=None,
                    help="with --vocab shortlist: the training shortlist's size, at most the "
                         f"base's vocabulary (default {defaults.shortlist}; package the heads "
@@ -216,9 +254,18 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace what -o holds (only once the new heads are complete)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    eagle_only = "applies only with --arch eagle (an EAGLE draft layer); add it, or drop it"
     add_rules(p, Rule("--shortlist", "applies only with --vocab shortlist (the softmax over the "
                                      "shortlist); add --vocab shortlist, or drop --shortlist",
-                      lambda a: a.vocab == "shortlist", ("--vocab", "full", "--shortlist", "512")))
+                      lambda a: _vocab(a) == "shortlist", ("--vocab", "full", "--shortlist",
+                                                           "512")),
+              *(Rule(option, eagle_only, lambda a: a.arch == "eagle", (option, value))
+                for option, value in (("--fusion", "layers"), ("--unroll", "3"),
+                                      ("--feature-weight", "1"), ("--context", "prompt"))),
+              Rule("--feature-weight", "applies only with --fusion top (the base's next "
+                                       "feature is what it regresses onto); drop it",
+                   lambda a: a.arch != "eagle" or (a.fusion or "top") == "top",
+                   ("--arch", "eagle", "--fusion", "layers", "--feature-weight", "1")))
 
 
 def train_namespace(**given: Any) -> argparse.Namespace:
@@ -247,19 +294,33 @@ def cmd_heads_curve(args: argparse.Namespace) -> int:
     runs = [heads.read_run(p) for p in args.runs]
     dset = heads.open_distill_set(args.data)
     _threads(args)
+    from blockdraft.models.heads.eagle_layer import EagleLayer
     from blockdraft.models.hf.loading import load_causal_lm
 
-    model, _ = load_causal_lm(args.base, "float32")
+    eagle = [isinstance(r.heads, EagleLayer) for r in runs]
+    if any(eagle) and not all(eagle):
+        raise UsageError("heads curve scores EAGLE draft layers (draft steps 1..8) or heads, "
+                         "not both at once: give them in two curves")
+    model, tokenizer = load_causal_lm(args.base, "float32")
     lm_head = heads.lm_head_weight(model)
     embed = model.get_input_embeddings().weight.detach().float().clone()  # prefix heads read it
-    del model
-    rows = heads.score_runs(runs, dset, lm_head, embed=embed)
+    if all(eagle):
+        from blockdraft.training.heads.eagle_train import score_eagle_runs
+        from blockdraft.training.heads.generation import pad_id_of
+
+        rows = score_eagle_runs(runs, dset, model, lm_head, embed,
+                                pad_id=pad_id_of(tokenizer) if tokenizer is not None else 0)
+    else:
+        del model
+        rows = heads.score_runs(runs, dset, lm_head, embed=embed)
+    title = ("EAGLE draft layers: held-out accuracy per draft step and chain B" if all(eagle)
+             else "Medusa heads: held-out accuracy against training data")
     with output.writing() as writing:
-        heads.write_data_curve(rows, writing.path, command=command_line(args))
+        heads.write_data_curve(rows, writing.path, title, command_line(args), all(eagle))
     if args.json:
         print_json({"out": str(out), "runs": rows})
         return 0
-    print_table("Medusa heads: held-out accuracy against training data",
+    print_table(title,
                 ["training answer tokens", "prompts", "step", "mean top-1", "vanilla B",
                  "oracle(5) B"],
                 [(r["tokens"], r["prompts"], r["step"], r["mean_top1"], r["B_vanilla"],

@@ -7,6 +7,11 @@
     version-2 layout with its learning curve (``recipe``) -> their held-out accuracy and B
     against the amount of data (``data_curve``)
 
+An EAGLE-style draft layer (:mod:`blockdraft.models.heads.eagle_layer`) trains on whole
+answers instead (``eagle_data``: the sequences and the base's features along them, stored or
+from a teacher-forced forward; ``eagle_train``: its loss, evaluation, the offline chain measure
+``score_eagle`` and ``train_eagle``), through the same resumable loop as the heads (``loop``).
+
 The prompts themselves come from ``mix`` (kinds of requests by declared weights over the
 shared data), ``questions`` (the base's own questions about corpus passages) and
 ``followups`` (a training prompt, the base's answer from a distillation set, a follow-up);

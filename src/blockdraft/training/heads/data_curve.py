@@ -21,6 +21,7 @@ Public surface:
     signature_fields(signature) -> dict         ``k:v|k:v`` as a dict
     head_topk(heads, lm_head, data, k) -> [N, n, k]   each head's top-k at every position
     chain_block_efficiency(topk, data, k) -> float     B of vanilla (k = 1) / oracle(k) BPD
+    topk_scores(topk, data) -> dict             top-1/top-5 per head, vanilla and oracle B
     score_runs(runs, dset, lm_head) -> rows     held-out top-1/top-5 per head and B, per run
     write_data_curve(rows, out, title)          data_curve.{json,md,png}, atomically
     CURVE_FILES                                 the names it writes
@@ -43,6 +44,7 @@ import torch
 
 from blockdraft.core.efficiency import block_efficiency
 from blockdraft.core.files import atomic_directory, atomic_path, write_text_atomic
+from blockdraft.models.heads.eagle_layer import EagleLayer
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.prefix_heads import PrefixHeads, is_prefix_folder, read_prefix_heads
 from blockdraft.training.errors import TrainingError
@@ -66,7 +68,9 @@ class HeadsRun:
 
     Attributes:
         path: the folder it was read from.
-        heads: the heads (eval mode; float32 or the stored dtype).
+        heads: the heads (eval mode; float32 or the stored dtype), or an EAGLE draft layer
+            (not attached to its base; scored by :func:`~blockdraft.training.heads
+            .eagle_train.score_eagle_runs`).
         signature: the training signature (``k:v|k:v``).
         prompts: training prompts (from the signature).
         tokens: training answer tokens, as the signature rounds them (``186k`` -> 186,000).
@@ -74,7 +78,7 @@ class HeadsRun:
     """
 
     path: Path
-    heads: MedusaHeads
+    heads: MedusaHeads | EagleLayer
     signature: str
     prompts: int
     tokens: int
@@ -108,24 +112,31 @@ def read_run(path: str | os.PathLike[str]) -> HeadsRun:
     root = Path(path)
     checkpoint = root / CHECKPOINT_FILE
     curve = root / CURVE_FILE
+    heads: MedusaHeads | EagleLayer
     if checkpoint.is_file():
         state = read_checkpoint(checkpoint)
         weights = state.get("best_heads") or state["heads"]
         signature, step = state.get("signature", ""), int(state.get("best_step", state["step"]))
         fields = signature_fields(signature)
+        if fields.get("arch") == "eagle":
+            raise TrainingError(f"{checkpoint} is an EAGLE draft layer's training folder: "
+                                "score the layer's folder (the -o of heads train)")
         if "heads" not in fields or "blocks.0.0.linear.weight" not in weights:
             raise TrainingError(f"{checkpoint} is not a Medusa head training checkpoint")
         d = int(weights["blocks.0.0.linear.weight"].shape[1])
         n, layers = int(fields["heads"]), int(fields.get("layers", 1))
-        heads = (PrefixHeads(d, n, layers) if "prefix.0.weight" in weights
-                 else MedusaHeads(d, None, n, layers))
-        heads.load_state_dict(weights)
+        medusa = (PrefixHeads(d, n, layers) if "prefix.0.weight" in weights
+                  else MedusaHeads(d, None, n, layers))
+        medusa.load_state_dict(weights)
         if state.get("shortlist") is not None:  # trained over it: scored as it drafts
-            heads.set_shortlist(state["shortlist"])
+            medusa.set_shortlist(state["shortlist"])
+        heads = medusa
     elif curve.is_file():
+        from blockdraft.models.heads.eagle_files import is_eagle_folder, read_eagle
         from blockdraft.models.hf.formats import read_heads
 
-        heads = read_prefix_heads(root) if is_prefix_folder(root) else read_heads(root)
+        heads = (read_eagle(root) if is_eagle_folder(root) else read_prefix_heads(root)
+                 if is_prefix_folder(root) else read_heads(root))
         try:
             record = json.loads(curve.read_text(encoding="utf-8"))
             signature = str(record["signature"])
@@ -206,6 +217,28 @@ def chain_block_efficiency(topk: torch.Tensor, data: PositionData, k: int = 1) -
     return block_efficiency(tokens, calls)
 
 
+def topk_scores(topk: torch.Tensor, data: PositionData) -> dict[str, Any]:
+    """The held-out figures of every head's (or draft step's) top-``K`` at every row of
+    ``data`` (``topk`` int64 ``[N, n, K >= 5]`` base ids, best first, as :func:`head_topk`
+    gives them; ``-1`` where nothing was drafted).
+
+    Returns:
+        ``top1``/``top5`` per head against the base's greedy token at that offset,
+        ``mean_top1``, ``positions`` (scored per head), ``B_vanilla`` and ``B_oracle5``
+        (:func:`chain_block_efficiency`).
+    """
+    targets = head_targets(data, torch.arange(data.tokens), topk.shape[1])  # (N, n)
+    valid = targets != IGNORE
+    match = topk[..., :5] == targets[..., None]  # (N, n, 5)
+    count = valid.sum(0).clamp(min=1).double()
+    top1 = ((match[..., 0] & valid).sum(0) / count).tolist()
+    top5 = ((match.any(-1) & valid).sum(0) / count).tolist()
+    return {"top1": top1, "top5": top5, "mean_top1": float(np.mean(top1)),
+            "positions": valid.sum(0).tolist(),
+            "B_vanilla": chain_block_efficiency(topk, data, 1),
+            "B_oracle5": chain_block_efficiency(topk, data, 5)}
+
+
 def score_runs(
     runs: Sequence[HeadsRun],
     dset: DistillSet,
@@ -231,36 +264,38 @@ def score_runs(
     held = load_positions(dset, "heldout")
     out = []
     for run in sorted(runs, key=lambda r: r.tokens):
+        if isinstance(run.heads, EagleLayer):
+            raise TrainingError(f"{run.path} holds an EAGLE draft layer: score_eagle_runs "
+                                "scores it (heads curve does)")
         heads = run.heads.float()
         topk = head_topk(heads, lm_head, held, 5, embed=embed)  # (N, n, 5)
-        targets = head_targets(held, torch.arange(held.tokens), topk.shape[1])  # (N, n)
-        valid = targets != IGNORE
-        match = topk == targets[..., None]  # (N, n, 5)
-        count = valid.sum(0).clamp(min=1).double()
-        top1 = ((match[..., 0] & valid).sum(0) / count).tolist()
-        top5 = ((match.any(-1) & valid).sum(0) / count).tolist()
         row = {"path": str(run.path), "prompts": run.prompts, "tokens": run.tokens,
-               "step": run.step, "signature": run.signature, "top1": top1, "top5": top5,
-               "mean_top1": float(np.mean(top1)), "positions": valid.sum(0).tolist(),
-               "B_vanilla": chain_block_efficiency(topk, held, 1),
-               "B_oracle5": chain_block_efficiency(topk, held, 5)}
+               "step": run.step, "signature": run.signature, **topk_scores(topk, held)}
         out.append(row)
         if log is not None:
             log(f"{run.path}: {run.tokens} tokens, top-1 "
-                + " ".join(f"{v:.3f}" for v in top1) + f" (mean {row['mean_top1']:.3f}), "
+                + " ".join(f"{v:.3f}" for v in row['top1']) + f" (mean {row['mean_top1']:.3f}), "
                 f"B vanilla {row['B_vanilla']:.3f}, oracle(5) {row['B_oracle5']:.3f}")
     return out
 
 
-def _markdown(rows: Sequence[dict[str, Any]], title: str, command: str) -> str:
+def _label(i: int, steps: bool) -> str:
+    """Column ``i``'s name: blockdraft head ``i + 2``, or an EAGLE layer's draft step ``i + 1``."""
+    return f"draft step {i + 1}" if steps else f"head {i + 2}"
+
+
+def _markdown(rows: Sequence[dict[str, Any]], title: str, command: str,
+              steps: bool = False) -> str:
     n = max(len(r["top1"]) for r in rows)
-    head = " | ".join(f"head {i + 2}" for i in range(n))
+    head = " | ".join(_label(i, steps) for i in range(n))
     scored = rows[0]["positions"][0]
+    what = ("the greedy chain of the draft layer (its top-1 at every step) and a full top-5 "
+            "tree's oracle" if steps else "vanilla heads and the top-5 oracle")
     lines = [f"# {title}", ""] + ([f"Command: `{command}`", ""] if command else []) + [
-             f"Scored on every usable held-out position ({scored:,} for head 2);"
+             f"Scored on every usable held-out position ({scored:,} for {_label(0, steps)});"
              " top-1 (top-5) against the base's greedy token at that offset. B: "
              "block efficiency along the held-out greedy answers (prefill counted, pooled), "
-             "vanilla heads and the top-5 oracle.", "",
+             f"{what}.", "",
              f"| training answer tokens | prompts | step | {head} | mean top-1 | vanilla B | "
              "oracle(5) B |", "|---|---|---|" + "---|" * n + "---|---|---|"]
     for r in rows:
@@ -273,11 +308,12 @@ def _markdown(rows: Sequence[dict[str, Any]], title: str, command: str) -> str:
 
 def write_data_curve(rows: Sequence[dict[str, Any]], out: str | os.PathLike[str],
                      title: str = "Medusa heads: held-out accuracy against training data",
-                     command: str = "") -> Path:
+                     command: str = "", steps: bool = False) -> Path:
     """``data_curve.json``, ``data_curve.md`` and ``data_curve.png`` in the folder ``out``,
     built beside it and swapped into place complete (what was at ``out`` is replaced; check it
     first with :func:`blockdraft.core.outputs.claim_output`); ``command``, when given, is the
-    command line the Markdown names.
+    command line the Markdown names; ``steps``: the rows are EAGLE draft layers' (columns
+    are draft steps ``1 ..``, not heads ``2 ..``).
 
     Raises:
         TrainingError: no rows.
@@ -290,12 +326,13 @@ def write_data_curve(rows: Sequence[dict[str, Any]], out: str | os.PathLike[str]
         json_file, md_file, png_file = (tmp / name for name in CURVE_FILES)
         write_text_atomic(json_file, json.dumps(
             {"command": command, "runs": list(rows)}, indent=1) + "\n")
-        write_text_atomic(md_file, _markdown(rows, title, command))
-        _plot_data_curve(rows, png_file, title)
+        write_text_atomic(md_file, _markdown(rows, title, command, steps))
+        _plot_data_curve(rows, png_file, title, steps)
     return root
 
 
-def _plot_data_curve(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+def _plot_data_curve(rows: Sequence[dict[str, Any]], path: Path, title: str,
+                     steps: bool = False) -> None:
     """Held-out top-1 (and dashed top-5) per head against training tokens, as a PNG."""
     import matplotlib
 
@@ -306,7 +343,7 @@ def _plot_data_curve(rows: Sequence[dict[str, Any]], path: Path, title: str) -> 
     xs = [r["tokens"] for r in rows]
     for i in range(max(len(r["top1"]) for r in rows)):
         ax.plot(xs, [r["top1"][i] for r in rows], marker="o", color=f"C{i}",
-                label=f"head {i + 2} top-1")
+                label=f"{_label(i, steps)} top-1")
         ax.plot(xs, [r["top5"][i] for r in rows], marker=".", linestyle="--", color=f"C{i}",
                 alpha=0.6)
     ax.plot(xs, [r["mean_top1"] for r in rows], marker="s", color="black", label="mean top-1")

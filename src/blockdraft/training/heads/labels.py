@@ -21,6 +21,9 @@ the shards the source has gained since.
 
 Public surface:
     label_batch(model, prompts, texts, pad_id) -> (labels, hidden)     one forward
+    forward_states(model, rows, modules, pad_id) -> [[B, T, d]]  modules' outputs, one forward
+    decoder_layers(model) -> [module]            the base's decoder layers (their outputs: the
+                                                 residual stream an EAGLE-3 layer fuses)
     LabelSettings                                what a labelled set depends on (its key)
     label_distill_set(model, source, folder, settings, ...) -> DistillSet
     label(source, base=..., ...) -> DistillSet  load the base and run
@@ -64,6 +67,68 @@ Labeller = Callable[[Any, Sequence[Sequence[int]], Sequence[Sequence[int]], int]
                     tuple[list[list[int]], list[torch.Tensor]]]
 
 
+def decoder_layers(model: Any) -> list[torch.nn.Module]:
+    """The base's decoder layers in order (Llama-style ``model.layers``, GPT-2's ``h``).
+
+    Raises:
+        TrainingError: none found.
+    """
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    for owner in (decoder, getattr(model, "model", None), getattr(model, "transformer", None)):
+        for name in ("layers", "h"):
+            found = getattr(owner, name, None) if owner is not None else None
+            if isinstance(found, torch.nn.ModuleList) and len(found):
+                return list(found)
+    raise TrainingError(f"cannot find the decoder layers of {type(model).__name__}")
+
+
+@torch.no_grad()
+def forward_states(model: Any, rows: Sequence[Sequence[int]], modules: Sequence[Any],
+                   pad_id: int = 0) -> list[torch.Tensor]:
+    """One teacher-forced forward over ``B`` token rows, right-padded (positions ``0 .. |r| - 1``
+    as unpadded; padding after a row is never attended to by it), and the outputs of
+    ``modules`` (the base's final norm, decoder layers) along them.
+
+    Args:
+        model: a ``transformers`` causal LM (eval mode).
+        rows: ``B`` non-empty token-id lists.
+        modules: modules of ``model`` whose output (the first of a tuple) to keep.
+        pad_id: the id padding is filled with.
+
+    Returns:
+        One ``[B, T, d]`` tensor per module (the model's dtype, on its device; ``T`` the
+        longest row), row ``b``'s positions ``0 .. |rows[b]| - 1`` first.
+
+    Raises:
+        TrainingError: a module that did not run exactly once.
+    """
+    device = next(model.parameters()).device
+    longest = max(len(r) for r in rows)
+    ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), longest), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, :len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+        mask[b, :len(r)] = 1
+    captured: list[list[torch.Tensor]] = [[] for _ in modules]
+
+    def hook(index: int) -> Any:
+        def keep(_module: Any, _inputs: Any, output: Any) -> None:
+            captured[index].append((output[0] if isinstance(output, tuple) else output).detach())
+        return keep
+
+    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(modules)]
+    try:
+        model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False,
+              logits_to_keep=1)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(len(c) != 1 for c in captured):
+        raise TrainingError(f"a hooked module fired {[len(c) for c in captured]} times in one "
+                            "forward (once each expected)")
+    return [c[0] for c in captured]
+
+
 @torch.no_grad()
 def label_batch(
     model: Any,
@@ -73,8 +138,7 @@ def label_batch(
 ) -> tuple[list[list[int]], list[torch.Tensor]]:
     """The base's predictions and final hidden states along ``B`` texts, in one forward.
 
-    The rows ``x_b + t_b[:-1]`` are right-padded (positions ``0 .. |x| + m - 2`` as in an
-    unpadded forward; padding after a row is never attended to by it).
+    The rows ``x_b + t_b[:-1]`` run in one forward (:func:`forward_states`).
 
     Args:
         model: a ``transformers`` causal LM (eval mode) with a final norm and a plain
@@ -100,28 +164,8 @@ def label_batch(
     if getattr(config, "final_logit_softcapping", None):
         raise TrainingError(f"{type(model).__name__} soft-caps its logits: its predictions "
                             "are not lm_head(h), which one-forward labels assume")
-    device = next(model.parameters()).device
     rows = [list(x) + list(t[:-1]) for x, t in zip(prompts, texts, strict=True)]
-    longest = max(len(r) for r in rows)
-    ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), longest), dtype=torch.long)
-    for b, r in enumerate(rows):
-        ids[b, :len(r)] = torch.as_tensor(r, dtype=torch.long)
-        mask[b, :len(r)] = 1
-    captured: list[torch.Tensor] = []
-
-    def hook(_module: Any, _inputs: Any, output: Any) -> None:
-        captured.append((output[0] if isinstance(output, tuple) else output).detach())
-
-    handle = final_norm(model).register_forward_hook(hook)
-    try:
-        model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False,
-              logits_to_keep=1)
-    finally:
-        handle.remove()
-    if len(captured) != 1:
-        raise TrainingError(f"the final-norm hook fired {len(captured)} times in a forward")
-    states = captured[0]  # (B, T, d)
+    states = forward_states(model, rows, [final_norm(model)], pad_id)[0]  # (B, T, d)
     head = model.get_output_embeddings()
     labels: list[list[int]] = []
     hidden: list[torch.Tensor] = []

@@ -79,9 +79,37 @@ def plot_curve(curve: Sequence[dict[str, Any]], path: str | os.PathLike[str],
     plt.close(fig)
 
 
+def _write_module(trained: Any, folder: Path, base: str,
+                  record: dict[str, Any] | None) -> None:
+    """The trained module's files in ``folder``, bfloat16: Medusa version-2, prefix heads or
+    an EAGLE draft layer (``record``: what its config keeps of its training)."""
+    from blockdraft.models.heads.eagle_files import write_eagle
+    from blockdraft.models.heads.eagle_layer import EagleLayer
+    from blockdraft.models.hf.formats import write_heads
+    from blockdraft.models.hf.prefix_heads import PrefixHeads, write_prefix_heads
+
+    if isinstance(trained, EagleLayer):  # a fresh copy: without the base's tensors
+        layer = EagleLayer(trained.config, trained.shortlist, trained.shortlist_info)
+        layer.load_state_dict(trained.state_dict())
+        write_eagle(layer.to(torch.bfloat16), folder, base_model=base, record=record)
+        return
+    prefix = isinstance(trained, PrefixHeads)
+    heads = (PrefixHeads(trained.d_model, trained.num_heads, trained.num_layers)
+             if prefix else MedusaHeads(trained.d_model, None, trained.num_heads,
+                                        trained.num_layers))
+    heads.load_state_dict(trained.state_dict())
+    if trained.shortlist is not None:  # trained over it (vocab="shortlist")
+        heads.set_shortlist(trained.shortlist, info=trained.shortlist_info)
+    if isinstance(heads, PrefixHeads):
+        write_prefix_heads(heads.to(torch.bfloat16), folder, base_model=base)
+    else:
+        write_heads(heads.to(torch.bfloat16), folder, "medusa-v2", base_model=base)
+
+
 def write_trained_heads(result: HeadsTrainResult, out: str | os.PathLike[str], base: str,
-                        readme: str = "") -> Path:
-    """Write the heads in Medusa version-2 layout, bfloat16, with ``curve.json``,
+                        readme: str = "", record: dict[str, Any] | None = None) -> Path:
+    """Write the heads in Medusa version-2 layout (prefix heads in theirs, an EAGLE draft
+    layer in its own with ``record`` in its config), bfloat16, with ``curve.json``,
     ``curve.png`` and (when given) ``README.md`` beside them.
 
     The folder is built beside ``out`` and swapped into place complete
@@ -89,24 +117,10 @@ def write_trained_heads(result: HeadsTrainResult, out: str | os.PathLike[str], b
     and stays as it was if this fails or is interrupted. Callers that must not replace a
     user's files check ``out`` first (:func:`blockdraft.core.outputs.claim_output`).
     """
-    from blockdraft.models.hf.formats import write_heads
-    from blockdraft.models.hf.prefix_heads import PrefixHeads, write_prefix_heads
-
-    prefix = isinstance(result.heads, PrefixHeads)
-    heads = (PrefixHeads(result.heads.d_model, result.heads.num_heads, result.heads.num_layers)
-             if prefix else MedusaHeads(result.heads.d_model, None, result.heads.num_heads,
-                                        result.heads.num_layers))
-    heads.load_state_dict(result.heads.state_dict())
-    if result.heads.shortlist is not None:  # trained over it (vocab="shortlist")
-        heads.set_shortlist(result.heads.shortlist, info=result.heads.shortlist_info)
     folder = Path(out)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(folder) as tmp:
-        if prefix:  # assert for mypy: built above as PrefixHeads
-            assert isinstance(heads, PrefixHeads)
-            write_prefix_heads(heads.to(torch.bfloat16), tmp, base_model=base)
-        else:
-            write_heads(heads.to(torch.bfloat16), tmp, "medusa-v2", base_model=base)
+        _write_module(result.heads, tmp, base, record)
         write_text_atomic(tmp / CURVE_FILE, json.dumps(
             {"signature": result.signature, "curve": result.curve}, indent=1) + "\n")
         if result.curve:
@@ -118,13 +132,15 @@ def write_trained_heads(result: HeadsTrainResult, out: str | os.PathLike[str], b
     return folder
 
 
-def _table(curve: Sequence[dict[str, Any]], step: int) -> str:
-    """Held-out top-1/top-5 per head at the evaluation of ``step`` (else the last one)."""
+def _table(curve: Sequence[dict[str, Any]], step: int, eagle: bool = False) -> str:
+    """Held-out top-1/top-5 per head (an EAGLE layer: per draft step) at the evaluation of
+    ``step`` (else the last one)."""
     if not curve:
         return "(no evaluation yet)\n"
     last = next((c for c in curve if c["step"] == step), curve[-1])
-    lines = ["| head (blockdraft numbering) | " + " | ".join(
-        str(i + 2) for i in range(len(last["top1"]))) + " |",
+    first, what = (1, "draft step") if eagle else (2, "head (blockdraft numbering)")
+    lines = [f"| {what} | " + " | ".join(
+        str(i + first) for i in range(len(last["top1"]))) + " |",
         "|---" * (len(last["top1"]) + 1) + "|",
         "| held-out top-1 | " + " | ".join(f"{v:.3f}" for v in last["top1"]) + " |",
         "| held-out top-5 | " + " | ".join(f"{v:.3f}" for v in last["top5"]) + " |"]
@@ -221,10 +237,15 @@ def train_medusa_heads(
     if train_tokens is not None:
         dset = dset.first(train_tokens)
     distill_seconds = time.monotonic() - wall
-    model, _ = load_causal_lm(base, "float32")
+    model, tokenizer = load_causal_lm(base, "float32")
     lm_head = lm_head_weight(model)
     embed = model.get_input_embeddings().weight.detach().float().clone()  # prefix heads
-    del model
+    eagle = (settings or HeadsTrainSettings()).arch == "eagle"
+    if eagle and init is not None:
+        raise TrainingError("--init (a warm start) applies to Medusa and prefix heads; an "
+                            "EAGLE draft layer starts from a seeded random layer")
+    if not eagle:
+        del model
     start_from, init_label = _init_heads(init)
     fields = dict(asdict(settings or HeadsTrainSettings()), heads=heads, layers=layers, seed=seed,
                   init=init_label)
@@ -237,13 +258,26 @@ def train_medusa_heads(
     if mixes:  # the declared mix of the prompt files (blockdraft heads prompts)
         extra["mix"] = "+".join(describe_mix(m) for _, m in mixes)
     t0 = time.monotonic()
-    result = train_heads(dset, lm_head, folder, run, minutes=minutes, progress=progress, log=log,
-                         extra_signature=extra, embed=embed, init=start_from)
+    record: dict[str, Any] | None = None
+    if eagle:
+        from blockdraft.training.heads.eagle_train import train_eagle
+        from blockdraft.training.heads.generation import pad_id_of
+
+        if not (run.fusion == "top" and run.context == "answer") and dtype != "float32":
+            model = model.to(getattr(torch, dtype))  # the features' forward (weights: float32)
+        result = train_eagle(dset, model, folder, run, minutes=minutes, progress=progress,
+                             log=log, extra_signature=extra, lm_head=lm_head, embed=embed,
+                             pad_id=pad_id_of(tokenizer) if tokenizer is not None else 0)
+        record = {"fusion": run.fusion, "context": run.context, "unroll": run.unroll,
+                  "feature_weight": run.feature_weight, "signature": result.signature}
+    else:
+        result = train_heads(dset, lm_head, folder, run, minutes=minutes, progress=progress,
+                             log=log, extra_signature=extra, embed=embed, init=start_from)
     train_seconds = time.monotonic() - t0
     summary = dset.summary()
     prefix = run.arch == "prefix"
     kind = "prefix-conditioned (Hydra-style) heads" if prefix else "Medusa heads"
-    readme = (
+    intro = (
         f"# {kind[0].upper()}{kind[1:]} for {base}\n\n"
         f"{heads} {kind} (blockdraft heads 2..{heads + 1}, so h = {heads + 1}), "
         f"{layers} ResBlock{'' if layers == 1 else 's'} each"
@@ -252,7 +286,11 @@ def train_medusa_heads(
         + ", sharing the base's lm_head ("
         + ("blockdraft-prefix layout: `load_model(base, heads=FOLDER)`, PyTorch and ONNX "
            "Runtime" if prefix else "Medusa version-2 layout")
-        + ", bfloat16), trained by self-distillation: "
+        + ", bfloat16), trained by self-distillation: ")
+    if eagle:
+        intro = _eagle_intro(base, run)
+    readme = (
+        intro
         + ("the base's own predictions and final hidden states along the answers of "
            f"{dset.plan['labels'].get('source')}, labelled by one forward each"
            if dset.labelled else
@@ -270,8 +308,27 @@ def train_medusa_heads(
                   f"{m.get('seed')}; counts {m.get('counts')}).\n\n" for name, m in mixes)
         + "Held-out accuracy against the base's greedy token at that offset (the evaluation "
         f"at step {result.best_step}, whose heads these are: the best mean top-1):\n\n"
-        + _table(result.curve, result.best_step)
+        + _table(result.curve, result.best_step, eagle)
         + f"\nSignature: `{result.signature}`\n\nThe learning curve: `curve.json`, `curve.png`.\n")
-    write_trained_heads(result, out, base, readme)
+    write_trained_heads(result, out, base, readme, record)
     return result
+
+
+def _eagle_intro(base: str, run: HeadsTrainSettings) -> str:
+    """The first paragraph of an EAGLE draft layer's README (up to "trained by ...: ")."""
+    fusion = ("the base's final hidden state (EAGLE-1)" if run.fusion == "top" else
+              "the base's low, middle and high layers fused (EAGLE-3)")
+    size = f"{run.shortlist}-token shortlist" if run.vocab == "shortlist" else "vocabulary"
+    loss = (f"training-time test over {run.unroll} unrolled steps" if run.unroll > 1 else
+            "teacher-forced features")
+    if run.feature_weight and run.fusion == "top":
+        loss += f", feature regression weight {run.feature_weight:g}"
+    context = ("the answer's positions (the set's stored states)" if run.context == "answer"
+               else "the prompt's and the answer's positions")
+    return (f"# EAGLE draft layer for {base}\n\n"
+            f"One decoder layer of {base}'s block shape reading {fusion} and the embedding "
+            f"of the next token, drafting autoregressively with its own KV cache over the "
+            f"{size}'s rows of the base's lm_head (frozen); {loss}; it attends to {context} "
+            "(blockdraft-eagle layout: `read_eagle(FOLDER, embed, lm_head)`, bfloat16), "
+            "trained by self-distillation: ")
 

@@ -21,18 +21,20 @@ shards; AdamW with a linear warm-up then a cosine (or constant) learning rate. E
 never trained on): top-1 and top-5 accuracy per head against ``y_{j+1+i}``, and the loss; a
 checkpoint (heads, the best heads so far, optimizer, step, sampler state, curve) is written
 then, so a run resumes where it stopped and ends with the same heads as an uninterrupted one.
-The heads returned are those of the best evaluation (mean held-out top-1), not the last.
+The heads returned are those of the best evaluation (mean held-out top-1), not the last. The
+loop itself is every kind's (:func:`~blockdraft.training.heads.loop.run_loop`; the EAGLE draft
+layer's run: :mod:`~blockdraft.training.heads.eagle_train`).
 
 Public surface:
     HeadsTrainSettings                         every training setting (in the signature)
     HeadsTrainResult                           the heads, their learning curve, the signature
     lm_head_weight(base) -> [V, d]             the base's output projection (frozen)
+    answer_shortlist(targets, size, V) -> ids  the draft vocabulary of the training targets
     heads_loss(heads, lm_head, data, rows, settings) -> (loss, logits, targets)
     evaluate_heads(heads, lm_head, data, rows, settings) -> held-out top-1/top-5 per head
     data_key(dset) -> str                      the identity of a set's finished shards
-    read_checkpoint(path) -> dict              a training folder's ``checkpoint.pt``
-    check_training_folder(work) -> Path        a training can start or go on there
-    CHECKPOINT_FILE, CURVE_FILE                a training folder's files
+    read_checkpoint, check_training_folder, CHECKPOINT_FILE, CURVE_FILE
+                                               (their home: :mod:`.loop`, which runs the loop)
     train_heads(dset, lm_head, work, settings, ...) -> HeadsTrainResult
 """
 
@@ -42,32 +44,38 @@ import hashlib
 import json
 import math
 import os
-import pickle
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from blockdraft.core.files import atomic_path, write_text_atomic
 from blockdraft.core.signature import environment, format_signature, human_count
+from blockdraft.models.heads.eagle_layer import EagleLayer
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.prefix_heads import PrefixHeads
 from blockdraft.training.errors import TrainingError
+from blockdraft.training.heads.loop import (
+    CHECKPOINT_FILE,
+    CURVE_FILE,
+    check_training_folder,
+    read_checkpoint,
+    run_loop,
+)
 from blockdraft.training.heads.positions import IGNORE, PositionData, head_targets, load_positions
-from blockdraft.training.heads.progress import ProgressBar, log_line
+from blockdraft.training.heads.progress import log_line
 from blockdraft.training.heads.shards import DistillSet
 from blockdraft.training.heads.shortlist import frequency_shortlist
-from blockdraft.training.resume import changed_settings, check_run_folder
 
-CHECKPOINT_FILE = "checkpoint.pt"
-CURVE_FILE = "curve.json"
+__all__ = ["ARCHS", "CHECKPOINT_FILE", "CURVE_FILE", "LOSSES", "SCHEDULES", "VOCABS",
+           "HeadsTrainResult", "HeadsTrainSettings", "answer_shortlist", "check_training_folder",
+           "data_key", "evaluate_heads", "head_states", "heads_loss", "lm_head_weight",
+           "read_checkpoint", "recorded_settings", "restrict_vocab", "train_heads"]
+
 LOSSES = ("ce", "kl")
-ARCHS = ("medusa", "prefix")
+ARCHS = ("medusa", "prefix", "eagle")
 VOCABS = ("full", "seen", "shortlist")
 SCHEDULES = ("cosine", "constant")
 
@@ -109,6 +117,27 @@ class HeadsTrainSettings:
         init: the heads the run starts from, as ``name@digest`` of their weights (a warm
             start: another epoch, new data), or ``""`` for a seeded random start; the
             weights themselves are :func:`train_heads`' ``init``.
+
+    With ``arch="eagle"`` (an EAGLE draft layer, :mod:`~blockdraft.training.heads
+    .eagle_train`): ``heads`` is the draft steps evaluated (held-out top-1/top-5 of steps
+    ``1 .. heads``), ``batch`` whole answers (sequences) per step, ``decay`` the weight
+    ratio of successive unrolled steps, ``vocab`` ``"shortlist"`` (the head is the
+    shortlist's rows of the base's ``lm_head``) or ``"full"``; ``layers`` and ``loss`` are
+    not read, and four more settings apply (:data:`~blockdraft.training.heads.eagle_train
+    .EAGLE_DEFAULTS` gives each fusion's defaults):
+
+    Attributes:
+        fusion: the layer's base feature, ``"top"`` (EAGLE-1: the final hidden state) or
+            ``"layers"`` (EAGLE-3: low, middle and high layers fused).
+        unroll: draft steps unrolled in training on the layer's own output features
+            ("training-time test"; 1: teacher-forced features only, as EAGLE-1).
+        feature_weight: the weight of the smooth-L1 regression of each step's output feature
+            onto the base's next feature (``"top"`` only; EAGLE-1: 10, the ratio of its
+            1.0 regression to 0.1 classification weights), beside cross-entropy weight 1.
+        context: what the layer attends to: ``"answer"`` (the answer positions: the base
+            states the set stores, no base run with ``"top"``) or ``"prompt"`` (the prompt's
+            positions too, as it would run over them at decode time: features from a
+            teacher-forced forward of the base, batch by batch).
     """
 
     heads: int = 5
@@ -129,6 +158,10 @@ class HeadsTrainSettings:
     shortlist: int = 4096
     arch: str = "medusa"
     init: str = ""
+    fusion: str = "top"
+    unroll: int = 1
+    feature_weight: float = 10.0
+    context: str = "answer"
     version: str = field(default="1")
 
     def check(self) -> None:
@@ -148,6 +181,30 @@ class HeadsTrainSettings:
             raise TrainingError(f"schedule must be one of {', '.join(SCHEDULES)}")
         if not self.lr > 0 or self.warmup < 0 or self.patience < 0:
             raise TrainingError("lr must be > 0, warmup and patience >= 0")
+        if self.arch == "eagle":
+            self._check_eagle()
+
+    def _check_eagle(self) -> None:
+        """The settings of an EAGLE draft layer's run."""
+        if self.fusion not in ("top", "layers"):
+            raise TrainingError(f"fusion must be 'top' or 'layers', got {self.fusion!r}")
+        if self.context not in ("answer", "prompt"):
+            raise TrainingError(f"context must be 'answer' or 'prompt', got {self.context!r}")
+        if isinstance(self.unroll, bool) or not isinstance(self.unroll, int) or self.unroll < 1:
+            raise TrainingError(f"unroll must be an integer >= 1, got {self.unroll!r}")
+        if not self.feature_weight >= 0:
+            raise TrainingError(f"feature_weight must be >= 0, got {self.feature_weight!r}")
+        if self.fusion == "layers" and self.feature_weight:
+            raise TrainingError(f"feature_weight {self.feature_weight} applies to fusion 'top' "
+                                "(the base's next feature is the regression target); fused "
+                                "layers have none: set it to 0")
+        if self.vocab not in ("full", "shortlist"):
+            raise TrainingError(f"an EAGLE layer's head is the base's lm_head rows of the "
+                                f"shortlist or of the full vocabulary; vocab {self.vocab!r} "
+                                "does not apply")
+        if self.loss != "ce":
+            raise TrainingError(f"an EAGLE layer trains on the base's greedy tokens (loss "
+                                f"'ce'), got loss {self.loss!r}")
 
     def lr_at(self, step: int) -> float:
         """The learning rate of step ``step`` (0-based)."""
@@ -176,7 +233,7 @@ def _warm_start(heads: torch.nn.Module, init: torch.nn.Module,
     heads.load_state_dict({k: v.float() for k, v in theirs.items()})
 
 
-def _recorded(settings: HeadsTrainSettings) -> dict[str, Any]:
+def recorded_settings(settings: HeadsTrainSettings) -> dict[str, Any]:
     """The settings a run's identity and signature record: the shortlist's size and the
     architecture only where they are not the defaults of before (so older checkpoints keep
     their identity)."""
@@ -187,12 +244,29 @@ def _recorded(settings: HeadsTrainSettings) -> dict[str, Any]:
         del fields["arch"]
     if not settings.init:
         del fields["init"]
+    if settings.arch != "eagle":
+        for name in ("fusion", "unroll", "feature_weight", "context"):
+            del fields[name]
     return fields
 
 
 def lm_head_weight(base: Any) -> torch.Tensor:
     """The base model's output projection ``[V, d]`` as a float32 copy (frozen)."""
     return base.get_output_embeddings().weight.detach().float().clone()  # type: ignore[no-any-return]
+
+
+def answer_shortlist(targets: torch.Tensor, size: int, vocab_size: int) -> torch.Tensor:
+    """The draft vocabulary: the ``size`` most frequent of the training targets (int64 base
+    ids, :func:`~blockdraft.training.heads.shortlist.frequency_shortlist`), sorted.
+
+    Raises:
+        TrainingError: ``size`` larger than the vocabulary (never clamped in silence).
+    """
+    if size > vocab_size:
+        raise TrainingError(f"shortlist {size} is larger than the base's vocabulary "
+                            f"V = {vocab_size}; ask for at most {vocab_size} tokens")
+    counts = np.bincount(targets.numpy(), minlength=vocab_size)
+    return torch.from_numpy(frequency_shortlist(counts, size))
 
 
 def restrict_vocab(data: PositionData, ids: torch.Tensor, vocab_size: int) -> PositionData:
@@ -321,7 +395,8 @@ class HeadsTrainResult:
 
     Attributes:
         heads: the trained heads (float32, eval mode): those of the evaluation with the
-            best mean held-out top-1 (``best_step``), not necessarily the last.
+            best mean held-out top-1 (``best_step``), not necessarily the last (an EAGLE
+            draft layer: :func:`~blockdraft.training.heads.eagle_train.train_eagle`).
         curve: one entry per evaluation: ``step``, ``positions`` (training positions seen),
             ``seconds`` (training wall time so far), ``train_loss``, ``heldout_loss``,
             ``top1``/``top5`` (per head).
@@ -331,39 +406,12 @@ class HeadsTrainResult:
         best_step: the step whose heads are returned (0: no evaluation yet).
     """
 
-    heads: MedusaHeads
+    heads: MedusaHeads | EagleLayer
     curve: list[dict[str, Any]]
     signature: str
     step: int
     finished: bool
     best_step: int = 0
-
-
-def check_training_folder(work: str | os.PathLike[str]) -> Path:
-    """``work`` as a path, if a head training can start there (nothing there, or an empty
-    folder) or go on there (it holds a ``checkpoint.pt``).
-
-    Raises:
-        TrainingError: a file, or a folder of other files (they are a user's, not a run's).
-    """
-    return check_run_folder(work, CHECKPOINT_FILE, "a head-training folder")
-
-
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    """The state :func:`train_heads` saved in ``path`` (``checkpoint.pt``).
-
-    Raises:
-        TrainingError: a file torch cannot read, or one that is not such a checkpoint.
-    """
-    try:
-        state = torch.load(path, weights_only=False, map_location="cpu")
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        raise TrainingError(f"cannot read the head-training checkpoint {str(path)!r} "
-                            f"({type(e).__name__}: {e}); delete it to start over") from e
-    if not isinstance(state, dict) or not {"identity", "heads", "step"} <= state.keys():
-        raise TrainingError(f"{str(path)!r} is not a head-training checkpoint; delete it or "
-                            "choose another folder")
-    return state
 
 
 def data_key(dset: DistillSet) -> str:
@@ -413,8 +461,10 @@ def train_heads(
             checkpoint from other settings or data (each changed setting named).
     """
     settings.check()
+    if settings.arch == "eagle":
+        raise TrainingError("an EAGLE draft layer trains with train_eagle "
+                            "(blockdraft.training.heads.eagle_train), not train_heads")
     root = check_training_folder(work)
-    checkpoint = root / CHECKPOINT_FILE
     train = load_positions(dset, "train")
     held = load_positions(dset, "heldout")
     d = train.hidden.shape[1]
@@ -425,11 +475,11 @@ def train_heads(
         **(extra_signature or {}),
         "data": data_key(dset), "prompts": train.prompts, "tokens": human_count(train.tokens),
         "heldout": f"{held.prompts}p/{human_count(held.tokens)}",
-        **{k: v for k, v in _recorded(settings).items() if k != "version"},
+        **{k: v for k, v in recorded_settings(settings).items() if k != "version"},
         "threads": torch.get_num_threads(), **environment(),
     }
     signature = format_signature(fields)
-    identity: dict[str, Any] = {"settings": _recorded(settings), "data": data_key(dset)}
+    identity: dict[str, Any] = {"settings": recorded_settings(settings), "data": data_key(dset)}
 
     torch.manual_seed(settings.seed)
     heads = (PrefixHeads(d, settings.heads, settings.layers) if settings.arch == "prefix"
@@ -453,12 +503,7 @@ def train_heads(
         if settings.vocab == "seen":  # the training answers' tokens
             part = torch.unique(train.targets)  # (V',)
         else:  # the draft vocabulary the packaged heads are normalised over
-            counts = np.bincount(train.targets.numpy(), minlength=lm_head.shape[0])
-            if settings.shortlist > lm_head.shape[0]:  # never clamped in silence
-                raise TrainingError(
-                    f"shortlist {settings.shortlist} is larger than the base's vocabulary "
-                    f"V = {lm_head.shape[0]}; ask for at most {lm_head.shape[0]} tokens")
-            part = torch.from_numpy(frequency_shortlist(counts, settings.shortlist))
+            part = answer_shortlist(train.targets, settings.shortlist, lm_head.shape[0])
             eval_vocab = part
         train = restrict_vocab(train, part, lm_head.shape[0])
         train_head = lm_head[part].contiguous()  # (V', d)
@@ -467,95 +512,23 @@ def train_heads(
         pick = torch.randperm(eval_rows.numel(), generator=torch.Generator().manual_seed(
             settings.seed + 1))[:settings.eval_positions]
         eval_rows = eval_rows[pick.sort().values]
-    step, curve, best, stale, running = 0, [], -1.0, 0, []
-    best_heads: dict[str, torch.Tensor] | None = None  # the best evaluation's weights
-    best_step = 0
-    if checkpoint.is_file():
-        state = read_checkpoint(checkpoint)
-        if state["identity"] != identity:
-            saved = state["identity"]
-            changed = changed_settings({**saved.get("settings", {}), "data": saved.get("data")},
-                                       {**identity["settings"], "data": identity["data"]})
-            raise TrainingError(
-                f"{checkpoint} is from other settings or data: " + ", ".join(changed)
-                + "; pass the same settings and data to continue it, or another folder")
-        heads.load_state_dict(state["heads"])
-        optimizer.load_state_dict(state["optimizer"])
-        sampler.set_state(state["sampler"])
-        step, curve, best, stale = state["step"], state["curve"], state["best"], state["stale"]
-        running = state["running"]
-        best_heads, best_step = state.get("best_heads"), state.get("best_step", 0)
-        if log is not None:
-            log(f"resumed {checkpoint} at step {step}")
-    seconds_before = curve[-1]["seconds"] if curve else 0.0
 
-    def save() -> None:
-        root.mkdir(parents=True, exist_ok=True)  # only now: an early interrupt leaves nothing
-        with atomic_path(checkpoint) as tmp:
-            torch.save({"identity": identity, "signature": signature, "heads": heads.state_dict(),
-                        "optimizer": optimizer.state_dict(), "sampler": sampler.get_state(),
-                        "step": step, "curve": curve, "best": best, "stale": stale,
-                        "running": running, "best_heads": best_heads,
-                        "best_step": best_step, "shortlist": eval_vocab}, tmp)
-        write_text_atomic(root / CURVE_FILE, json.dumps(
-            {"signature": signature, "curve": curve}, indent=1) + "\n")
+    def batch_loss() -> tuple[torch.Tensor, int]:
+        rows = usable[torch.randint(usable.numel(), (settings.batch,), generator=sampler)]
+        return heads_loss(heads, train_head, train, rows, settings, embed)[0], settings.batch
 
-    start = time.monotonic()
-    bar = ProgressBar("heads", settings.steps, step, enabled=progress)
-    finished = step >= settings.steps or (settings.patience > 0 and stale >= settings.patience)
-    try:
-        heads.train()
-        while not finished:
-            rows = usable[torch.randint(usable.numel(), (settings.batch,), generator=sampler)]
-            for group in optimizer.param_groups:
-                group["lr"] = settings.lr_at(step)
-            loss, _, _ = heads_loss(heads, train_head, train, rows, settings, embed)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            step += 1
-            running.append(float(loss.detach()))
-            bar.advance(info=f"loss {running[-1]:.3f}")
-            finished = step >= settings.steps
-            out_of_time = minutes is not None and time.monotonic() - start >= 60.0 * minutes
-            stop = stop_after is not None and step >= stop_after
-            if step % settings.eval_every == 0 or finished or out_of_time or stop:
-                heads.eval()
-                scores = evaluate_heads(heads, lm_head, held, eval_rows, settings,
-                                        vocab=eval_vocab, embed=embed)
-                heads.train()
-                seconds = seconds_before + time.monotonic() - start
-                curve.append({"step": step, "positions": step * settings.batch,
-                              "seconds": round(seconds, 1),
-                              "train_loss": sum(running) / max(len(running), 1),
-                              "heldout_loss": scores["loss"], "top1": scores["top1"],
-                              "top5": scores["top5"]})
-                running = []
-                mean1 = float(np.mean(scores["top1"]))
-                if mean1 > best:
-                    best, stale, best_step = mean1, 0, step
-                    best_heads = {k: v.detach().clone() for k, v in heads.state_dict().items()}
-                else:
-                    stale += 1
-                if settings.patience > 0 and stale >= settings.patience:
-                    finished = True
-                save()
-                if log is not None:
-                    log(f"step {step} ({step * settings.batch} positions, {seconds:.0f} s): "
-                        f"train loss {curve[-1]['train_loss']:.3f}, held-out loss "
-                        f"{scores['loss']:.3f}, top-1 "
-                        + " ".join(f"{v:.3f}" for v in scores["top1"]) + ", top-5 "
-                        + " ".join(f"{v:.3f}" for v in scores["top5"]))
-                if out_of_time or stop:
-                    break
-    finally:
-        bar.close()
-    if best_heads is not None:
-        heads.load_state_dict(best_heads)
+    def evaluate() -> dict[str, Any]:
+        return evaluate_heads(heads, lm_head, held, eval_rows, settings, vocab=eval_vocab,
+                              embed=embed)
+
+    done = run_loop(heads, optimizer, sampler, batch_loss, evaluate, settings, root, identity,
+                    signature, minutes=minutes, stop_after=stop_after, progress=progress,
+                    log=log, extra_state={"shortlist": eval_vocab})
     if eval_vocab is not None:  # the heads draft over the shortlist they were trained on
         heads.set_shortlist(eval_vocab, lm_head.shape[0], info={
             "counted_on": f"training targets of {data_key(dset)}",
             "tokens": int(train.targets.numel()),
             "coverage": round(float((train.targets != IGNORE).double().mean()), 6)})
     heads.eval()
-    return HeadsTrainResult(heads, curve, signature, step, finished, best_step)
+    return HeadsTrainResult(heads, done.curve, signature, done.step, done.finished,
+                            done.best_step)
