@@ -173,8 +173,7 @@ def decode(
     extras = rescorer is not None or k is not None or p is not None or iad or tree is not None
     on_device = device_tree(verifier, drafter, extras=extras)
     if on_device is not None:  # a static runtime's device steps (verify.device_decode)
-        assert isinstance(drafter, DraftSpec)
-        results = decode_on_device(verifier, on_device, args, f"{drafter.label} (device)")
+        results = decode_on_device(verifier, on_device, args, f"{on_device.name} (device)")
         return results if args.batched else results[0]
     source = resolve_drafter(verifier, drafter, rescorer=rescorer, k=k, p=p, iad=iad,
                              tree=tree, cost=lambda: cost_curve_of(model))

@@ -21,7 +21,11 @@ from hf_testlib import V, randomize, tiny_hf_base
 pytest.importorskip("transformers")
 
 from blockdraft.drafts import DraftSpec  # noqa: E402
-from blockdraft.drafts.trees import MC_SIM_7B_63, sort_choices  # noqa: E402
+from blockdraft.drafts.trees import (  # noqa: E402
+    MC_SIM_7B_63,
+    calibrated_tree_drafter,
+    sort_choices,
+)
 from blockdraft.models import ModelError, greedy_generate  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.hf.prefix_heads import PrefixHeads  # noqa: E402
@@ -63,7 +67,7 @@ def prompt_of(seed: int, n: int = 12) -> list[int]:
     return np.random.default_rng(seed).integers(2, V, n).tolist()
 
 
-def host_and_device(model: StaticKVModel, prompt: list[int], spec: DraftSpec,
+def host_and_device(model: StaticKVModel, prompt: list[int], spec: Any,
                     **kwargs: Any) -> tuple[Any, Any]:
     """decode's result on the host path and on the device, the same spec."""
     model.device_steps = False
@@ -117,6 +121,20 @@ def test_bfloat16_device_steps_run(strategy: str, device: str) -> None:
     assert len(dev.tokens) == N and dev.block_efficiency > 1.0
     if device == "cpu":
         assert dev.tokens == host.tokens
+
+
+def test_a_calibrated_tree_runs_on_the_device() -> None:
+    """Medusa's calibrated tree (rank paths from per-depth, per-rank accuracies, best first)
+    as a drafter object: the device steps verify its topology, with the host path's tokens and
+    verdicts."""
+    model = static_model(capacity=160)
+    accuracies = np.array([[0.6, 0.2, 0.1, 0.05], [0.5, 0.2, 0.1, 0.05], [0.4, 0.2, 0.1, 0.1]])
+    drafter = calibrated_tree_drafter(accuracies, 12)
+    host, dev = host_and_device(model, prompt_of(2), drafter)
+    assert dev.drafter == "calibrated tree (N=12) (device)"
+    assert dev.tokens == host.tokens == greedy_generate(model, prompt_of(2), N)
+    assert [s.tree.num_nodes for s in dev.steps[:3]] == [12] * 3
+    assert [(s.winner, s.n) for s in dev.steps[:-2]] == [(s.winner, s.n) for s in host.steps[:-2]]
 
 
 def test_greedy_is_the_one_node_tree() -> None:
