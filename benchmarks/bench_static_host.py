@@ -33,15 +33,16 @@ taken out (issue 41's target: at most 0.15 ms a step outside the graph replay). 
 still checked against the null model's own greedy decoding.
 
 Strategies: the model's default drafter, vanilla heads, prompt lookup, an 8-best trie (k 16,
-head scores alone), Medusa's static tree of 16 nodes, the issue's 8x16 4-gram p-best (the heads' lattice with k = 16, p = 8
-drafts by the exact p-best search rescored by a 4-gram, ``--ngram``: by default the packaged
-SmolLM2 answers 4-gram; ``--tiny`` trains a tiny one on random ids with the built-in
-estimator), verified as a trie, and on the static runtime the device step's rows (issue 41,
-:mod:`blockdraft.models.runtimes.device_step`): vanilla heads and the 16-node Medusa tree with
-the whole step on the device (one CUDA graph a step on a GPU, eager on a CPU). Their
-``forward`` is the device step (its launch and the wait for its output row: forward, verdict,
-rows moved, next heads and draft), ``host`` and ``outside`` the host's own work per step (the
-issue's target: at most 0.15 ms), ``heads``, ``lattice`` and ``draft`` zero (on the device).
+head scores alone), Medusa's static tree of 16 nodes, the issue's 8x16 4-gram p-best (the
+heads' lattice with k = 16, p = 8 drafts by the exact p-best search rescored by a 4-gram,
+``--ngram``: by default the packaged SmolLM2 answers 4-gram; ``--tiny`` trains a tiny one on
+random ids with the built-in estimator), verified as a trie, and on the static runtime the
+device step's rows (issue 41, :mod:`blockdraft.models.runtimes.device_step`): vanilla heads
+and the 16-node Medusa tree with the whole step on the device (one CUDA graph a step on a
+GPU, eager on a CPU). Their ``forward`` is the device step (its launch and the wait for its
+output row: forward, verdict, rows moved, next heads and draft), ``host`` and ``outside`` the
+host's own work per step (the issue's target: at most 0.15 ms), ``heads``, ``lattice`` and
+``draft`` zero (on the device).
 
 The host code is the same on a CPU and a GPU, so its CPU figure is the one to read here;
 the forward's is the CPU's, not the GPU's. Medians over steps of the best of ``--repeats``
