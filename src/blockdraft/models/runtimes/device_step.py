@@ -16,8 +16,9 @@ only them::
     out <- [n, winner, yielded tokens [D + 1], tokens [T], n per leaf [L]]
     L += n + 1
     tokens <- the next draft at the winner: its Medusa heads (ResBlocks, projection onto the
-              shortlist), chain_draft (a chain) or tree_draft (each node's rank of its head's
-              top-k; device_drafts), the root the base head's argmax there
+              shortlist; every head, in the shapes the host path computes them), chain_draft
+              (a chain) or tree_draft (each node's rank of its head's top-k; device_drafts),
+              the root the base head's argmax there
 
 Everything in it has a static shape and no host synchronisation and no Python branch on a
 tensor's value, for a given topology and ``R`` (the rows attended, :meth:`StaticKVModel.
@@ -235,11 +236,11 @@ class DeviceDecoder:
             return
         backend = self.model.heads_rule.backend
         depth = plan.tree.max_depth
-        states = backend.states(x, depth)  # (1, D, d)
+        states = backend.states(x, self.model.h - 1)  # (1, h - 1, d): every head, as the host
         if self._projection is None:  # the heads' own projections, over V
-            logits = backend.heads.logits(states)[0]  # (D, V)
+            logits = backend.heads.logits(states)[0, :depth]  # (D, V)
         else:
-            logits = nn.functional.linear(states[0], *self._projection)  # (D, C)
+            logits = nn.functional.linear(states[0], *self._projection)[:depth]  # (D, C)
         if plan.tree.is_chain:
             tokens = chain_draft(base[0], logits, self._ids).tokens  # (T,)
         else:
