@@ -10,6 +10,7 @@ int`` where it has one). Results and the command that made them: ``benchmarks/re
 The harnesses (``benchmarks.NAME``):
 
     bench_costs             the cost curve of verification per runtime, precision and device
+    bench_device_step       the whole decode step on the device against the graph greedy
     bench_eval              Kim et al. (2024)'s analyses on real data with self-trained models
     bench_gpu               the GPU benchmark: eager against CUDA graphs, end to end, peers
     bench_heads_chat        how well Medusa heads predict chat: top-k per head and B

@@ -33,10 +33,16 @@ taken out (issue 41's target: at most 0.15 ms a step outside the graph replay). 
 still checked against the null model's own greedy decoding.
 
 Strategies: the model's default drafter, vanilla heads, prompt lookup, an 8-best trie (k 16,
-head scores alone) and the issue's 8x16 4-gram p-best (the heads' lattice with k = 16, p = 8
-drafts by the exact p-best search rescored by a 4-gram, ``--ngram``: by default the packaged
-SmolLM2 answers 4-gram; ``--tiny`` trains a tiny one on random ids with the built-in
-estimator), verified as a trie.
+head scores alone), Medusa's static tree of 16 nodes, the issue's 8x16 4-gram p-best (the
+heads' lattice with k = 16, p = 8 drafts by the exact p-best search rescored by a 4-gram,
+``--ngram``: by default the packaged SmolLM2 answers 4-gram; ``--tiny`` trains a tiny one on
+random ids with the built-in estimator), verified as a trie, and on the static runtime the
+device step's rows (issue 41, :mod:`blockdraft.models.runtimes.device_step`): vanilla heads
+and the 16-node Medusa tree with the whole step on the device (one CUDA graph a step on a
+GPU, eager on a CPU). Their ``forward`` is the device step (its launch and the wait for its
+output row: forward, verdict, rows moved, next heads and draft), ``host`` and ``outside`` the
+host's own work per step (the issue's target: at most 0.15 ms), ``heads``, ``lattice`` and
+``draft`` zero (on the device).
 
 The host code is the same on a CPU and a GPU, so its CPU figure is the one to read here;
 the forward's is the CPU's, not the GPU's. Medians over steps of the best of ``--repeats``
@@ -53,6 +59,8 @@ from pathlib import Path
 from typing import Any
 
 NGRAM_ROW = "8x16 4-gram p-best (p 8, trie)"
+DEVICE = "(device step)"
+"""The rows whose steps run on the device (the static runtime's ``device_steps``)."""
 BUDGET_MS = {"vanilla heads": 0.3, NGRAM_ROW: 1.0}
 """The issue's host budgets per step (ms)."""
 PACKAGED_NGRAM = (Path(__file__).resolve().parents[1]
@@ -72,7 +80,10 @@ def strategies(ngram: Path | None = None) -> dict[str, Any]:
     rows = {"default": DraftSpec("default"),
             "vanilla heads": DraftSpec("heads"),
             "prompt lookup": DraftSpec("lookup"),
-            "8-best trie (k 16)": DraftSpec("heads", k=16, p=8)}
+            "8-best trie (k 16)": DraftSpec("heads", k=16, p=8),
+            "medusa tree N=16": DraftSpec("tree", tree="medusa", budget=16),
+            f"vanilla heads {DEVICE}": DraftSpec("heads"),
+            f"medusa tree N=16 {DEVICE}": DraftSpec("tree", tree="medusa", budget=16)}
     if ngram is not None:
         rows[NGRAM_ROW] = DraftSpec("heads", k=16, p=8, rescorer="ngram", lm=str(ngram))
     return rows
@@ -115,9 +126,13 @@ def measure(model: Any, prompts: list[list[int]], max_new: int, repeats: int,
     device = str(model.device)
     greedy = [greedy_generate(model, p, max_new, eos_id=eos) for p in prompts]
     rows: dict[str, Any] = {}
+    static = model.capabilities.runtime == "static"
     for name, spec in strategies(ngram).items():
-        if only is not None and name not in only:
+        on_device = name.endswith(DEVICE)
+        if (only is not None and name not in only) or (on_device and not static):
             continue
+        if static:
+            model.device_steps = on_device
         decode(model, prompts[0], drafter=spec, max_new_tokens=4, eos_id=eos,
                device=device)  # warm-up (and the n-gram LM loaded, once)
         best: dict[str, Any] | None = None

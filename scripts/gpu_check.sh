@@ -16,6 +16,12 @@
 #      against the runtime's own greedy, B, the step's split), and the host's time per step with
 #      a null forward (--null-forward: every drafter; the issue's target <= 0.15 ms outside the
 #      replay); the CUDA rows of tests/verify/test_default_on_devices.py run in stage 1;
+#   3b. issue 41 item 1 (log.txt): the whole decode step on the device with the real weights and
+#      the packaged Medusa heads, bfloat16 and float32 (benchmarks.bench_device_step: greedy
+#      through the runtime's graphs against greedy, vanilla heads and Medusa's static trees of 16
+#      and 64 nodes on the device, one CUDA graph a step, and the same drafters on the host
+#      path: tokens/s, speedup over the graph greedy, B, outputs identical to it, device and
+#      host ms per step); the CPU-tested device-step tests run on CUDA in stage 1;
 #   4. gpu.{json,md,png}: python -m benchmarks.bench_gpu: the cost curve eager against the static
 #      runtime and its CUDA graphs (bf16 and fp32) with the issue's three targets, the decode loop
 #      end to end (greedy, vanilla heads, prompt lookup, 8-best trie: speedup over the runtime's
@@ -26,7 +32,8 @@
 # costs.md, gpu.json, gpu.md, gpu.png, log.txt.
 #   OUT=out/gpu bash scripts/gpu_check.sh
 #   GPU_CHECK_SKIP="costs gpu" OUT=out/gpu bash scripts/gpu_check.sh   # stages 0, 1, 3 only
-# GPU_CHECK_SKIP names stages to leave out: costs (2), issue41 (3), gpu (4).
+#   GPU_CHECK_SKIP="costs issue41 gpu" OUT=out/gpu bash scripts/gpu_check.sh   # the device step
+# GPU_CHECK_SKIP names stages to leave out: costs (2), issue41 (3), device (3b), gpu (4).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}
@@ -81,7 +88,7 @@ timeout 150 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs \
   tests/models/test_cuda.py tests/models/hf/test_hf_decode.py tests/models/hf/test_hf_tree.py \
   tests/verify/test_decode.py tests/rescorers/test_neural.py \
   tests/verify/test_default_on_devices.py tests/models/runtimes/test_device_drafts.py \
-  >"$OUT/tests.txt" 2>&1
+  tests/models/runtimes/test_device_step.py >"$OUT/tests.txt" 2>&1
 echo "cuda tests: exit $?" | tee -a "$OUT/tests.txt"
 timeout 40 "$PY" -m pytest -q -p no:cacheprovider -rs tests/models/runtimes/test_static.py \
   -k captured >>"$OUT/tests.txt" 2>&1
@@ -118,6 +125,18 @@ if ! skipped issue41; then
     echo "host time per step, null forward (bfloat16, every drafter): exit $?" | tee -a "$LOG"
   else
     echo "no real weights: the tiny models' CUDA rows of stage 1 only" | tee -a "$LOG"
+  fi
+fi
+
+stage "3b. issue 41: the whole decode step on the device (real weights, Medusa heads)"
+if ! skipped device; then
+  if [ -n "${BLOCKDRAFT_GPU_MODEL:-}" ]; then
+    timeout 200 "$PY" -m benchmarks.bench_device_step --model "$BLOCKDRAFT_GPU_MODEL" \
+      --heads src/blockdraft/models/hf/heads/smollm2 --device cuda --dtype bfloat16 \
+      --dtype float32 --prompts 4 --max-new-tokens 128 --out /tmp/device >>"$LOG" 2>&1
+    echo "device step (bench_device_step): exit $? (124: its time limit)" | tee -a "$LOG"
+  else
+    echo "no real weights: the tiny models' device-step rows of stage 1 only" | tee -a "$LOG"
   fi
 fi
 

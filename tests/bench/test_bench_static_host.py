@@ -39,10 +39,12 @@ def test_null_forward_run_splits_every_drafters_step(tmp_path: Path) -> None:
     assert "forward:null" in report["signature"] and report["null_forward"] is True
     assert set(report["rows"]) == set(bench_static_host.strategies())
     assert "default" in report["rows"]
-    for row in report["rows"].values():
+    for name, row in report["rows"].items():
         assert row["identical"] == row["prompts"] == 2
         s = row["split"]
         assert s["step"] >= s["outside"] >= s["host"] >= 0
+        if name.endswith(bench_static_host.DEVICE):  # the heads, lattice and draft on the device
+            assert s["heads"] == s["lattice"] == s["draft"] == 0 and s["outside"] == s["host"]
     assert "with a null forward" in (tmp_path / "host.md").read_text()
     with pytest.raises(SystemExit):
         bench_static_host.main(["--tiny", "--null-forward", "--runtime", "torch",

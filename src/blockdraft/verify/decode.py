@@ -116,6 +116,10 @@ def decode(
     head 1 (:func:`~blockdraft.models.greedy_generate`) token for token; every other criterion
     may change the output.
 
+    On the static runtime with ``device_steps`` (:mod:`~blockdraft.verify.device_decode`), a
+    spec of one topology (vanilla heads, a static Medusa tree) runs every step on the device,
+    with the same output.
+
     Several prompts (a list of sequences, or a 2-D array / tensor of rows) are decoded one at
     a time: drafts of different prompts accept different lengths, so a batch of prompts would
     need ragged caches (each row cropped to its own length every step), which is out of scope.
@@ -164,6 +168,13 @@ def decode(
     verifier = Verifier(model, criterion)
     args = check_decode_inputs(verifier, prompt_ids, max_new_tokens=max_new_tokens,
                                eos_id=eos_id, device=device)
+    from blockdraft.verify.device_decode import decode_on_device, device_tree
+
+    extras = rescorer is not None or k is not None or p is not None or iad or tree is not None
+    on_device = device_tree(verifier, drafter, extras=extras)
+    if on_device is not None:  # a static runtime's device steps (verify.device_decode)
+        results = decode_on_device(verifier, on_device, args, f"{on_device.name} (device)")
+        return results if args.batched else results[0]
     source = resolve_drafter(verifier, drafter, rescorer=rescorer, k=k, p=p, iad=iad,
                              tree=tree, cost=lambda: cost_curve_of(model))
     was_training = isinstance(model, torch.nn.Module) and model.training

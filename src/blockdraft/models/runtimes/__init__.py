@@ -18,7 +18,10 @@ export cache are one module for every model blockdraft exports (:mod:`.onnx_stor
     static         transformers' own forward on a static KV cache (:class:`StaticKVModel`):
                    buffers preallocated once, positions and the token-tree mask as inputs,
                    accepted rows moved within the buffer; float32 or bfloat16, on any device;
-                   on a CUDA device one graph captured per bucket of new tokens (1 .. 64)
+                   on a CUDA device one graph captured per bucket of new tokens (1 .. 64);
+                   with ``device_steps`` a whole decode step on the device, one graph each
+                   (:mod:`.device_step`: a static draft tree, :mod:`.device_tree`; its
+                   verdict, :mod:`.device_accept`; its drafts, :mod:`.device_drafts`)
 
 Public surface:
     RUNTIMES, PRECISIONS                      the names, and the precisions each runtime takes

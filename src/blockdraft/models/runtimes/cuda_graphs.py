@@ -30,6 +30,7 @@ Public surface:
     bucket_of(t, buckets) -> Tb or None
     kv_rows(rows, total) -> R                 rows attended for a forward reaching ``rows``
     pad_step(step, size) -> Step              padded to ``size`` new tokens
+    capture(run, pool, reset=None) -> (graph, output)   one zero-argument step as a CUDA graph
     BucketRunner(forward, inputs, buckets, capture)
         .run(step) -> x [1, T, d];  .captured (token buckets), .graphs ((tokens, rows) pairs)
 """
@@ -83,6 +84,29 @@ def pad_step(step: Step, size: int) -> Step:
     mask[:t, :t] = (torch.ones(t, t, dtype=torch.bool, device=dev).tril()
                     if step.tree_mask is None else step.tree_mask)
     return dataclasses.replace(step, ids=ids, positions=positions, tree_mask=mask)
+
+
+def capture(run: Callable[[], Any], pool: Any, reset: Callable[[], None] | None = None
+            ) -> tuple[Any, Any]:
+    """Capture ``run`` (a function of static tensors only, no host synchronisation inside) as
+    one CUDA graph: ``(graph, output)``, ``output`` what the captured call returned (its
+    tensors are rewritten by every replay). It first runs :data:`WARMUP` times eagerly on a
+    side stream (``reset()`` after each: a step that changes its own state in place puts it
+    back), as ``torch.cuda.graph`` asks; the capture itself runs nothing. Graphs captured with
+    one ``pool`` (``torch.cuda.graph_pool_handle()``) share their memory: replay them one at a
+    time. Untested without a GPU."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP):
+            run()
+            if reset is not None:
+                reset()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        output = run()
+    return graph, output
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,15 +178,7 @@ class BucketRunner:
         static[3].fill_(rows - size)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP):
-                self.forward(*static)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            output = self.forward(*static)
+        graph, output = capture(lambda: self.forward(*static), self._pool)
         captured = _Captured(graph, static, output)
         self._graphs[key] = captured
         return captured

@@ -17,15 +17,25 @@ buffer of ``C`` rows and its length a 0-d device tensor, a draft a padded row an
   ``lengths[n - 1]`` tokens after it (the last entry for longer matches), cut at the text's
   end; none: the certain token alone.
 
-A draft is a chain (each node's parent the one before it): :class:`DeviceDraft`, a padded row of
-``1 + D`` ids and its count; :meth:`DeviceDraft.tree` reads it back as a
-:class:`~blockdraft.core.tree.DraftTree` (one small copy to the host).
+- **static tree** (Medusa's, issue 41): a fixed topology (:class:`~.device_tree.StaticTree`),
+  node ``u`` at depth ``d`` holding rank ``ranks[u]`` of the top-k of the head guessing depth
+  ``d``, the root the certain token: the tokens of
+  :func:`~blockdraft.drafts.trees.medusa_tree` over the heads' top-k, gathered in one index.
+  The top-k is taken with the host's order and tie rule (:func:`topk_columns`: logit
+  descending, then column ascending: :func:`~blockdraft.models.topk.topk_logprobs`'s), exact
+  on the device: each logit's bits and its column make one distinct integer key.
+
+A chain draft is :class:`DeviceDraft`, a padded row of ``1 + D`` ids and its count;
+:meth:`DeviceDraft.tree` reads it back as a :class:`~blockdraft.core.tree.DraftTree` (one
+small copy to the host).
 
 Public surface:
     DeviceDraft          frozen: tokens int64 [1 + D] (-1 past count), count int64 []
         .tree() -> DraftTree                    the chain, on the host
     chain_draft(base [V], heads [n, C], ids=None) -> DeviceDraft
     lookup_draft(text [C], size [], min_match=1, max_match=4, lengths=(2, 6, 10)) -> DeviceDraft
+    topk_columns(logits [n, C], k) -> int64 [n, k]       the host's top-k order, exactly
+    tree_draft(tree, certain [1], heads [D, C], ids=None) -> int64 [T]   a static tree's tokens
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import torch
 
 from blockdraft.core.tree import DraftTree
 from blockdraft.models.errors import ModelError
+from blockdraft.models.runtimes.device_tree import TreeTensors
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,3 +143,51 @@ def lookup_draft(text: torch.Tensor, size: torch.Tensor | int, min_match: int = 
     copy = torch.where(keep, text[at.clamp(max=c - 1)], torch.full_like(at, -1))  # (D,)
     tokens = torch.cat((text[last][None], copy))  # (1 + D,)
     return DeviceDraft(tokens=tokens, count=1 + keep.sum())
+
+
+def topk_columns(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Each row's ``k`` best columns ordered by (logit descending, column ascending), the rule
+    of :func:`~blockdraft.models.topk.topk_logprobs`, exactly and on the device: the logits in
+    float32 (bfloat16's are exact there), ``-0.0`` as ``+0.0``, their bits mapped to integers
+    of the same order, and each key ``bits * C + (C - 1 - column)`` distinct, so one
+    ``torch.topk`` over the keys has no tie left to break.
+
+    Args:
+        logits: float ``[n, C]`` raw logits (``C < 2**24``; ``-inf`` masks a column).
+        k: columns per row, ``1 <= k <= C``.
+
+    Returns:
+        int64 ``[n, k]``, the columns.
+    """
+    c = int(logits.shape[-1])
+    z = logits.float() + 0.0  # (n, C): -0.0 + 0.0 is +0.0
+    bits = z.view(torch.int32)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # (n, C) int32: the floats' order
+    column = torch.arange(c, device=z.device)
+    key = ordered.to(torch.int64) * c + (c - 1 - column)  # (n, C): distinct
+    return key.topk(k, dim=-1).indices  # (n, k): sorted, best first
+
+
+def tree_draft(tree: TreeTensors, certain: torch.Tensor, heads: torch.Tensor,
+               ids: torch.Tensor | None = None) -> torch.Tensor:
+    """A static tree's tokens: the certain token at the root, node ``u`` at depth ``d >= 1``
+    the ``ranks[u]``-th best token of the head guessing depth ``d`` (:func:`topk_columns`).
+
+    Args:
+        tree: the topology's tensors (its ranks below ``tree.k <= C``, its depth at most
+            ``D``).
+        certain: int64 ``[1]``, the certain token (the base head's argmax).
+        heads: float ``[D, C]``, the logits of the heads guessing depths ``1 .. D`` over their
+            ``C`` columns.
+        ids: int64 ``[C]``, the token id of each column (a shortlist, ascending, on the
+            device), or None.
+
+    Returns:
+        int64 ``[T]``, the tree's tokens in node order.
+    """
+    top = topk_columns(heads, tree.k)  # (D, k)
+    if ids is not None:
+        top = ids[top]
+    slot = (tree.depths - 1).clamp(min=0)  # (T,): the root reads row 0, then is replaced
+    drafted = top[slot, tree.ranks]  # (T,)
+    return torch.where(tree.nonroot, drafted, certain.expand_as(drafted))

@@ -57,12 +57,15 @@ heads digest, capabilities) is one record (:class:`~.wrapped.Shared`); a forward
 one checked :class:`~blockdraft.models.step.Step`.
 
 Public surface:
-    StaticKVModel(model, capacity=None, buckets=None, graphs=None, kv_buckets=True)
+    StaticKVModel(model, capacity=None, buckets=None, graphs=None, kv_buckets=True,
+                  device_steps=False)
         the attributes and methods of HFBlockwiseModel's protocol (h, device, max_seq_len,
         config, tokenizer, drafting, conditional_heads, heads_digest, capabilities, hidden,
         head_states, project, heads_logits, head_topk, expander), plus runtime, precision,
         capacity, buckets, graphs, kv_buckets, attended(rows) -> R,
         use_body(body)       another function in place of the base's forward (a null forward)
+        buffer, window, static_forward(ids, positions, bias, start) -> x   a device step's
+        device_steps, decoders    (the device decoders made for it: device_step.decoder)
     DEFAULT_CAPACITY
 """
 
@@ -178,6 +181,9 @@ class StaticKVModel(RuntimeModel):
         kv_buckets: attend the rows a forward reaches, rounded up to a power of two (default);
             False attends every row of the buffer (the runtime before issue 41, for
             comparisons).
+        device_steps: decode's steps run on the device when its drafter is one the device
+            drafts (vanilla heads' chain, a static Medusa tree; :mod:`.device_step` and
+            :mod:`blockdraft.verify.device_decode`); a plain attribute, set it any time.
 
     Raises:
         ModelError: another kind of model, another dtype, graphs off a CUDA device, bad
@@ -189,7 +195,7 @@ class StaticKVModel(RuntimeModel):
 
     def __init__(self, model: Any, capacity: int | None = None,
                  buckets: tuple[int, ...] | None = None, graphs: bool | None = None,
-                 kv_buckets: bool = True) -> None:
+                 kv_buckets: bool = True, device_steps: bool = False) -> None:
         if not isinstance(model, HFBlockwiseModel):
             raise ModelError(f"runtime 'static' runs Hugging Face models with Medusa heads; "
                              f"{type(model).__name__} runs on runtime 'torch'")
@@ -219,6 +225,8 @@ class StaticKVModel(RuntimeModel):
         self.kv_buckets = bool(kv_buckets)
         self._caches: dict[int, Any] = {}  # rows attended -> its StaticCache over the buffer
         self._body: Forward | None = None  # use_body's replacement of the base's forward
+        self.decoders: dict[Any, Any] = {}  # a static tree's key -> its device decoder
+        self.device_steps = bool(device_steps)
         self._cache_of(self.attended(1))  # the first one now: transformers' refusals here
         self._window = _window(model)
         self._runner = (BucketRunner(self._step, self._inputs, self.buckets,
@@ -242,9 +250,29 @@ class StaticKVModel(RuntimeModel):
         embeddings of ``ids``, say) leaves what a step costs outside the forward:
         ``benchmarks.bench_static_host --null-forward`` measures it."""
         self._body = body
+        self.decoders.clear()
         if self._runner is not None:
             self._runner = BucketRunner(self._step, self._inputs, self.buckets,
                                         capture=self.graphs)
+
+    @property
+    def buffer(self) -> KVBuffer:
+        """The preallocated key/value buffer (``capacity`` rows and the buckets' scratch)."""
+        return self._buffer
+
+    @property
+    def window(self) -> int | None:
+        """Every layer's sliding window (applied by the bias), or None."""
+        return self._window
+
+    def static_forward(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
+                       start: torch.Tensor) -> torch.Tensor:
+        """The forward on static-shaped device tensors, unchecked (what a CUDA graph captures:
+        a device step, :mod:`.device_step`): ``ids [1, T]``, ``positions [1, T]``, ``bias [1,
+        1, T, R]`` over the first ``R`` rows (one of :meth:`attended`'s), the first row
+        written ``start`` (0-d int64) -> ``x [1, T, d]``; the caller keeps ``start + T <=``
+        the buffer's rows."""
+        return self._step(ids, positions, bias, start)
 
     def attended(self, rows: int) -> int:
         """The rows a forward attends when it reads and writes the buffer's first ``rows``
