@@ -21,7 +21,10 @@ Strategies (:data:`STRATEGIES`):
     lookup         prompt lookup alone
     tree           a token tree of ``budget`` nodes: ``confidence`` (EAGLE-2's), ``medusa`` (the
                    static Medusa tree cut to the budget), ``rescored`` (best first by head plus
-                   ``alpha`` x LM)
+                   ``alpha`` x LM), ``rated`` (the ``budget`` best by reach of Medusa's
+                   candidates, rated by ``tables`` and a rescorer's LM evidence when one is
+                   named: the cost-aware tree with N fixed, which a GPU step drafts on the
+                   device)
     cost-aware     the heads' chain, rescored p-best paths and ``lookup`` copies in one trie, rated
                    by acceptance tables and cut to the size that pays on the cost curve, at
                    most ``budget`` nodes
@@ -52,6 +55,7 @@ from typing import Any
 from blockdraft.core.batch import DraftError
 from blockdraft.drafts.budget import CostAwareTreeDrafter
 from blockdraft.drafts.calibration import AcceptanceTables
+from blockdraft.drafts.cut import CostCut
 from blockdraft.drafts.grow import (
     ConditionalTreeDrafter,
     ConfidenceTreeDrafter,
@@ -62,14 +66,15 @@ from blockdraft.drafts.iad import CombinedDrafter, InputCopyDrafter
 from blockdraft.drafts.lookup import LookupDrafter
 from blockdraft.drafts.oracle import Oracle
 from blockdraft.drafts.pipeline import Pipeline
-from blockdraft.drafts.trees import MC_SIM_7B_63, MedusaTreeDrafter, sort_choices
+from blockdraft.drafts.rates import TableRates
+from blockdraft.drafts.trees import MC_SIM_7B_63, MedusaTreeDrafter, RankPaths, sort_choices
 from blockdraft.models.capabilities import Capabilities
 from blockdraft.models.cost import CostCurve
 
 STRATEGIES = ("default", "heads", "combined", "iad", "lookup", "tree", "cost-aware",
               "tree-lattice", "oracle")
 """The strategy kinds a spec names (see the module docstring)."""
-TREES = ("confidence", "medusa", "rescored")
+TREES = ("confidence", "medusa", "rescored", "rated")
 """The token trees of the ``tree`` strategy."""
 RESCORERS = ("", "ngram", "neural", "given")
 """No rescorer, an n-gram LM (a KenLM file), a small neural LM (a RescorerLM folder), or an
@@ -95,8 +100,8 @@ class DraftSpec:
         budget: the tree's nodes ``N`` (root included, ``>= 2``): ``tree``'s size, the largest
             ``cost-aware`` and ``tree-lattice`` tree.
         lookup: merge prompt-lookup copies (``cost-aware``, ``tree-lattice``).
-        tables: acceptance tables (a JSON file) rating a rated strategy's nodes, ``""``:
-            uniform stand-ins.
+        tables: acceptance tables (a JSON file) rating a rated strategy's nodes (and a
+            ``rated`` tree's), ``""``: uniform stand-ins.
         copy_length: tokens a lookup copy proposes (``cost-aware``, ``tree-lattice``).
         context_order, context_weight: the context LM interpolated with an n-gram rescorer
             (0: none).
@@ -153,11 +158,12 @@ class DraftSpec:
             put(self, "p", 1)
         if s not in _RATED:
             put(self, "lookup", False)
-            put(self, "tables", "")
+            if self.tree != "rated":
+                put(self, "tables", "")
             put(self, "copy_length", 16)
         elif not self.lookup:
             put(self, "copy_length", 16)
-        keeps_rescorer = (s in (*_HEADS, "cost-aware") or self.tree == "rescored"
+        keeps_rescorer = (s in (*_HEADS, "cost-aware") or self.tree in ("rescored", "rated")
                           or (s == "tree-lattice" and self.p > 0))
         if not keeps_rescorer:
             for name, default in (("rescorer", ""), ("lm", ""), ("given", None)):
@@ -185,6 +191,8 @@ class DraftSpec:
             put(self, "budget", 32)
         if self.tree == "medusa":  # the ranks its first budget - 1 paths read
             put(self, "k", 1 + max(max(c) for c in self.medusa_choices()))
+        if self.tree == "rated":  # the ranks of Medusa's candidates
+            put(self, "k", 1 + max(max(c) for c in MC_SIM_7B_63))
         if self.k < 1 or (self.p < 1 and s not in _RATED):
             raise DraftError(f"k and p must be >= 1, got k = {self.k}, p = {self.p}")
 
@@ -313,6 +321,8 @@ class DraftSpec:
                 return ConfidenceTreeDrafter(k=self.k, budget=self.budget)
             if self.tree == "medusa":
                 return MedusaTreeDrafter(choices=self.medusa_choices(), budget=self.budget)
+            if self.tree == "rated":
+                return self._rated(res, caps)
             return RescoredTreeDrafter(lm=res.path_scorer(self), k=self.k,
                                        budget=self.budget, alpha=float(self.alpha or 0.0))
         if s == "cost-aware":
@@ -343,6 +353,19 @@ class DraftSpec:
         if s == "iad":
             return CombinedDrafter(heads, InputCopyDrafter())
         return heads
+
+
+    def _rated(self, res: Resources, caps: Capabilities | None) -> Pipeline:
+        """The ``rated`` tree: Medusa's candidates the heads reach (``caps.h - 1`` deep; all
+        of them without a model), rated by the tables (and the rescorer's LM), the
+        ``budget`` best by reach."""
+        depth = caps.h - 1 if caps is not None else max(len(c) for c in MC_SIM_7B_63)
+        choices = [c for c in sort_choices(MC_SIM_7B_63) if len(c) <= depth]
+        tables = (res.tables(self.tables) if self.tables
+                  else AcceptanceTables.uniform(depth + 1))
+        lm = res.path_scorer(self) if self.rescorer else None
+        return Pipeline([RankPaths(choices)], rates=TableRates(tables, lm),
+                        cut=CostCut(None, self.budget), name=self.label, source="rated")
 
 
 def default_spec(caps: Capabilities) -> DraftSpec:

@@ -1,6 +1,7 @@
 """Drafts made on the device (models/runtimes/device_drafts.py) equal the host drafters' trees
 on CPU tensors: the heads' chain (vanilla BPD, with and without a shortlist, ties included, in
-float32 and bfloat16) and prompt lookup (every match length, setting and text end)."""
+float32 and bfloat16), prompt lookup (every match length, setting and text end) and the two
+merged in one trie (with the topology's tensors made on the device)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blockdraft.drafts import LookupDrafter, StepView, vanilla
+from blockdraft.drafts import CombinedDrafter, LookupDrafter, StepView, vanilla
 from blockdraft.lattice import SausageLattice
 from blockdraft.lattice.step import step_lattice
 from blockdraft.models import ModelError
-from blockdraft.models.runtimes.device_drafts import chain_draft, lookup_draft
+from blockdraft.models.runtimes.device_drafts import chain_draft, lookup_draft, merge_copy
+from blockdraft.models.runtimes.device_tree import tensors_of
 from blockdraft.models.topk import topk_logprobs
 
 
@@ -117,3 +119,32 @@ def test_the_device_drafts_capture_in_a_cuda_graph() -> None:
         assert copy.tree().tokens.tolist() == want.tree().tokens.tolist()
         assert chain.tree().tokens.tolist() == chain_draft(
             logits[0].cpu(), logits[1:].cpu()).tree().tokens.tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.lists(st.integers(0, 4), min_size=1, max_size=40),
+       chain=st.lists(st.integers(0, 4), min_size=0, max_size=5),
+       lengths=st.lists(st.integers(1, 7), min_size=1, max_size=3))
+def test_chain_plus_lookup_is_the_hosts_trie(text: list[int], chain: list[int],
+                                             lengths: list[int]) -> None:
+    """The heads' chain and the lookup copy merged on the device: the host's trie of vanilla +
+    prompt lookup (CombinedDrafter), its real nodes first in the host's order, padding after
+    (token -1 under the root); the topology's tensors are the tree's."""
+    arr = np.array(text, dtype=np.int64)
+    certain = int(arr[-1])
+    lattice = SausageLattice.from_topk(np.array([[certain], *[[c] for c in chain]]),
+                                       np.zeros((1 + len(chain), 1)))
+    drafter = CombinedDrafter(vanilla(), LookupDrafter(lengths=tuple(lengths)))
+    want = host_tree(drafter, lattice, arr[:-1])
+    copy = lookup_draft(torch.as_tensor(arr), len(text), lengths=tuple(lengths))
+    tokens, parents, depths = merge_copy(torch.tensor([certain, *chain]), copy)
+    assert tokens.shape == (1 + len(chain) + max(lengths),)
+    real = int((tokens >= 0).sum())
+    assert (tokens[real:] == -1).all() and (parents[real:] == 0).all()
+    got_parents = parents[:real].numpy().copy()
+    got_parents[0] = -1
+    np.testing.assert_array_equal(tokens[:real].numpy(), want.tokens)
+    np.testing.assert_array_equal(got_parents, want.parents)
+    np.testing.assert_array_equal(depths[:real].numpy(), want.depths)
+    tensors = tensors_of(parents, depths, max(len(chain), max(lengths)))
+    np.testing.assert_array_equal(tensors.mask[:real, :real].numpy(), want.ancestor_mask())

@@ -13,10 +13,17 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 
-from hf_testlib import V, randomize, tiny_hf_base
+from device_testlib import (
+    DEVICES,
+    N,
+    NoHostSync,
+    host_and_device,
+    prompt_of,
+    same_steps,
+    static_model,
+)
+from hf_testlib import V
 
 pytest.importorskip("transformers")
 
@@ -27,53 +34,15 @@ from blockdraft.drafts.trees import (  # noqa: E402
     sort_choices,
 )
 from blockdraft.models import ModelError, greedy_generate  # noqa: E402
-from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
-from blockdraft.models.hf.prefix_heads import PrefixHeads  # noqa: E402
 from blockdraft.models.runtimes.device_step import decoder  # noqa: E402
 from blockdraft.models.runtimes.device_tree import StaticTree  # noqa: E402
 from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
 from blockdraft.verify import decode  # noqa: E402
 
-N = 40
 CHOICES = tuple(c for c in sort_choices(MC_SIM_7B_63) if len(c) <= 3)
 """Medusa's rank paths a model of 3 heads reaches (depth 3)."""
 SPECS = {"chain": DraftSpec("heads"),
          "tree": DraftSpec("tree", tree="medusa", budget=16)}
-DEVICES = ["cpu", pytest.param("cuda", marks=[
-    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])]
-
-
-def static_model(kind: str = "llama", dtype: torch.dtype = torch.float32, seed: int = 0,
-                 heads: str = "medusa", device: str = "cpu", **kwargs: Any) -> StaticKVModel:
-    """A tiny random model (weights of scale 0.1: its greedy text repeats itself) with 3 heads
-    over a shortlist of every other id, on the static runtime with device steps (on CUDA its
-    graphs captured). Medusa heads are identities (their ResBlocks zero: each guesses the
-    base's next token again, right where the text repeats); prefix heads random."""
-    if heads == "medusa":
-        module = MedusaHeads(64, None, 3, 1)
-        with torch.no_grad():
-            for weight in module.parameters():
-                weight.zero_()
-    else:
-        module = randomize(PrefixHeads(64, 3, 1), seed + 1)
-    module.set_shortlist(torch.arange(0, V, 2))
-    positions = kwargs.pop("positions", 256)
-    model = HFBlockwiseModel(tiny_hf_base(kind, seed, positions=positions, init=0.1), module,
-                             dtype=dtype, device=device)
-    return StaticKVModel(model, device_steps=True, **kwargs)
-
-
-def prompt_of(seed: int, n: int = 12) -> list[int]:
-    return np.random.default_rng(seed).integers(2, V, n).tolist()
-
-
-def host_and_device(model: StaticKVModel, prompt: list[int], spec: Any,
-                    **kwargs: Any) -> tuple[Any, Any]:
-    """decode's result on the host path and on the device, the same spec."""
-    model.device_steps = False
-    host = decode(model, prompt, drafter=spec, max_new_tokens=N, **kwargs)
-    model.device_steps = True
-    return host, decode(model, prompt, drafter=spec, max_new_tokens=N, **kwargs)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -95,12 +64,7 @@ def test_device_steps_equal_greedy_and_the_host_path(strategy: str, kind: str,
                                              want[: want.index(eos) + 1])
         assert (dev.calls, dev.stopped) == (host.calls, host.stopped)
         steps.extend(dev.steps)
-        for a, b in zip(dev.steps, host.steps, strict=True):
-            assert (a.position, a.tokens) == (b.position, b.tokens)
-            if a.tree.num_nodes == b.tree.num_nodes:  # not cut at the end by the host
-                assert a.tree.tokens.tolist() == b.tree.tokens.tolist()
-                assert a.tree.parents.tolist() == b.tree.parents.tolist()
-                assert (a.winner, a.n, a.accept_lengths) == (b.winner, b.n, b.accept_lengths)
+        same_steps(dev, host)
     assert max(s.n for s in steps) > 1  # drafts were accepted
     if strategy == "tree":  # accepted paths whose rows moved
         assert any(s.winner != s.n for s in steps)
@@ -183,29 +147,6 @@ def test_a_tree_that_no_longer_fits_ends_greedy() -> None:
         assert sizes[0] == 16 and sizes[-1] == 1
 
 
-class NoHostSync(TorchFunctionMode):
-    """Refuses what makes the host wait for the device: a value read back (``.item()``,
-    ``.tolist()``, ``.cpu()``, ``.numpy()``, ``bool``/``int``/``float``/index of a tensor) and
-    a shape that depends on values (``nonzero``, ``masked_select``, ``unique``, a boolean
-    mask's indexing)."""
-
-    SYNCS = frozenset({
-        torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.cpu,
-        torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__,
-        torch.Tensor.__index__, torch.Tensor.nonzero, torch.nonzero, torch.Tensor.masked_select,
-        torch.masked_select, torch.unique, torch.Tensor.unique})
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
-        if func in self.SYNCS:
-            raise RuntimeError(f"host synchronisation: {getattr(func, '__name__', func)}")
-        if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and any(
-                isinstance(i, torch.Tensor) and i.dtype == torch.bool
-                for i in tree_flatten(args[1])[0]):
-            raise RuntimeError("host synchronisation: a boolean mask's indexing")
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2"])
 def test_a_step_makes_no_host_synchronisation(kind: str) -> None:
     """The whole step (bias, forward, base head, verdict, rows moved, heads, next draft, output
@@ -229,18 +170,20 @@ def test_the_guard_is_not_vacuous() -> None:
 
 
 def test_what_the_device_does_not_draft_takes_the_host_path() -> None:
-    """Prefix heads, the default drafter, a lossy criterion, the old keywords: decode's host
-    path (its drafter's own name), greedy's tokens where lossless; the decoder refuses what it
-    cannot draft."""
+    """Prefix heads with a drafter that reads heads, input copies, p-best paths, a lossy
+    criterion, the old keywords: decode's host path (its drafter's own name), greedy's tokens
+    where lossless; the decoder refuses what it cannot draft."""
     prefix = static_model(heads="prefix", capacity=160)
     prompt = prompt_of(9)
     result = decode(prefix, prompt, drafter=SPECS["chain"], max_new_tokens=16)
     assert result.drafter == "vanilla" and result.tokens == greedy_generate(prefix, prompt, 16)
+    combined = decode(prefix, prompt, drafter=DraftSpec("combined"), max_new_tokens=16)
+    assert not combined.drafter.endswith("(device)")
     with pytest.raises(ModelError, match="Medusa heads"):
         decoder(prefix, StaticTree.chain(3))
     model = static_model(capacity=160)
-    for kwargs in ({"drafter": DraftSpec("lookup")}, {"k": 4, "p": 2},
-                   {"drafter": SPECS["chain"], "criterion": "topk:k=2"}):
+    for kwargs in ({"drafter": DraftSpec("iad")}, {"drafter": DraftSpec("combined", k=4, p=2)},
+                   {"k": 4, "p": 2}, {"drafter": SPECS["chain"], "criterion": "topk:k=2"}):
         assert not decode(model, prompt, max_new_tokens=8, **kwargs).drafter.endswith(
             "(device)")
     with pytest.raises(ModelError, match="depth 4"):

@@ -17,6 +17,10 @@ buffer of ``C`` rows and its length a 0-d device tensor, a draft a padded row an
   ``lengths[n - 1]`` tokens after it (the last entry for longer matches), cut at the text's
   end; none: the certain token alone.
 
+- **chain + lookup** (:func:`merge_copy`): the heads' chain and the copy in one trie, the
+  host's :func:`~blockdraft.drafts.iad.CombinedDrafter` of vanilla and prompt lookup: the
+  chain's nodes, then the copy's tokens after the prefix it shares with the chain, hanging off
+  the chain's node there (padding: ``-1`` tokens under the root, last);
 - **static tree** (Medusa's, issue 41): a fixed topology (:class:`~.device_tree.StaticTree`),
   node ``u`` at depth ``d`` holding rank ``ranks[u]`` of the top-k of the head guessing depth
   ``d``, the root the certain token: the tokens of
@@ -36,6 +40,9 @@ Public surface:
     lookup_draft(text [C], size [], min_match=1, max_match=4, lengths=(2, 6, 10)) -> DeviceDraft
     topk_columns(logits [n, C], k) -> int64 [n, k]       the host's top-k order, exactly
     tree_draft(tree, certain [1], heads [D, C], ids=None) -> int64 [T]   a static tree's tokens
+    tree_columns(tree, heads [D, C]) -> int64 [T]        the columns of its nodes' tokens
+    merge_copy(chain [1 + D], copy) -> (tokens [T], parents [T], depths [T])
+                                     a chain and a lookup copy in one trie, T = 1 + D + Lmax
 """
 
 from __future__ import annotations
@@ -185,9 +192,54 @@ def tree_draft(tree: TreeTensors, certain: torch.Tensor, heads: torch.Tensor,
     Returns:
         int64 ``[T]``, the tree's tokens in node order.
     """
-    top = topk_columns(heads, tree.k)  # (D, k)
+    drafted = tree_columns(tree, heads)  # (T,)
     if ids is not None:
-        top = ids[top]
-    slot = (tree.depths - 1).clamp(min=0)  # (T,): the root reads row 0, then is replaced
-    drafted = top[slot, tree.ranks]  # (T,)
+        drafted = ids[drafted]
     return torch.where(tree.nonroot, drafted, certain.expand_as(drafted))
+
+
+def tree_columns(tree: TreeTensors, heads: torch.Tensor) -> torch.Tensor:
+    """int64 ``[T]``: the column of node ``u``'s token, rank ``ranks[u]`` of the head guessing
+    its depth (:func:`topk_columns`); the root's is the first head's best, a placeholder.
+
+    Args:
+        tree: the topology's tensors (ranks below ``tree.k <= C``, depth at most ``D``).
+        heads: float ``[D, C]``, the logits of the heads guessing depths ``1 .. D``.
+    """
+    top = topk_columns(heads, tree.k)  # (D, k)
+    slot = (tree.depths - 1).clamp(min=0)  # (T,): the root reads row 0
+    return top[slot, tree.ranks]  # (T,)
+
+
+def merge_copy(chain: torch.Tensor, copy: DeviceDraft
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chain and the copy merged into one trie, as the host's trie merges them (the chain
+    first; the copy's tokens after their shared prefix are new nodes, in order), in a fixed
+    layout of ``T = 1 + D + Lmax`` nodes: the chain's ``1 + D`` (node ``i`` at depth ``i``),
+    then the copy's new nodes, then padding (token ``-1``, parent the root, depth 1).
+
+    Args:
+        chain: int64 ``[1 + D]``, the certain token, then the heads' argmax.
+        copy: the lookup copy (:func:`lookup_draft`: the same certain token first,
+            ``1 + Lmax`` slots, ``count`` of them real).
+
+    Returns:
+        ``(tokens, parents, depths)``, int64 ``[T]`` each (the root's parent: 0, itself).
+    """
+    d = int(chain.numel()) - 1
+    lmax = int(copy.tokens.numel()) - 1
+    dev = chain.device
+    offset = torch.arange(1, lmax + 1, device=dev)  # (Lmax,): a copy token's depth
+    copied = copy.tokens[1:]  # (Lmax,)
+    agree = (offset < copy.count) & (offset <= d) & (copied == chain[offset.clamp(max=d)])
+    shared = agree.to(torch.int64).cumprod(0).sum()  # (): the prefix shared with the chain
+    slot = torch.arange(lmax, device=dev)  # (Lmax,): the new nodes, in order
+    at = shared + 1 + slot  # (Lmax,): their depth (their offset in the copy)
+    real = at < copy.count
+    node = d + 1 + slot
+    tokens = torch.where(real, copy.tokens[at.clamp(max=lmax)], torch.full_like(at, -1))
+    parents = torch.where(real, torch.where(slot == 0, shared, node - 1), torch.zeros_like(at))
+    depths = torch.where(real, at, torch.ones_like(at))
+    line = torch.arange(d + 1, device=dev)  # (1 + D,): the chain
+    return (torch.cat((chain, tokens)), torch.cat(((line - 1).clamp(min=0), parents)),
+            torch.cat((line, depths)))

@@ -1,29 +1,34 @@
-"""A whole decode step on the device (issue 41, item 1): the static runtime's verification forward,
-the verdict, the accepted rows' compaction and the next draft, with one small row read back.
+"""A whole decode step on the device (issue 41, items 1 and 2): the static runtime's verification
+forward, the verdict, the accepted rows' compaction and the next draft, with one small row read
+back.
 
-:class:`DeviceDecoder` decodes a prompt with a fixed draft topology (:class:`~.device_tree.
-StaticTree`: a chain, a static Medusa tree, or the root alone, greedy) on a
-:class:`~.static.StaticKVModel`. Its state lives in tensors on the model's device between
-steps: the committed length ``L`` (0-d), the next tree's tokens ``[T]`` (the root the certain
-token) and the EOS id (0-d), beside the runtime's key/value buffer. A step reads and writes
-only them::
+:class:`DeviceDecoder` decodes a prompt on a :class:`~.static.StaticKVModel` with a device
+drafting strategy (:class:`~.device_drafters.DeviceStrategy`): a fixed topology
+(:class:`~.device_tree.StaticTree`: a chain, a static Medusa tree, or the root alone, greedy),
+the cost-aware tree with ``N`` fixed (its topology rewritten every step, its size static),
+prompt lookup, or the heads' chain and lookup's copy in one trie. Its state lives in tensors on
+the model's device between steps: the committed length ``L`` (0-d), the next tree's tokens
+``[T]`` (the root the certain token; ``-1`` a padding node) and topology, the committed text
+when the strategy reads it, the EOS id (0-d), beside the runtime's key/value buffer. A step
+reads and writes only them::
 
     positions = L + depths;  bias [1, 1, T, R] from L and the tree's mask   # on the device
     x = forward(tokens, positions, bias, start=L)        # the runtime's static forward
     greedy = argmax(base head at every node)             # [T]
     verdict = tree_verdict(tree, tokens, greedy, eos)    # device_accept: n, winner, path
     move rows L + path -> L + 0..D  (a tree; a chain's rows are already in place)
-    out <- [n, winner, yielded tokens [D + 1], tokens [T], n per leaf [L]]
+    text[L + 1 ..] <- the accepted tokens and the next certain one (when it is kept)
+    out <- [n, winner, yielded tokens [D + 1], tokens [T], parents [T], n per node [T]]
     L += n + 1
-    tokens <- the next draft at the winner: its Medusa heads (ResBlocks, projection onto the
-              shortlist; every head, in the shapes the host path computes them), chain_draft
-              (a chain) or tree_draft (each node's rank of its head's top-k; device_drafts),
-              the root the base head's argmax there
+    the next draft at the winner (device_drafters.NextDraft): its Medusa heads (ResBlocks,
+        projection onto the shortlist; every head, in the shapes the host path computes
+        them) when the strategy reads them, then its tokens (and topology), the root the base
+        head's argmax there
 
 Everything in it has a static shape and no host synchronisation and no Python branch on a
-tensor's value, for a given topology and ``R`` (the rows attended, :meth:`StaticKVModel.
+tensor's value, for a given strategy and ``R`` (the rows attended, :meth:`StaticKVModel.
 attended`, which the host knows: it reads ``n`` every step). On a CUDA device (``graphs``, the
-default there) each ``(topology, R)`` step is captured once as one CUDA graph
+default there) each ``(strategy, R)`` step is captured once as one CUDA graph
 (:func:`~.cuda_graphs.capture`; its warm-ups put the state back) and a step is one replay, one
 asynchronous copy of the output row into pinned memory and one wait for it; elsewhere the same
 step runs eagerly (``graphs=False``: what the CPU tests run). The host's work per step is that
@@ -33,19 +38,21 @@ greedy (the root alone, ``T = 1``), as exact.
 
 The verdict is the exact criterion's, so the output equals greedy decoding's with head 1 where
 the forward is (float32; bfloat16 as lossless as the host's path), and equals decode's host
-path with the same drafter token for token (tested on CPU). Heads: Medusa heads (the adapter's
-modules, on the model's device); prefix-conditioned heads are refused (their chain reads the
-shortlist from the host: the host path drafts for them).
+path with the same drafter token for token (tested on CPU; a padding node is never accepted
+and the records drop it). Heads: Medusa heads (the adapter's modules, on the model's device);
+prefix-conditioned heads are refused for the strategies that read heads (their chain reads the
+shortlist from the host: the host path drafts for them); prompt lookup reads none.
 
 Public surface:
-    decoder(model, tree) -> DeviceDecoder      the model's decoder of ``tree``, made once
-    DeviceDecoder(model, tree, graphs=None)
+    decoder(model, strategy) -> DeviceDecoder      the model's decoder of a strategy (or a
+                                                   StaticTree), made once
+    DeviceDecoder(model, strategy, graphs=None)
         .decode(prompt, max_new_tokens, eos_id=None) -> DeviceRun
-        .prefill(prompt, eos_id=None) -> certain token;  .step(tree) -> output row (host)
-        .graphs (whether steps are captured), .captured ((topology name, rows) pairs)
+        .prefill(prompt, eos_id=None) -> certain token;  .step(which) -> output row (host)
+        .graphs (whether steps are captured), .captured ((strategy name, rows) pairs)
     DeviceRun           frozen: tokens, steps (DeviceStepRecord), prefill_s, stopped
-    DeviceStepRecord    frozen: tree, tokens, winner, n, accept_lengths, new, launch_s, wait_s,
-                        host_s
+    DeviceStepRecord    frozen: name, tokens, parents, winner, n, accept_lengths, new,
+                        launch_s, wait_s, host_s;  .draft_tree() -> DraftTree
 """
 
 from __future__ import annotations
@@ -58,11 +65,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from blockdraft.core.tree import DraftTree
 from blockdraft.models.errors import ModelError
 from blockdraft.models.heads.torch_backend import TorchMedusa
 from blockdraft.models.runtimes.cuda_graphs import capture
 from blockdraft.models.runtimes.device_accept import tree_verdict
-from blockdraft.models.runtimes.device_drafts import chain_draft, tree_draft
+from blockdraft.models.runtimes.device_drafters import DeviceStrategy, NextDraft
 from blockdraft.models.runtimes.device_tree import StaticTree, TreeTensors
 
 if TYPE_CHECKING:
@@ -74,8 +82,10 @@ class DeviceStepRecord:
     """One device step, as the host read it.
 
     Attributes:
-        tree: the topology verified.
-        tokens: int64 ``[T]``, the tree's tokens (the root the step's certain token).
+        name: the strategy's (``"greedy"`` for a greedy step).
+        tokens: int64 ``[N]``, the tree's tokens (the root the step's certain token; padding
+            dropped).
+        parents: int64 ``[N]``, its topology (``-1`` the root's).
         winner: the accepted node; n: accepted draft tokens (its depth).
         accept_lengths: ``n`` of every root-to-leaf path (leaves in node order).
         new: the tokens the step yielded (``d_2 .. d_{1+n}``, the next certain token), cut
@@ -86,8 +96,9 @@ class DeviceStepRecord:
             rows, reading the row, the stop conditions).
     """
 
-    tree: StaticTree
+    name: str
     tokens: np.ndarray
+    parents: np.ndarray
     winner: int
     n: int
     accept_lengths: tuple[int, ...]
@@ -95,6 +106,11 @@ class DeviceStepRecord:
     launch_s: float
     wait_s: float
     host_s: float
+
+    def draft_tree(self) -> DraftTree:
+        """The tree verified, as a :class:`DraftTree` (scores zero)."""
+        return DraftTree(tokens=self.tokens, parents=self.parents,
+                         scores=np.zeros(self.tokens.size))
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,23 +132,29 @@ class DeviceRun:
 
 @dataclass(frozen=True, eq=False)
 class _Plan:
-    """One topology's tensors and its output row (on the device, and its host copy)."""
+    """One step kind's topology and its output row (on the device, and its host copy)."""
 
-    tree: StaticTree
-    tensors: TreeTensors
+    name: str
+    size: int  # T
+    max_depth: int  # D
+    is_chain: bool  # no rows to move
+    tensors: TreeTensors  # leaves: every node
+    offsets: torch.Tensor  # int64 [D + 1]: 1 .. D + 1, the text's rows after L
     out: torch.Tensor  # int64 [W]
     host: torch.Tensor  # int64 [W], pinned on CUDA
-    heads: bool  # whether its steps draft with the heads (not greedy)
+    drafts: bool  # whether its steps draft with the strategy (not greedy)
 
 
 class DeviceDecoder:
-    """Decode with ``tree`` on ``model``, a step at a time on the device (module docstring);
+    """Decode with ``strategy`` on ``model``, a step at a time on the device (module docstring);
     mutable: the state of the decode in progress and the graphs captured.
 
     Args:
-        model: a :class:`~.static.StaticKVModel` with Medusa heads (any heads for greedy).
-        tree: the topology every step verifies (its depth at most ``h - 1``, its ranks below
-            the heads' columns).
+        model: a :class:`~.static.StaticKVModel` with Medusa heads (any heads for greedy and
+            prompt lookup).
+        strategy: what every step drafts (:class:`~.device_drafters.DeviceStrategy`), or a
+            :class:`StaticTree` (its fixed topology; its depth at most ``h - 1``, its ranks
+            below the heads' columns).
         graphs: capture each step as a CUDA graph (default: the model's ``graphs``).
 
     Raises:
@@ -140,10 +162,11 @@ class DeviceDecoder:
             wider than their columns, or graphs off a CUDA device.
     """
 
-    def __init__(self, model: StaticKVModel, tree: StaticTree, graphs: bool | None = None
-                 ) -> None:
+    def __init__(self, model: StaticKVModel, strategy: DeviceStrategy | StaticTree,
+                 graphs: bool | None = None) -> None:
         self.model = model
-        self.tree = tree
+        self.strategy = s = (strategy if isinstance(strategy, DeviceStrategy)
+                             else DeviceStrategy.static(strategy))
         dev = model.device
         self.graphs = model.graphs if graphs is None else bool(graphs)
         if self.graphs and dev.type != "cuda":
@@ -151,35 +174,47 @@ class DeviceDecoder:
                              "graphs=False")
         self._ids: torch.Tensor | None = None
         self._projection: tuple[torch.Tensor, torch.Tensor | None] | None = None
-        if tree.size > 1:
-            self._bind_heads(tree)
+        if s.heads:
+            self._bind_heads(s)
         self.length = torch.zeros((), dtype=torch.int64, device=dev)  # (): L
         self.eos = torch.full((), -1, dtype=torch.int64, device=dev)  # (): -1, none
-        self.draft = torch.zeros(tree.size, dtype=torch.int64, device=dev)  # (T,)
-        self._plans = {"main": self._plan(tree, heads=tree.size > 1),
-                       "greedy": self._plan(StaticTree.greedy(), heads=False)}
+        self.next = NextDraft(s, dev, model.capacity)
+        self.draft = self.next.tokens  # (T,): the next tree's tokens
+        greedy = StaticTree.greedy()
+        self._plans = {
+            "main": self._plan(s.name, s.size, s.max_depth, s.is_chain, self.next.topology,
+                               drafts=True),
+            "greedy": self._plan("greedy", 1, 0, True,
+                                 NextDraft(DeviceStrategy.static(greedy), dev, 0).topology,
+                                 drafts=False)}
         self._rows = 0  # the committed rows (L) as the host knows them (it reads n)
         self._graphs: dict[tuple[str, int], Any] = {}
         self._pool: Any = None
         self._event = torch.cuda.Event() if dev.type == "cuda" else None
 
     def __repr__(self) -> str:
-        return f"DeviceDecoder({self.tree.name!r}, graphs={self.graphs})"
+        return f"DeviceDecoder({self.strategy.name!r}, graphs={self.graphs})"
+
+    @property
+    def tree(self) -> StaticTree:
+        """The strategy's topology (a static strategy's; a rated one's candidates)."""
+        return self.strategy.tree
 
     @property
     def captured(self) -> tuple[tuple[str, int], ...]:
-        """The ``(topology name, rows attended)`` steps captured so far."""
-        return tuple(sorted((self._plans[k].tree.name, r) for k, r in self._graphs))
+        """The ``(strategy name, rows attended)`` steps captured so far."""
+        return tuple(sorted((self._plans[k].name, r) for k, r in self._graphs))
 
-    def _bind_heads(self, tree: StaticTree) -> None:
-        """Check the heads draft ``tree`` and keep their projection on the device."""
+    def _bind_heads(self, strategy: DeviceStrategy) -> None:
+        """Check the heads draft ``strategy`` and keep their projection on the device."""
         rule = self.model.heads_rule
+        tree = strategy.tree
         if not isinstance(rule.backend, TorchMedusa):
             raise ModelError(
                 f"the device step drafts with Medusa heads; these are {rule.kind!r} heads: "
                 "decode them on the host path (StaticKVModel(..., device_steps=False))")
-        if tree.max_depth > self.model.h - 1:
-            raise ModelError(f"{tree.name} reaches depth {tree.max_depth}; the model has "
+        if strategy.depth > self.model.h - 1:
+            raise ModelError(f"{tree.name} reaches depth {strategy.depth}; the model has "
                              f"{self.model.h - 1} heads after the base: a shallower tree")
         heads = rule.backend.heads
         if heads.projections is None:
@@ -188,16 +223,18 @@ class DeviceDecoder:
             self._ids = None if ids is None else ids.to(self.model.device)
         columns = (int(self._projection[0].shape[0]) if self._projection is not None
                    else int(self.model.config.vocab_size))
-        if tree.k > columns:
-            raise ModelError(f"{tree.name} reads rank {tree.k - 1} of heads over {columns} "
+        if strategy.k > columns:
+            raise ModelError(f"{tree.name} reads rank {strategy.k - 1} of heads over {columns} "
                              "columns: fewer ranks, or a wider shortlist")
 
-    def _plan(self, tree: StaticTree, heads: bool) -> _Plan:
+    def _plan(self, name: str, size: int, depth: int, chain: bool, tensors: TreeTensors,
+              drafts: bool) -> _Plan:
         dev = self.model.device
-        width = 2 + (tree.max_depth + 1) + tree.size + tree.leaves.size
+        width = 2 + (depth + 1) + 3 * size
         out = torch.zeros(width, dtype=torch.int64, device=dev)
         host = torch.zeros(width, dtype=torch.int64, pin_memory=dev.type == "cuda")
-        return _Plan(tree, tree.on(dev), out, host, heads)
+        return _Plan(name, size, depth, chain, tensors,
+                     torch.arange(1, depth + 2, device=dev), out, host, drafts)
 
     # ---- what runs on the device (captured per topology and rows) ------------------------------
 
@@ -227,25 +264,25 @@ class DeviceDecoder:
         model = self.model
         return model.project(model.head_states(x, heads=1))[:, 0]  # type: ignore[no-any-return]
 
-    def _draft_at(self, plan: _Plan, x: torch.Tensor, base: torch.Tensor) -> None:
-        """The next tree's tokens into :attr:`draft`, from the state ``x [1, d]`` and the base
-        head's logits ``base [1, V]`` at the accepted node."""
-        certain = base.argmax(-1)  # (1,)
-        if not plan.heads:
-            self.draft[:1].copy_(certain)
-            return
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """The logits of the heads guessing depths ``1 .. D`` at ``x [1, d]``: ``[D, C]``."""
         backend = self.model.heads_rule.backend
-        depth = plan.tree.max_depth
         states = backend.states(x, self.model.h - 1)  # (1, h - 1, d): every head, as the host
         if self._projection is None:  # the heads' own projections, over V
-            logits = backend.heads.logits(states)[0, :depth]  # (D, V)
+            logits = backend.heads.logits(states)[0]  # (h - 1, V)
         else:
-            logits = nn.functional.linear(states[0], *self._projection)[:depth]  # (D, C)
-        if plan.tree.is_chain:
-            tokens = chain_draft(base[0], logits, self._ids).tokens  # (T,)
-        else:
-            tokens = tree_draft(plan.tensors, certain, logits, self._ids)  # (T,)
-        self.draft.copy_(tokens)
+            logits = nn.functional.linear(states[0], *self._projection)  # (h - 1, C)
+        return logits[: self.strategy.depth]  # type: ignore[no-any-return]
+
+    def _draft_at(self, plan: _Plan, x: torch.Tensor, base: torch.Tensor) -> None:
+        """The next tree from the state ``x [1, d]`` and the base head's logits ``base [1,
+        V]`` at the accepted node (a greedy step's: its root alone)."""
+        certain = base.argmax(-1)  # (1,)
+        if not plan.drafts:
+            self.next.root(certain, self.length)
+            return
+        heads = self._heads(x) if self.strategy.heads else None
+        self.next.draft(certain, base[0], heads, self._ids, self.length)
 
     def _compact(self, path: torch.Tensor) -> None:
         """Move the accepted path's rows ``L + path`` to ``L + 0 .. D`` in every layer's
@@ -257,18 +294,20 @@ class DeviceDecoder:
 
     def _run(self, plan: _Plan, rows: int) -> None:
         """One step of ``plan``'s topology attending ``rows`` rows (module docstring)."""
-        tree, t = plan.tensors, plan.tree.size
-        tokens = self.draft[:t]  # (T,)
+        tree, t = plan.tensors, plan.size
+        tokens = self.draft[:t]  # (T,): -1 a padding node
         start = self.length
         bias = self._bias(tree, t, rows)  # (1, 1, T, R)
-        x = self.model.static_forward(tokens[None], (start + tree.depths)[None], bias,
-                                      start)[0]  # (T, d)
+        x = self.model.static_forward(tokens.clamp(min=0)[None], (start + tree.depths)[None],
+                                      bias, start)[0]  # (T, d)
         base = self._base(x)  # (T, V)
         verdict = tree_verdict(tree, tokens, base.argmax(-1), self.eos)
-        if not plan.tree.is_chain:
+        if not plan.is_chain:
             self._compact(verdict.path)
+        if self.next.text is not None:  # the accepted tokens and the next certain one
+            self.next.text.index_copy_(0, start + plan.offsets, verdict.tokens)
         plan.out.copy_(torch.cat((verdict.n[None], verdict.winner[None], verdict.tokens,
-                                  tokens, verdict.leaf_lengths)))
+                                  tokens, tree.parents, verdict.leaf_lengths)))
         self.length.add_(verdict.n + 1)
         at = verdict.winner[None]  # (1,)
         self._draft_at(plan, x.index_select(0, at), base.index_select(0, at))
@@ -283,6 +322,8 @@ class DeviceDecoder:
         ids = torch.tensor([prompt], dtype=torch.int64, device=model.device)  # (1, P)
         x, _ = model.hidden(ids)  # (1, P, d)
         model.buffer.begin_write(len(prompt))  # the decode owns the rows after the prompt
+        if self.next.text is not None:
+            self.next.text[: len(prompt)].copy_(ids[0])
         self.length.fill_(len(prompt))
         self._rows = len(prompt)
         self.eos.fill_(-1 if eos_id is None else int(eos_id))
@@ -294,9 +335,9 @@ class DeviceDecoder:
     def step(self, which: str = "main") -> list[int]:
         """One step of the ``"main"`` topology or ``"greedy"`` after :meth:`prefill` or the
         last step: launched, and its output row read back (``[n, winner, yielded [D + 1],
-        tokens [T], n per leaf]``)."""
+        tokens [T], parents [T], n per node [T]]``)."""
         plan = self._plans[which]
-        self._launch(which, self.model.attended(self._rows + plan.tree.size))
+        self._launch(which, self.model.attended(self._rows + plan.size))
         row = self._read(plan)
         self._rows += row[0] + 1
         return row
@@ -313,13 +354,15 @@ class DeviceDecoder:
 
     def _capture(self, which: str, rows: int) -> Any:
         """Capture ``which``'s step attending ``rows`` (untested without a GPU): its warm-ups
-        run real steps, so the length and the draft are put back after each."""
+        run real steps, so the length and the draft (tokens, topology) are put back after each
+        (the text rows they wrote are written again by the replay, before any is read)."""
         plan = self._plans[which]
-        saved = (self.length.clone(), self.draft.clone())
+        state = (self.length, *self.next.state)
+        saved = [t.clone() for t in state]
 
         def reset() -> None:
-            self.length.copy_(saved[0])
-            self.draft.copy_(saved[1])
+            for t, kept in zip(state, saved, strict=True):
+                t.copy_(kept)
 
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
@@ -338,12 +381,12 @@ class DeviceDecoder:
             plan.host.copy_(plan.out)
         return plan.host.tolist()  # type: ignore[no-any-return]
 
-    def _fits(self, tree: StaticTree) -> bool:
-        """Whether a step of ``tree`` after the committed rows fits the buffer and the
-        model's context."""
+    def _fits(self, plan: _Plan) -> bool:
+        """Whether a step of ``plan`` after the committed rows fits the buffer (its nodes, and
+        the rows its accepted path may move to) and the model's context."""
         limit = self.model.max_seq_len
-        return (self._rows + tree.size <= self.model.capacity
-                and (limit is None or self._rows + tree.max_depth + 1 <= limit))
+        return (self._rows + max(plan.size, plan.max_depth + 1) <= self.model.capacity
+                and (limit is None or self._rows + plan.max_depth + 1 <= limit))
 
     @torch.no_grad()
     def decode(self, prompt: list[int], max_new_tokens: int, eos_id: int | None = None
@@ -360,13 +403,13 @@ class DeviceDecoder:
         raw: list[tuple[str, list[int], float, float, float]] = []
         while len(tokens) < max_new_tokens and (eos_id is None or tokens[-1] != eos_id):
             begin = time.perf_counter()
-            which = "main" if self._fits(self.tree) else "greedy"
-            if which == "greedy" and not self._fits(self._plans["greedy"].tree):
+            which = "main" if self._fits(self._plans["main"]) else "greedy"
+            if which == "greedy" and not self._fits(self._plans["greedy"]):
                 raise ModelError(
                     f"the static cache holds {self.model.capacity} rows; this decode needs "
                     f"{self._rows + 1}: load the model with a larger capacity")
             plan = self._plans[which]
-            rows = self.model.attended(self._rows + plan.tree.size)
+            rows = self.model.attended(self._rows + plan.size)
             launch = time.perf_counter()
             self._launch(which, rows)
             launched = time.perf_counter()
@@ -392,19 +435,27 @@ class DeviceDecoder:
     @staticmethod
     def _record(plan: _Plan, row: list[int], new: list[int], launch_s: float, wait_s: float,
                 host_s: float) -> DeviceStepRecord:
-        """The step's record from its output row."""
-        tree = plan.tree
-        at = 2 + tree.max_depth + 1
+        """The step's record from its output row (padding, the last nodes, dropped)."""
+        t, at = plan.size, 2 + plan.max_depth + 1
+        tokens = np.asarray(row[at: at + t], dtype=np.int64)
+        count = int((tokens >= 0).sum())
+        parents = np.asarray(row[at + t: at + t + count], dtype=np.int64)
+        parents[0] = -1
+        tree = DraftTree(tokens=tokens[:count], parents=parents, scores=np.zeros(count))
+        lengths = np.asarray(row[at + 2 * t: at + 2 * t + count])[tree.leaves()]
         return DeviceStepRecord(
-            tree=tree, tokens=np.asarray(row[at: at + tree.size], dtype=np.int64),
-            winner=row[1], n=row[0], accept_lengths=tuple(row[at + tree.size:]),
-            new=tuple(new), launch_s=launch_s, wait_s=wait_s, host_s=host_s)
+            name=plan.name, tokens=tree.tokens, parents=tree.parents, winner=row[1], n=row[0],
+            accept_lengths=tuple(int(v) for v in lengths), new=tuple(new), launch_s=launch_s,
+            wait_s=wait_s, host_s=host_s)
 
 
-def decoder(model: StaticKVModel, tree: StaticTree) -> DeviceDecoder:
-    """The :class:`DeviceDecoder` of ``tree`` on ``model``, made at its first use and kept in
-    ``model.decoders`` (its captured graphs with it) until the model's ``use_body``."""
-    found = model.decoders.get(tree.key)
+def decoder(model: StaticKVModel, strategy: DeviceStrategy | StaticTree) -> DeviceDecoder:
+    """The :class:`DeviceDecoder` of ``strategy`` (or a static tree) on ``model``, made at its
+    first use and kept in ``model.decoders`` (its captured graphs with it) until the model's
+    ``use_body``."""
+    if not isinstance(strategy, DeviceStrategy):
+        strategy = DeviceStrategy.static(strategy)
+    found = model.decoders.get(strategy.key)
     if found is None:
-        found = model.decoders[tree.key] = DeviceDecoder(model, tree)
+        found = model.decoders[strategy.key] = DeviceDecoder(model, strategy)
     return found  # type: ignore[no-any-return]

@@ -24,6 +24,8 @@ Public surface:
         .size (T), .max_depth, .k, .is_chain, .leaves, .draft_tree(tokens) -> DraftTree
         .on(device) -> TreeTensors
     TreeTensors         frozen: the topology's tensors on one device
+    tensors_of(parents [T], depths [T], max_depth) -> TreeTensors    a topology made on the
+                                        device (a step's own: leaves every node, ranks zero)
 """
 
 from __future__ import annotations
@@ -180,3 +182,23 @@ class StaticTree:
                            parents=put(np.maximum(self.parents, 0)),
                            nonroot=put(np.arange(self.size) > 0), ranks=put(self.ranks),
                            leaves=put(self.leaves), levels=put(levels), k=self.k)
+
+
+def tensors_of(parents: torch.Tensor, depths: torch.Tensor, max_depth: int) -> TreeTensors:
+    """The :class:`TreeTensors` of a topology made on the device, in static shapes (no host
+    synchronisation): ``parents`` int64 ``[T]`` (node 0 the root, its parent itself; a parent
+    before its child), ``depths`` int64 ``[T]``, every depth at most ``max_depth`` (a host
+    int). The ancestor mask is ``max_depth`` gathers (each row: itself and its parent's row);
+    ``leaves`` lists every node (the verdict's ``n`` of each node's root path), ``ranks`` are
+    zero."""
+    t = int(parents.numel())
+    dev = parents.device
+    own = torch.eye(t, dtype=torch.bool, device=dev)  # (T, T)
+    mask = own
+    for _ in range(max_depth):
+        mask = own | mask[parents]
+    steps = torch.arange(max_depth + 1, device=dev)
+    node = torch.arange(t, device=dev)
+    return TreeTensors(depths=depths, mask=mask, parents=parents, nonroot=node > 0,
+                       ranks=torch.zeros_like(depths), leaves=node,
+                       levels=depths[None, :] == steps[:, None], k=1)
