@@ -117,8 +117,9 @@ def decode(
     may change the output.
 
     On the static runtime with ``device_steps`` (:mod:`~blockdraft.verify.device_decode`), a
-    spec of one topology (vanilla heads, a static Medusa tree) runs every step on the device,
-    with the same output.
+    drafter the device drafts (vanilla heads, a static Medusa tree, the rated tree with N
+    fixed, prompt lookup, vanilla + lookup) runs every step on the device, with the same
+    output.
 
     Several prompts (a list of sequences, or a 2-D array / tensor of rows) are decoded one at
     a time: drafts of different prompts accept different lengths, so a batch of prompts would

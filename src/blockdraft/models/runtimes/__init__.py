@@ -21,7 +21,9 @@ export cache are one module for every model blockdraft exports (:mod:`.onnx_stor
                    on a CUDA device one graph captured per bucket of new tokens (1 .. 64);
                    with ``device_steps`` a whole decode step on the device, one graph each
                    (:mod:`.device_step`: a static draft tree, :mod:`.device_tree`; its
-                   verdict, :mod:`.device_accept`; its drafts, :mod:`.device_drafts`)
+                   verdict, :mod:`.device_accept`; its drafts, :mod:`.device_drafts`; the
+                   strategies, :mod:`.device_drafters`: the rated tree, :mod:`.device_rates`,
+                   with an n-gram LM's evidence, :mod:`.device_ngram`; prompt lookup)
 
 Public surface:
     RUNTIMES, PRECISIONS                      the names, and the precisions each runtime takes

@@ -182,7 +182,8 @@ class StaticKVModel(RuntimeModel):
             False attends every row of the buffer (the runtime before issue 41, for
             comparisons).
         device_steps: decode's steps run on the device when its drafter is one the device
-            drafts (vanilla heads' chain, a static Medusa tree; :mod:`.device_step` and
+            drafts (vanilla heads' chain, a static Medusa tree, the rated tree with N fixed,
+            prompt lookup, chain + lookup; :mod:`.device_step` and
             :mod:`blockdraft.verify.device_decode`); a plain attribute, set it any time.
 
     Raises:
@@ -225,7 +226,7 @@ class StaticKVModel(RuntimeModel):
         self.kv_buckets = bool(kv_buckets)
         self._caches: dict[int, Any] = {}  # rows attended -> its StaticCache over the buffer
         self._body: Forward | None = None  # use_body's replacement of the base's forward
-        self.decoders: dict[Any, Any] = {}  # a static tree's key -> its device decoder
+        self.decoders: dict[Any, Any] = {}  # a device strategy's key -> its device decoder
         self.device_steps = bool(device_steps)
         self._cache_of(self.attended(1))  # the first one now: transformers' refusals here
         self._window = _window(model)
