@@ -15,7 +15,12 @@ exact criterion) with:
 - vanilla heads and Medusa's static trees (16 nodes; 64 nodes, Medusa's ``mc_sim_7b_63``, when
   the heads reach depth 4) on the host path (decode's drafter, lattice and verifier) and with
   the whole step on the device (:mod:`blockdraft.models.runtimes.device_step`, through decode
-  with ``device_steps``).
+  with ``device_steps``);
+- the device drafters of issue 41 item 2, on the device only (:mod:`blockdraft.models.runtimes.
+  device_drafters`): the rated tree with N fixed (16 and 32 of Medusa's candidates, rated by
+  the heads folder's ``acceptance.json``, uniform stand-ins without one), the same with the
+  packaged n-gram LM's evidence (its table on the device; only when the LM's ARPA file lies
+  beside its binary: the table reads it), prompt lookup and vanilla + lookup.
 
 Each row: tokens/s (wall time of the decode calls; every row warmed up first by one whole
 decode, so graphs are captured before timing), its speedup over the graph greedy, B, how many
@@ -37,8 +42,10 @@ from typing import Any
 DEVICE = "(device step)"
 
 
-def rows_of(heads: int) -> dict[str, tuple[Any, bool]]:
-    """Row name -> (drafter: a DraftSpec, or "greedy"; on the device)."""
+def rows_of(heads: int, folder: Path | None = None,
+            log: Any = print) -> dict[str, tuple[Any, bool]]:
+    """Row name -> (drafter: a DraftSpec, or "greedy"; on the device). ``folder``: the heads
+    folder, whose ``acceptance.json`` and n-gram LM the rated trees read."""
     from blockdraft.drafts import DraftSpec
 
     trees = {"vanilla heads": DraftSpec("heads"),
@@ -50,7 +57,37 @@ def rows_of(heads: int) -> dict[str, tuple[Any, bool]]:
     for name, spec in trees.items():
         out[name] = (spec, False)
         out[f"{name} {DEVICE}"] = (spec, True)
+    tables = folder / "acceptance.json" if folder is not None else None
+    rated = {"tables": str(tables)} if tables is not None and tables.is_file() else {}
+    for n in (16, 32):
+        out[f"rated tree N={n} {DEVICE}"] = (DraftSpec("tree", tree="rated", budget=n, **rated),
+                                             True)
+    lm = _ngram_of(folder, log)
+    if lm is not None:
+        out[f"rated tree N=32 + n-gram {DEVICE}"] = (
+            DraftSpec("tree", tree="rated", budget=32, rescorer="ngram", lm=str(lm), **rated),
+            True)
+    out[f"lookup {DEVICE}"] = (DraftSpec("lookup"), True)
+    out[f"vanilla + lookup {DEVICE}"] = (DraftSpec("combined"), True)
     return out
+
+
+def _ngram_of(folder: Path | None, log: Any) -> Path | None:
+    """The heads folder's n-gram LM when the device can read it (its ARPA file beside the
+    binary), else None (said in the log)."""
+    if folder is None:
+        return None
+    from blockdraft.models.hf.drafting import read_drafting
+
+    recipe = read_drafting(folder)
+    lm = None if recipe is None else recipe.ngram
+    if lm is None:
+        return None
+    if not lm.with_suffix(".arpa").is_file() and lm.suffix != ".arpa":
+        log(f"rated tree + n-gram: skipped ({lm.with_suffix('.arpa').name} is not beside "
+            f"{lm.name}; the device's n-gram table reads the ARPA file)")
+        return None
+    return lm
 
 
 def run_row(model: Any, drafter: Any, on_device: bool, prompts: list[list[int]], max_new: int,
@@ -89,17 +126,25 @@ def run_row(model: Any, drafter: Any, on_device: bool, prompts: list[list[int]],
 
 
 def measure(model: Any, prompts: list[list[int]], max_new: int, eos: int | None,
-            log: Any = print) -> dict[str, Any]:
-    """Every row's figures (module docstring) for one loaded model."""
+            log: Any = print, folder: Path | None = None) -> dict[str, Any]:
+    """Every row's figures (module docstring) for one loaded model (``folder``: its heads'
+    folder)."""
     rows: dict[str, Any] = {}
     greedy: list[list[int]] = []
     base_tok_s = float("nan")
-    for name, (drafter, on_device) in rows_of(model.h - 1).items():
-        log(f"{name}: warm-up")  # the longest prompt: every graph the others need, captured
-        run_row(model, drafter, on_device, [max(prompts, key=len)], max_new, eos)
-        log(f"{name}: {len(prompts)} prompts")
-        outs, secs, calls, dev_ms, host_ms = run_row(model, drafter, on_device, prompts,
-                                                     max_new, eos)
+    for name, (drafter, on_device) in rows_of(model.h - 1, folder, log).items():
+        try:
+            log(f"{name}: warm-up")  # the longest prompt: every graph the others need, captured
+            run_row(model, drafter, on_device, [max(prompts, key=len)], max_new, eos)
+            log(f"{name}: {len(prompts)} prompts")
+            outs, secs, calls, dev_ms, host_ms = run_row(model, drafter, on_device, prompts,
+                                                         max_new, eos)
+        except Exception as e:  # a row that fails is reported, the next one runs
+            if name == "greedy (graph)":
+                raise
+            rows[name] = {"error": f"{type(e).__name__}: {e}"}
+            log(f"{name} failed: {type(e).__name__}: {e}")
+            continue
         tokens = sum(len(o) for o in outs)
         if name == "greedy (graph)":
             greedy, base_tok_s = outs, tokens / secs
@@ -130,6 +175,9 @@ def section(precision: str, part: dict[str, Any]) -> list[str]:
         return "-" if v is None else f"{v:.3f}"
 
     for name, r in part["rows"].items():
+        if "error" in r:
+            lines.append(f"| {name} | failed: `{r['error']}` | | | | | |")
+            continue
         lines.append(f"| {name} | {r['tok_s']:.1f} | {r['speedup']:.2f}x | {r['B']:.2f} | "
                      f"{r['identical']}/{part['prompts']} | {ms(r['device_ms'])} | "
                      f"{ms(r['host_ms'])} |")
@@ -196,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                            for q in PROMPTS[: args.prompts]]
                 eos = tok.eos_id
             rows = measure(model, prompts, args.max_new_tokens, eos,
-                           log=lambda m, p=precision: log(f"{p} {m}"))
+                           log=lambda m, p=precision: log(f"{p} {m}"),
+                           folder=None if args.heads is None else Path(args.heads))
             report["precisions"][precision] = {"prompts": len(prompts), "rows": rows}
         except Exception as e:  # a precision that fails is reported, the next one runs
             report["precisions"][precision] = {"error": f"{type(e).__name__}: {e}"}

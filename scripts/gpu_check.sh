@@ -21,7 +21,10 @@
 #      through the runtime's graphs against greedy, vanilla heads and Medusa's static trees of 16
 #      and 64 nodes on the device, one CUDA graph a step, and the same drafters on the host
 #      path: tokens/s, speedup over the graph greedy, B, outputs identical to it, device and
-#      host ms per step); the CPU-tested device-step tests run on CUDA in stage 1;
+#      host ms per step; and item 2's device drafters on the device: the rated tree with N = 16
+#      and 32 from acceptance.json, with the n-gram LM's evidence when answers4.arpa lies beside
+#      answers4.bin, prompt lookup, vanilla + lookup); the CPU-tested device-step tests run on
+#      CUDA in stage 1;
 #   4. gpu.{json,md,png}: python -m benchmarks.bench_gpu: the cost curve eager against the static
 #      runtime and its CUDA graphs (bf16 and fp32) with the issue's three targets, the decode loop
 #      end to end (greedy, vanilla heads, prompt lookup, 8-best trie: speedup over the runtime's
@@ -88,7 +91,8 @@ timeout 150 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs \
   tests/models/test_cuda.py tests/models/hf/test_hf_decode.py tests/models/hf/test_hf_tree.py \
   tests/verify/test_decode.py tests/rescorers/test_neural.py \
   tests/verify/test_default_on_devices.py tests/models/runtimes/test_device_drafts.py \
-  tests/models/runtimes/test_device_step.py >"$OUT/tests.txt" 2>&1
+  tests/models/runtimes/test_device_step.py tests/models/runtimes/test_device_strategies.py \
+  >"$OUT/tests.txt" 2>&1
 echo "cuda tests: exit $?" | tee -a "$OUT/tests.txt"
 timeout 40 "$PY" -m pytest -q -p no:cacheprovider -rs tests/models/runtimes/test_static.py \
   -k captured >>"$OUT/tests.txt" 2>&1
@@ -131,7 +135,7 @@ fi
 stage "3b. issue 41: the whole decode step on the device (real weights, Medusa heads)"
 if ! skipped device; then
   if [ -n "${BLOCKDRAFT_GPU_MODEL:-}" ]; then
-    timeout 200 "$PY" -m benchmarks.bench_device_step --model "$BLOCKDRAFT_GPU_MODEL" \
+    timeout 260 "$PY" -m benchmarks.bench_device_step --model "$BLOCKDRAFT_GPU_MODEL" \
       --heads src/blockdraft/models/hf/heads/smollm2 --device cuda --dtype bfloat16 \
       --dtype float32 --prompts 4 --max-new-tokens 128 --out /tmp/device >>"$LOG" 2>&1
     echo "device step (bench_device_step): exit $? (124: its time limit)" | tee -a "$LOG"

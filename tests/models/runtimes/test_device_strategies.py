@@ -229,3 +229,16 @@ def test_refusals() -> None:
         decoder(model, DeviceStrategy.rated(deep, 8, tables_of("uniform")))
     with pytest.raises(ModelError, match="Medusa heads"):
         decoder(static_model(heads="prefix", capacity=160), DeviceStrategy.chain_lookup(3))
+
+
+@pytest.mark.parametrize("drafter", ["rated", "lookup", "combined"])
+def test_bfloat16_device_drafters_are_the_hosts(drafter: str) -> None:
+    """bfloat16 on this CPU: the device's tokens are the host path's (the same forwards of the
+    same shapes; the rated tree's log-probabilities from bfloat16 logits alike)."""
+    model = static_model(dtype=torch.bfloat16, capacity=160)
+    spec = {"rated": rated(tables_of("sharp"), 8), "lookup": DraftSpec("lookup"),
+            "combined": DraftSpec("combined")}[drafter]
+    host, dev = host_and_device(model, prompt_of(4), spec)
+    assert dev.drafter.endswith("(device)") and len(dev.tokens) == N
+    assert dev.tokens == host.tokens
+    same_steps(dev, host)
