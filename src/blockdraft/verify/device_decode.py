@@ -33,7 +33,8 @@ same drafter, token for token (tested), and its records are the host's records' 
 (:class:`~blockdraft.verify.records.DecodeStep`: the tree, its winner, ``n``, the tokens;
 ``forward_s`` the device step, ``other_s`` the host's own work). Every other drafter (the
 default cost-aware tree, whose N follows the cost curve and whose p-best search runs on the
-host; an LM other than an n-gram, or with a context LM), a criterion other than ``exact``,
+host; an LM other than an n-gram, with a context LM, or a KenLM binary without its ARPA file
+beside it, which the device's table reads), a criterion other than ``exact``,
 prefix heads with a drafter that reads heads, the old keywords (``rescorer``, ``k``, ``p``,
 ``iad``, ``tree``) or a tree the model cannot draft (deeper than its heads) take the host path,
 unchanged.
@@ -137,18 +138,22 @@ def _from_pipeline(drafter: Pipeline, heads: int, medusa: bool, name: str) -> An
 
 def _ngram_of(scorer: Any) -> Any:
     """The n-gram LM (an :class:`~blockdraft.rescorers.ngram.NgramLM`) whose scores a path
-    scorer gives (its own, or an n-gram rescorer's without a context LM), None for no scorer,
-    False for another."""
+    scorer gives (its own, or an n-gram rescorer's without a context LM) when its table can be
+    built (:class:`~blockdraft.rescorers.ngram.table.NgramTable`: its ARPA file at hand, its
+    keys in 63 bits); None for no scorer, False for another (the host path)."""
     if scorer is None:
         return None
     from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer
     from blockdraft.rescorers.ngram.rescorer import RescorerPathScorer
 
     if isinstance(scorer, NgramPathScorer):
-        return scorer.lm
-    if isinstance(scorer, RescorerPathScorer) and not scorer.rescorer.uses_context:
-        return scorer.rescorer.lm
-    return False
+        lm = scorer.lm
+    elif isinstance(scorer, RescorerPathScorer) and not scorer.rescorer.uses_context:
+        lm = scorer.rescorer.lm
+    else:
+        return False
+    fits = lm.arpa_path() is not None and len(lm.words) ** int(lm.order) < 2 ** 63
+    return lm if fits else False
 
 
 def _table_maker(lm: Any) -> Any:

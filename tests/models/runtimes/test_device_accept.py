@@ -1,5 +1,6 @@
-"""The device step's pieces without a model: the verdict on a static tree equals
-verify/acceptance.py's on random trees (brute force: every node, winner, path, n per leaf, EOS),
+"""The device step's pieces without a model: the verdict on a static tree (and on the same
+topology made on the device) equals verify/acceptance.py's on random trees (brute force: every
+node, winner, path, n per leaf, EOS),
 a static Medusa tree drafted on the device equals the host's medusa_tree over the host lattice
 (ties, shortlists, bfloat16), and the device top-k keeps the host's order exactly."""
 
@@ -17,7 +18,7 @@ from blockdraft.lattice.step import step_lattice
 from blockdraft.models import ModelError
 from blockdraft.models.runtimes.device_accept import tree_verdict
 from blockdraft.models.runtimes.device_drafts import topk_columns, tree_draft
-from blockdraft.models.runtimes.device_tree import StaticTree
+from blockdraft.models.runtimes.device_tree import StaticTree, tensors_of
 from blockdraft.models.topk import topk_logprobs
 from blockdraft.verify.acceptance import accepted_from, leaf_lengths, tree_winner
 
@@ -63,6 +64,17 @@ def test_the_device_verdict_is_the_host_walks(case: tuple[DraftTree, np.ndarray,
     want = [*tree.tokens[path[1:]].tolist(), int(greedy[winner])]
     assert got.tokens.tolist() == want + [-1] * (tree.max_depth - n)
     assert tuple(got.leaf_lengths.tolist()) == leaf_lengths(tree, accepted)
+    # the same topology made on the device (a step's own, as a rated tree's or a merged
+    # copy's): the same verdict, n of every node's root path in place of the leaves'
+    parents = torch.tensor(np.maximum(tree.parents, 0))
+    made = tensors_of(parents, torch.tensor(tree.depths), tree.max_depth + 1)
+    again = tree_verdict(made, torch.tensor(tree.tokens), torch.tensor(greedy),
+                         torch.tensor(-1 if eos is None else eos))
+    assert again.accepted.tolist() == accepted.tolist()
+    assert (int(again.winner), int(again.n)) == (winner, n)
+    assert again.path[: n + 1].tolist() == path.tolist()
+    assert again.tokens[: n + 1].tolist() == want
+    assert again.leaf_lengths[tree.leaves()].tolist() == list(leaf_lengths(tree, accepted))
 
 
 def test_a_static_tree_refuses_what_is_not_one() -> None:

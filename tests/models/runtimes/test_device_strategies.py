@@ -43,6 +43,7 @@ from blockdraft.models.runtimes.device_tree import StaticTree  # noqa: E402
 from blockdraft.rescorers.ngram.lm import NgramLM  # noqa: E402
 from blockdraft.rescorers.ngram.path_scorer import NgramPathScorer  # noqa: E402
 from blockdraft.rescorers.ngram.table import NgramTable  # noqa: E402
+from blockdraft.verify import decode  # noqa: E402
 
 PACKAGED = (Path(__file__).resolve().parents[3] / "src" / "blockdraft" / "models" / "hf"
             / "heads" / "smollm2" / "acceptance.json")
@@ -123,8 +124,7 @@ def test_the_rated_spec_runs_on_the_device() -> None:
     steps = check(model, spec, seeds=(2,), accepted=1)
     assert steps[0].tree.num_nodes == 12
     prompt = prompt_of(2)
-    result = __import__("blockdraft.verify", fromlist=["decode"]).decode(
-        model, prompt, drafter=spec, max_new_tokens=8)
+    result = decode(model, prompt, drafter=spec, max_new_tokens=8)
     assert result.drafter == f"{spec.label} (device)"
 
 
@@ -242,3 +242,20 @@ def test_bfloat16_device_drafters_are_the_hosts(drafter: str) -> None:
     assert dev.drafter.endswith("(device)") and len(dev.tokens) == N
     assert dev.tokens == host.tokens
     same_steps(dev, host)
+
+
+def test_an_lm_without_its_arpa_file_takes_the_host_path(tiny_lm: NgramLM,
+                                                        tmp_path: Path) -> None:
+    """A KenLM binary alone cannot become the device's table: decode drafts on the host, with
+    the same tokens."""
+    binary = tiny_lm.path.with_suffix(".bin")
+    lone = tmp_path / "lone.bin"
+    lone.write_bytes(binary.read_bytes())
+    lm = NgramLM(lone)
+    assert lm.arpa_path() is None
+    model = static_model(capacity=160)
+    prompt = prompt_of(2)
+    result = decode(model, prompt, drafter=rated(tables_of("sharp"), 10, NgramPathScorer(lm)),
+                    max_new_tokens=16)
+    assert not result.drafter.endswith("(device)")
+    assert result.tokens == greedy_generate(model, prompt, 16)
