@@ -97,7 +97,7 @@ echo "cuda tests: exit $?" | tee -a "$OUT/tests.txt"
 timeout 40 "$PY" -m pytest -q -p no:cacheprovider -rs tests/models/runtimes/test_static.py \
   -k captured >>"$OUT/tests.txt" 2>&1
 echo "static runtime CUDA-graph tests: exit $?" | tee -a "$OUT/tests.txt"
-timeout 90 "$PY" -m pytest -q -p no:cacheprovider -x -rs tests/models/runtimes \
+timeout 120 "$PY" -m pytest -q -p no:cacheprovider -x -rs tests/models/runtimes \
   >>"$OUT/tests.txt" 2>&1
 echo "runtime tests (static, onnxruntime): exit $?" | tee -a "$OUT/tests.txt"
 tail -n 15 "$OUT/tests.txt"
