@@ -77,6 +77,12 @@ class _Ops:
             return np.tile(vec.astype(np.int64), (n, 1))
         return self.asarray(vec, "int64").expand(n, vec.size).clone()
 
+    def arange(self, n: int) -> Any:
+        """int64 ``[n]``: 0 .. n - 1, made where the arrays live (no host copy)."""
+        if self.torch is None:
+            return np.arange(n, dtype=np.int64)
+        return self.torch.arange(n, dtype=self.torch.int64, device=self.device)
+
     def host(self, x: Any) -> np.ndarray:
         """``x`` as a host int64 numpy array (a device tensor is copied back)."""
         if self.torch is not None and self.torch.is_tensor(x):
@@ -218,7 +224,7 @@ class NgramTable:
         """Slots at or before the last unknown word (index 0) of each history become NONE."""
         ops = self.ops
         width = hist.shape[1]
-        pos = ops.asarray(np.arange(width), "int64")
+        pos = ops.arange(width)
         last_unk = ops.cummax_right(ops.where(hist == 0, pos + 0 * hist, 0 * hist - 1))
         return ops.where(pos <= last_unk, 0 * hist + NONE, hist)
 
