@@ -228,8 +228,8 @@ def test_command_line_presets() -> None:
 
 def test_the_whole_call_is_accounted_for(report: Any) -> None:
     """Every call splits into prefill, steps and outside (never more than the call); the
-    predicted and measured speedups
-    come from the same rows; the default drafter and the cost-aware vanilla ran losslessly."""
+    predicted and measured speedups come from the same rows; the default drafter and the
+    cost-aware vanilla ran losslessly."""
     rep, out, _ = report
     overall = rep["summary"]["overall"]
     assert {"blockdraft default (cost-aware tree)", "vanilla, cost-aware depth"} <= set(overall)
