@@ -208,8 +208,9 @@ def ConditionalTreeDrafter(k: int = 4, budget: int = 16,  # noqa: N802
     """EAGLE-2's confidence tree over the tree lattice of prefix heads or a draft layer, ``k``
     arcs a node; with ``scorer`` (an LM over paths, an n-gram LM through
     :class:`~blockdraft.rescorers.ngram.NgramPathScorer`), grown best first by arc + ``alpha``
-    x LM log-probability instead (the rescored tree); with a cost curve, grown while each node
-    pays for its row and its expansion; with ``lookup``,
+    x LM log-probability instead (the rescored tree: grown to ``budget``, then cut to what
+    pays with each node rated by its arc's probability, as the copies are merged below); with
+    a cost curve, grown while each node pays for its row and its expansion; with ``lookup``,
     prompt lookup's ``copies`` copies (``copy_length`` tokens) merged in, each node rated as
     independent evidence (its arc's probability where its parent was expanded, each copy's rate
     from ``tables``, uniform stand-ins without) and the merged tree cut to what pays on
@@ -230,14 +231,19 @@ def ConditionalTreeDrafter(k: int = 4, budget: int = 16,  # noqa: N802
     cut = CostCut(cost, budget)
     if isinstance(scorer, NgramLM):
         scorer = NgramPathScorer(scorer)
-    grown = Grown(k, budget, scorer=scorer, alpha=alpha, tree_lattice=True, cut=cut,
-                  source="conditional tree")
+    # a rescored tree grows to the budget in its own order; the cut then rates its nodes by
+    # their arcs (an LM's log-probability is evidence for the order, not an acceptance rate)
+    grown = Grown(k, budget, scorer=scorer, alpha=alpha, tree_lattice=True,
+                  cut=cut if scorer is None else None, source="conditional tree")
     sized = "cost-aware " if cost is not None else ""
     kind = "confidence" if scorer is None else f"rescored (alpha={alpha:g})"
     label = name or (f"tree-lattice {sized}{kind} tree{' + lookup' if lookup else ''} "
                      f"(k={k}, N={budget})")
-    if not lookup:
+    if not lookup and scorer is None:
         return Pipeline([grown], name=label, source="conditional tree")
     rates = ArcRates(tables if tables is not None else AcceptanceTables.uniform(2))
-    return Pipeline([grown, Copies(copies=copies, lengths=(copy_length,))], rates=rates,
-                    cut=cut, name=label, source="conditional tree + lookup")
+    sources: list[Any] = [grown]
+    if lookup:
+        sources.append(Copies(copies=copies, lengths=(copy_length,)))
+    return Pipeline(sources, rates=rates, cut=cut, name=label,
+                    source="conditional tree + lookup" if lookup else "conditional tree")
