@@ -21,6 +21,7 @@ import torch
 pytest.importorskip("transformers")
 
 from blockdraft.drafts import DraftSpec  # noqa: E402
+from blockdraft.drafts.grow import ConditionalTreeDrafter  # noqa: E402
 from blockdraft.drafts.protocol import Feedback, StepView  # noqa: E402
 from blockdraft.lattice.conditional import TreeLattice  # noqa: E402
 from blockdraft.lattice.search import grow  # noqa: E402
@@ -118,20 +119,13 @@ def test_the_layers_state_after_each_step_equals_a_recompute(fusion: str, contex
     positions, as one call over that text computes them."""
     model = eagle_model(fusion, context)
     prompts = [[5, 9, 14, 3, 5, 9, 14, 3, 5], [1, 5, 9], [7, 7, 2]]
-    drafter = StateChecked(DraftSpec("tree-lattice", k=3, p=0, budget=24, lookup=True,
-                                     copy_length=6).build(caps=model.capabilities,
-                                                          cost=_flat_cost()), model)
+    # no cost curve: the trees do not depend on timings
+    drafter = StateChecked(ConditionalTreeDrafter(k=3, budget=24, lookup=True, copy_length=6),
+                           model)
     outs = decode(model, prompts, drafter=drafter, max_new_tokens=40)
     assert [o.tokens for o in outs] == [greedy_generate(model, p, 40) for p in prompts]
     assert drafter.checked == sum(len(o.steps) for o in outs) > 15
     assert drafter.long_paths > 0  # paths of several nodes were fed: the check has teeth
-
-
-def _flat_cost() -> Any:
-    from blockdraft.models.cost import CostCurve
-
-    return CostCurve(nodes=(1, 2, 4, 8, 16, 32), step_ms=(1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
-                     heads_ms=0.1, greedy_ms=1.0, device="test")
 
 
 def _specs(lm: Any) -> list[DraftSpec]:

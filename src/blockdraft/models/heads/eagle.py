@@ -202,10 +202,10 @@ class EagleRule(HeadsRule):
         return EagleTree(self.backend.step, self.backend.token_ids, kv, out.features[0, -1],
                          out.logits[0, -1], position, certain, self.num_heads, self.width)
 
-    def _trees(self, x: torch.Tensor, first: Any = None) -> list[EagleTree]:
-        """The tree of each state ``x [M, d]``: the state's own when ``x`` is the state its
-        last accepted path ended on, else a tree from ``x`` alone (the module docstring);
-        ``first``: the base's greedy tokens at ``x`` (projected when not given).
+    def _tree_at(self, x: torch.Tensor, first: Any = None) -> EagleTree:
+        """The tree at the state ``x [1, d]``: the state's own when ``x`` is the state the last
+        accepted path ended on, else a tree from ``x`` alone (the module docstring);
+        ``first``: the base's greedy token at ``x`` (projected when not given).
 
         Raises:
             ModelError: several states (a draft layer drafts at the end of the text alone:
@@ -214,42 +214,40 @@ class EagleRule(HeadsRule):
         state = self.state
         if (state.tree is not None and state.anchor is not None and x.shape[0] == 1
                 and x.device == state.anchor.device and torch.equal(x[0], state.anchor)):
-            return [state.tree]
+            return state.tree
         if x.shape[0] != 1:
             raise ModelError(f"an EAGLE draft layer drafts after the committed text only; its "
                              f"heads at {x.shape[0]} positions at once are not defined (decode "
                              "online, or measure it offline with score_eagle)")
-        tokens = (self.backend.greedy(x) if first is None
-                  else torch.as_tensor(first, device=x.device)).reshape(-1)
+        token = int((self.backend.greedy(x) if first is None
+                     else torch.as_tensor(first)).reshape(-1)[0])
         config = self.backend.config
         feature = x if config.fusion == "top" else x.repeat(1, len(config.fuse_layers))
         zero = torch.zeros(1, 1, dtype=torch.int64, device=x.device)
-        with torch.no_grad():
-            out = self.backend.step(feature[None], zero + int(tokens[0]), zero, None, None)
-        return [self._tree(out, out.kv, 0, int(tokens[0]))]
+        out = self.backend.step(feature[None], zero + token, zero, None, None)
+        return self._tree(out, out.kv, 0, token)
 
+    @torch.no_grad()
     def states(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        """The greedy chain's first ``n`` states at ``x [..., d]``: ``[..., n, d]`` (the
-        layer's output features, each projected by its head)."""
-        flat = x.reshape(-1, x.shape[-1])
-        with torch.no_grad():
-            out = torch.stack([tree.states(n) for tree in self._trees(flat)])  # (M, n, d)
+        """The greedy chain's first ``n`` states at ``x [..., d]`` (one state): ``[..., n, d]``
+        (the layer's output features, each projected by its head)."""
+        out = self._tree_at(x.reshape(-1, x.shape[-1])).states(n)  # (n, d)
         return out.reshape(*x.shape[:-1], n, out.shape[-1])
 
+    @torch.no_grad()
     def head_topk(self, x: torch.Tensor, k: int, n: int, first: Any = None
                   ) -> tuple[np.ndarray, np.ndarray]:
-        """The greedy chain's top-``k`` at ``x [M, d]`` (draft steps ``1 .. n - 1``):
-        ``(ids int64 [M, n - 1, k], log-probs float64)`` over the layer's shortlist."""
-        with torch.no_grad():
-            rows = [tree.chain(k, n - 1) for tree in self._trees(x, first)]
-        return padded(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]), k)
+        """The greedy chain's top-``k`` at ``x [1, d]`` (draft steps ``1 .. n - 1``):
+        ``(ids int64 [1, n - 1, k], log-probs float64)`` over the layer's shortlist."""
+        ids, scores = self._tree_at(x, first).chain(k, n - 1)
+        return padded(ids[None], scores[None], k)
 
     def expander(self, x: torch.Tensor, k: int, first: int | None = None,
                  chain: tuple[np.ndarray, np.ndarray] | None = None
                  ) -> Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]:
         """The step's tree lattice at ``x [d]``, ``k`` arcs a node (``chain`` is not needed:
         the tree keeps the chain's nodes it computed)."""
-        tree = self._trees(x.reshape(1, -1), None if first is None else [first])[0]
+        tree = self._tree_at(x.reshape(1, -1), first)
 
         def expand(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
             with torch.no_grad():
