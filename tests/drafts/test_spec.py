@@ -196,3 +196,42 @@ def test_the_tree_lattice_chain_stays_a_chain_over_a_wider_lattice() -> None:
     chain = DraftSpec("tree-lattice", k=4, p=0, budget=16).build(caps=INT8_PREFIX, cost=COST)
     zero = SausageLattice(tokens=np.zeros((4, 1), dtype=np.int64), scores=np.zeros((4, 1)))
     assert is_chain(chain.draft(view(zero, tree=TreeLattice(4, wide_expand))))
+
+
+class FavourOdd:
+    """A path scorer that all but rules out the even tokens (natural log)."""
+
+    def next_scores(self, path: Any, context: Any, candidates: np.ndarray) -> np.ndarray:
+        return np.where(np.asarray(candidates) % 2 == 1, 0.0, -20.0)
+
+    def score_tree(self, tokens: Any, parents: Any, context: Any) -> np.ndarray:
+        return np.zeros(len(tokens))
+
+    def check_vocab(self, vocab_size: int) -> None:
+        pass
+
+
+def test_a_tree_lattice_tree_is_rescored_when_a_rescorer_is_named() -> None:
+    """``tree-lattice`` with ``p = 0`` keeps its rescorer (a draft layer's tree rescored by an
+    n-gram LM): the tree grows best first by arc + alpha x LM, so the LM's favourite paths come
+    first; without one it is the confidence tree."""
+    from blockdraft.lattice.search import grow, narrowed
+
+    scorer = FavourOdd()
+    spec = DraftSpec("tree-lattice", k=3, p=0, budget=8, rescorer="given", given=scorer,
+                     alpha=1.0)
+    assert spec.rescorer == "given" and "given:FavourOdd" in spec.label
+    assert DraftSpec("tree-lattice", k=3, p=0, rescorer="ngram", lm="lm.bin").lm == "lm.bin"
+    zero = SausageLattice(tokens=np.zeros((4, 1), dtype=np.int64), scores=np.zeros((4, 1)))
+    caps = INT8_PREFIX.with_(exact_trees=True)
+    flat = CostCurve(nodes=(1, 32), step_ms=(10.0, 10.0), heads_ms=0.0, greedy_ms=10.0)
+    plain = DraftSpec("tree-lattice", k=3, p=0, budget=8).build(caps=caps, cost=flat).draft(
+        view(zero, tree=TreeLattice(4, wide_expand)))
+    drafter = spec.build(caps=caps, cost=flat)
+    rescored = drafter.draft(view(zero, tree=TreeLattice(4, wide_expand)))
+    assert scorer in drafter.needs.lms and rescored.num_nodes == plain.num_nodes == 8
+    want = grow(narrowed(TreeLattice(4, wide_expand), 3), 8, scorer=scorer, alpha=1.0)
+    assert rescored.tokens.tolist() == want.tokens.tolist()
+    assert rescored.parents.tolist() == want.parents.tolist()
+    odd = [int(t) % 2 for t in rescored.tokens[1:]]
+    assert sum(odd) > sum(int(t) % 2 for t in plain.tokens[1:])

@@ -21,7 +21,8 @@ Public surface:
     ConfidenceTreeDrafter(k=4, budget=16, name="") -> Pipeline
     RescoredTreeDrafter(lm, k=4, budget=16, alpha=1.0, name="") -> Pipeline
     ConditionalTreeDrafter(k=4, budget=16, cost=None, lookup=False, tables=None, copies=3,
-                           copy_length=16, name="") -> Pipeline     prefix heads' default
+                           copy_length=16, scorer=None, alpha=1.0, name="") -> Pipeline
+        the tree lattice's tree (prefix heads', a draft layer's default), rescored by an LM
 """
 
 from __future__ import annotations
@@ -132,7 +133,8 @@ class Grown:
         budget: nodes at most, the root included.
         scorer: an LM over paths (the rescored tree), or None.
         alpha: the LM's weight.
-        tree_lattice: grow over the step's tree lattice (prefix heads), not its sausage.
+        tree_lattice: grow over the step's tree lattice (prefix heads, a draft layer), not its
+            sausage.
         cut: stop the growth where the next node no longer pays on this cut's cost curve, its
             expansion's host time counted (an :class:`ExpansionClock` this source owns).
         source: the label of its nodes.
@@ -201,9 +203,14 @@ def RescoredTreeDrafter(lm: PathScorer | NgramLM, k: int = 4, budget: int = 16, 
 def ConditionalTreeDrafter(k: int = 4, budget: int = 16,  # noqa: N802
                            cost: CostCurve | None = None, lookup: bool = False,
                            tables: AcceptanceTables | None = None, copies: int = 3,
-                           copy_length: int = 16, name: str = "") -> Pipeline:
-    """EAGLE-2's confidence tree over prefix heads' tree lattice, ``k`` arcs a node; with a
-    cost curve, grown while each node pays for its row and its expansion; with ``lookup``,
+                           copy_length: int = 16, scorer: PathScorer | NgramLM | None = None,
+                           alpha: float = 1.0, name: str = "") -> Pipeline:
+    """EAGLE-2's confidence tree over the tree lattice of prefix heads or a draft layer, ``k``
+    arcs a node; with ``scorer`` (an LM over paths, an n-gram LM through
+    :class:`~blockdraft.rescorers.ngram.NgramPathScorer`), grown best first by arc + ``alpha``
+    x LM log-probability instead (the rescored tree: grown to ``budget``, then cut to what
+    pays with each node rated by its arc's probability, as the copies are merged below); with
+    a cost curve, grown while each node pays for its row and its expansion; with ``lookup``,
     prompt lookup's ``copies`` copies (``copy_length`` tokens) merged in, each node rated as
     independent evidence (its arc's probability where its parent was expanded, each copy's rate
     from ``tables``, uniform stand-ins without) and the merged tree cut to what pays on
@@ -222,12 +229,21 @@ def ConditionalTreeDrafter(k: int = 4, budget: int = 16,  # noqa: N802
         raise DraftError(f"ConditionalTreeDrafter.tables must be AcceptanceTables, got "
                          f"{type(tables).__name__}")
     cut = CostCut(cost, budget)
-    grown = Grown(k, budget, tree_lattice=True, cut=cut, source="conditional tree")
+    if isinstance(scorer, NgramLM):
+        scorer = NgramPathScorer(scorer)
+    # a rescored tree grows to the budget in its own order; the cut then rates its nodes by
+    # their arcs (an LM's log-probability is evidence for the order, not an acceptance rate)
+    grown = Grown(k, budget, scorer=scorer, alpha=alpha, tree_lattice=True,
+                  cut=cut if scorer is None else None, source="conditional tree")
     sized = "cost-aware " if cost is not None else ""
-    label = name or (f"tree-lattice {sized}confidence tree{' + lookup' if lookup else ''} "
+    kind = "confidence" if scorer is None else f"rescored (alpha={alpha:g})"
+    label = name or (f"tree-lattice {sized}{kind} tree{' + lookup' if lookup else ''} "
                      f"(k={k}, N={budget})")
-    if not lookup:
+    if not lookup and scorer is None:
         return Pipeline([grown], name=label, source="conditional tree")
     rates = ArcRates(tables if tables is not None else AcceptanceTables.uniform(2))
-    return Pipeline([grown, Copies(copies=copies, lengths=(copy_length,))], rates=rates,
-                    cut=cut, name=label, source="conditional tree + lookup")
+    sources: list[Any] = [grown]
+    if lookup:
+        sources.append(Copies(copies=copies, lengths=(copy_length,)))
+    return Pipeline(sources, rates=rates, cut=cut, name=label,
+                    source="conditional tree + lookup" if lookup else "conditional tree")

@@ -28,9 +28,11 @@ Strategies (:data:`STRATEGIES`):
     cost-aware     the heads' chain, rescored p-best paths and ``lookup`` copies in one trie, rated
                    by acceptance tables and cut to the size that pays on the cost curve, at
                    most ``budget`` nodes
-    tree-lattice   prefix heads' tree lattice: EAGLE-2's tree of at most ``budget`` nodes grown
-                   while it pays (``p = 0``), with ``lookup`` copies merged; or its ``p`` best
-                   paths (``p > 0``, an LM's when a rescorer is named)
+    tree-lattice   the tree lattice of prefix heads or a draft layer: EAGLE-2's tree of at most
+                   ``budget`` nodes grown while it pays (``p = 0``; rescored best first by
+                   head plus ``alpha`` x LM when a rescorer is named), with ``lookup`` copies
+                   merged; or its ``p`` best paths (``p > 0``, an LM's when a rescorer is
+                   named)
     oracle         the top-``k`` oracle (offline only: it reads the reference)
 
 Public surface:
@@ -163,8 +165,8 @@ class DraftSpec:
             put(self, "copy_length", 16)
         elif not self.lookup:
             put(self, "copy_length", 16)
-        keeps_rescorer = (s in (*_HEADS, "cost-aware") or self.tree in ("rescored", "rated")
-                          or (s == "tree-lattice" and self.p > 0))
+        keeps_rescorer = (s in (*_HEADS, "cost-aware", "tree-lattice")
+                          or self.tree in ("rescored", "rated"))
         if not keeps_rescorer:
             for name, default in (("rescorer", ""), ("lm", ""), ("given", None)):
                 put(self, name, default)
@@ -345,7 +347,9 @@ class DraftSpec:
             lattice_tables = res.tables(self.tables) if self.tables else None
             return ConditionalTreeDrafter(k=self.k, budget=self.budget, cost=cost,
                                           lookup=self.lookup, tables=lattice_tables,
-                                          copy_length=self.copy_length)
+                                          copy_length=self.copy_length,
+                                          scorer=res.path_scorer(self) if self.rescorer
+                                          else None, alpha=float(self.alpha or 0.0))
         rescorer = res.rescorer(self) if self.rescorer else None
         heads = HeadDrafter(k=self.k, p=self.p, rescorer=rescorer)
         if s == "combined":  # its drafts are of any length: one trie

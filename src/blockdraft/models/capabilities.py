@@ -13,11 +13,14 @@ Head kinds (:data:`HEAD_KINDS`), each a kind of lattice a step drafts from:
                  head's top-k is a slot of a sausage lattice
     prefix       prefix-conditioned (Hydra-style) heads: each node's children come from the head
                  that reads its last token; the lattice is a tree, expanded lazily (``expander``)
-    draft-layer  an autoregressive draft layer (EAGLE-style): a tree lattice too
+    draft-layer  an autoregressive draft layer (EAGLE-style): a tree lattice too, and a state
+                 along the text (its KV cache): after each verdict the verifier hands the
+                 model the accepted path (``accept_path``)
 
 Public surface:
     HEAD_KINDS
-    Capabilities(...)            frozen; ``.tree_lattice``, ``.with_(**changes)``
+    Capabilities(...)            frozen; ``.tree_lattice``, ``.stateful_heads``,
+                                 ``.with_(**changes)``
     capabilities_of(model) -> Capabilities
 """
 
@@ -34,6 +37,9 @@ HEAD_KINDS = ("none", "medusa", "prefix", "draft-layer")
 """The kinds of heads a model may declare (see the module docstring)."""
 TREE_LATTICE_KINDS = ("prefix", "draft-layer")
 """Head kinds whose step lattice is a tree expanded lazily (``model.expander``)."""
+STATEFUL_KINDS = ("draft-layer",)
+"""Head kinds that keep a state along the committed text, fed every accepted path
+(``model.accept_path``: :class:`~blockdraft.models.protocol.DraftLayerModel`)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,12 @@ class Capabilities:
     def tree_lattice(self) -> bool:
         """Whether a step's lattice is a tree expanded lazily (``model.expander``)."""
         return self.heads in TREE_LATTICE_KINDS
+
+    @property
+    def stateful_heads(self) -> bool:
+        """Whether the heads keep a state along the text, fed the accepted path of every
+        forward the verifier decides on (``model.accept_path``)."""
+        return self.heads in STATEFUL_KINDS
 
     def with_(self, **changes: Any) -> Capabilities:
         """A copy with ``changes`` (a runtime declaring what it changes of a model's record)."""

@@ -14,13 +14,16 @@ What ``name_or_path`` may be:
   Medusa heads trained for it, shipped as package data (``models/hf/heads/<name>/``, Medusa
   version-2 layout);
 - a Hugging Face model folder or a ``.gguf`` file, with ``heads=`` Medusa heads in any layout
-  (:mod:`blockdraft.models.hf.formats`);
+  (:mod:`blockdraft.models.hf.formats`), prefix heads or an EAGLE draft layer's folder
+  (:mod:`blockdraft.models.hf.eagle_heads`: PyTorch eager only so far);
 - a Medusa heads folder alone, whose ``config.json`` names its base
   (``base_model_name_or_path``: a known name, a local folder or a GGUF file), or a Medusa-2
   full checkpoint (the base and its heads in one folder).
 
 ``heads=`` may also be a :class:`~blockdraft.models.hf.MedusaHeads` instance (e.g. fresh,
-untrained heads to train or to test with).
+untrained heads to train or to test with) or an
+:class:`~blockdraft.models.hf.eagle_heads.EagleHeads` (a draft layer at a depth of your choice).
+A prefix heads or draft layer folder alone loads with the base its config names.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ def _json_config(folder: Path) -> dict[str, Any] | None:
 
 _CHECKPOINT_KEYS = frozenset({"format", "format_version", "kind"})
 _HF_KEYS = frozenset({"model_type", "architectures", "medusa_num_heads"})
+_HEADS_LAYOUTS = ("blockdraft-prefix", "blockdraft-eagle")
+"""The ``layout`` of the heads folders blockdraft writes (their config names their base)."""
 
 
 def _is_checkpoint(path: Path) -> bool:
@@ -64,6 +69,7 @@ def _is_checkpoint(path: Path) -> bool:
         return False
     config = _json_config(path)
     return config is None or (not _HF_KEYS & config.keys()
+                              and config.get("layout") not in _HEADS_LAYOUTS
                               and bool(_CHECKPOINT_KEYS & config.keys()))
 
 
@@ -147,9 +153,10 @@ def load_model(
             keeps a blockdraft checkpoint as saved and loads a Hugging Face model in float32
             (exact greedy references). Heads are cast to the base's dtype.
         device: where the model goes (CPU default).
-        heads: Medusa heads for a Hugging Face base: a folder in any layout, or a
-            :class:`~blockdraft.models.hf.MedusaHeads`. Overrides the heads a known name or a
-            Medusa-2 checkpoint brings.
+        heads: heads for a Hugging Face base: a folder (Medusa heads in any layout, prefix
+            heads, an EAGLE draft layer), a :class:`~blockdraft.models.hf.MedusaHeads` or an
+            :class:`~blockdraft.models.hf.eagle_heads.EagleHeads`. Overrides the heads a known
+            name or a Medusa-2 checkpoint brings.
         runtime: where the forward runs (:mod:`blockdraft.models.runtimes`): ``"torch"``
             (PyTorch eager, the default), ``"onnxruntime"`` (a Hugging Face model exported
             once, cached, on ONNX Runtime's CPU provider) or ``"static"`` (a Hugging Face model
@@ -217,7 +224,9 @@ def load_model(
         return model
     config = _json_config(path) if path.is_dir() else None
 
+    from blockdraft.models.heads.eagle_files import is_eagle_folder
     from blockdraft.models.hf.adapter import HFBlockwiseModel
+    from blockdraft.models.hf.eagle_heads import EagleHeads, read_eagle_heads
     from blockdraft.models.hf.formats import read_heads, read_heads_config
     from blockdraft.models.hf.loading import KNOWN_MODELS, gguf_source, load_causal_lm
     from blockdraft.models.hf.medusa import MedusaHeads
@@ -243,9 +252,11 @@ def load_model(
                 )
             base_source = _named_base(info.base_model, path)
             heads_source = path
-    elif config is not None and config.get("layout") == "blockdraft-prefix":
+    elif config is not None and config.get("layout") in _HEADS_LAYOUTS:
         if heads is not None:
-            raise ModelError(f"{key!r} is a prefix heads folder; pass the base model as "
+            what = ("a prefix heads" if config.get("layout") == "blockdraft-prefix"
+                    else "an EAGLE draft layer's")
+            raise ModelError(f"{key!r} is {what} folder; pass the base model as "
                              "name_or_path and the heads as heads=")
         base_source = _named_base(str(config.get("base_model_name_or_path") or "") or None,
                                   path)
@@ -258,16 +269,19 @@ def load_model(
                 "heads folder in any layout) or heads=MedusaHeads(d, None, n) for untrained "
                 "heads"
             )
-    if isinstance(heads_source, MedusaHeads):
+    medusa: MedusaHeads | EagleHeads
+    if isinstance(heads_source, (MedusaHeads, EagleHeads)):
         medusa = heads_source
     elif isinstance(heads_source, (str, os.PathLike)):
         from blockdraft.models.hf.prefix_heads import is_prefix_folder, read_prefix_heads
 
-        medusa = (read_prefix_heads(heads_source) if is_prefix_folder(heads_source)
+        medusa = (read_eagle_heads(heads_source) if is_eagle_folder(heads_source)
+                  else read_prefix_heads(heads_source) if is_prefix_folder(heads_source)
                   else read_heads(heads_source))
     else:
         raise ModelError(
-            f"heads must be a folder or MedusaHeads, got {type(heads_source).__name__}"
+            f"heads must be a folder or MedusaHeads or EagleHeads, got "
+            f"{type(heads_source).__name__}"
         )
     gguf = gguf_source(base_source) if precision == "q4" else None
     if precision == "q4" and gguf is None:

@@ -134,6 +134,21 @@ class TreeLatticeModel(FactoredHeadsModel, Protocol):
         ...
 
 
+@runtime_checkable
+class DraftLayerModel(TreeLatticeModel, Protocol):
+    """A tree-lattice model whose heads keep a state along the committed text (an EAGLE draft
+    layer's KV cache: :attr:`Capabilities.stateful_heads <blockdraft.models.capabilities
+    .Capabilities.stateful_heads>`): after the prompt's forward and after every verification,
+    the verifier hands it the accepted rows of that forward, before it asks for the next
+    step's heads."""
+
+    def accept_path(self, rows: Any, tokens: Any, start: int, new_text: bool = False) -> None:
+        """The last ``hidden`` call's rows ``rows`` (int ``[n]``, text order) were committed,
+        the token after each is ``tokens[i]``, the first sits at position ``start``;
+        ``new_text``: a prompt's forward (the state starts over)."""
+        ...
+
+
 class _PlainAsFactored:
     """A plain :class:`HeadsModel` seen through the factored protocol: its "hidden state" at a
     position is every head's logits there (``[..., h, V]``), ``head_states`` keeps the first

@@ -11,7 +11,11 @@ keys and values are kept (a crop when they already sit in order, else moved into
 the next block's head logits are those at the accepted node, from the same call. A factored
 model (:class:`~blockdraft.models.FactoredHeadsModel`) projects the base head at every node and
 all ``h`` heads only at the accepted one; any other model is seen through
-:func:`~blockdraft.models.protocol.as_factored`.
+:func:`~blockdraft.models.protocol.as_factored`. Heads that keep a state along the text (an
+EAGLE draft layer: :attr:`Capabilities.stateful_heads
+<blockdraft.models.capabilities.Capabilities.stateful_heads>`) are handed the accepted path of
+each forward (its rows, the token after each, the first one's position) before the next
+step's heads are asked for: they read every accepted position, not only the last.
 
 Public surface:
     Verifier(model, criterion="exact")
@@ -42,6 +46,7 @@ from blockdraft.models.capabilities import Capabilities, capabilities_of
 from blockdraft.models.errors import ModelError
 from blockdraft.models.protocol import (
     DecoderCache,
+    DraftLayerModel,
     FactoredHeadsModel,
     HeadsModel,
     TreeLatticeModel,
@@ -201,11 +206,24 @@ class Verifier:
         model = self._heads
         if self.caps.factored:
             x, past = model.hidden(ids, None)  # (1, T, d)
-            logits, topk = self._next_heads(x[0, -1], None, heads, k)
+            base = None
+            if self.caps.stateful_heads:  # a draft layer reads the prompt's positions first
+                base = model.project(model.head_states(x[0, -1:], heads=1))[0, 0]  # (V,)
+                self._accept_path(np.arange(ids.shape[1]), np.append(
+                    np.asarray(prompt_ids, dtype=np.int64)[1:], int(base.argmax())), 0, True)
+            logits, topk = self._next_heads(x[0, -1], base, heads, k)
             return logits.clone(), topk, past, self._expander(x[0, -1], k, logits[0], topk)
         kwargs = {"last_only": True} if self.caps.last_only else {}
         logits, past = self.model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
         return logits[0, -1].clone(), None, past, None  # (h, V)
+
+    def _accept_path(self, rows: np.ndarray, tokens: np.ndarray, start: int,
+                     new_text: bool = False) -> None:
+        """Hand heads with a state along the text (``caps.stateful_heads``) the rows of the
+        last forward that were committed, the token after each and the first one's position
+        (:class:`~blockdraft.models.protocol.DraftLayerModel`)."""
+        model: DraftLayerModel = self._heads  # type: ignore[assignment]
+        model.accept_path(rows, tokens, start, new_text)
 
     def _expander(self, state: torch.Tensor, k: int | None, base: torch.Tensor,
                   chain: tuple[np.ndarray, np.ndarray] | None) -> Any:
@@ -355,6 +373,9 @@ class Verifier:
         accept_s = time.perf_counter() - start
 
         start = time.perf_counter()
+        if self.caps.stateful_heads:  # every accepted position, then the next certain token
+            self._accept_path(path, np.append(tree.tokens[path[1:]], int(base[node].argmax())),
+                              past.length)
         next_logits, next_topk = self._next_heads(states[node], base[node], n_heads, k)
         synchronize(dev)
         heads_s = time.perf_counter() - start

@@ -13,18 +13,23 @@ OrtBlockwiseModel`, :class:`~blockdraft.models.runtimes.StaticKVModel`) hold one
     prefix    :class:`~.prefix.PrefixRule`     PyTorch :class:`~.torch_backend.TorchPrefix`;
                                                ONNX Runtime :class:`~blockdraft.models.
                                                runtimes.onnx_heads.OrtPrefix`
+    draft-    :class:`~.eagle.EagleRule`       PyTorch :class:`~.torch_backend.TorchEagle`
+    layer                                      (ONNX Runtime: not yet, :data:`~blockdraft.
+                                               models.runtimes.TORCH_ONLY_HEADS`)
 
 The static runtime's heads are the eager adapter's (the PyTorch modules on its device). The
-kind of a heads module is its class's ``kind`` (``MedusaHeads.kind``, ``PrefixHeads.kind``).
-A new kind (an EAGLE-style draft layer) is a module here with its rule and an entry in
-:data:`RULES`, a PyTorch backend (:data:`TORCH_BACKENDS`), its graphs
+kind of a heads module is its class's ``kind`` (``MedusaHeads.kind``, ``PrefixHeads.kind``,
+``EagleHeads.kind``). A new kind is a module here with its rule and an entry in :data:`RULES`,
+a PyTorch backend (:data:`TORCH_BACKENDS`), its graphs
 (:mod:`blockdraft.models.runtimes.onnx_head_graphs`) and an ONNX Runtime backend
-(:mod:`blockdraft.models.runtimes.onnx_heads`).
+(:mod:`blockdraft.models.runtimes.onnx_heads`). The draft layer's rule keeps a state along
+the text (its KV cache, :class:`~.eagle.DraftLayerState`), fed the accepted path after each
+verdict; the static runtime does not feed it, so it runs on PyTorch eager alone for now.
 
 Public surface:
     RULES, TORCH_BACKENDS      kind -> the rule class, kind -> its PyTorch backend
     torch_rule(base, heads) -> HeadsRule        the heads module's rule on PyTorch
-    HeadsRule, MedusaRule, PrefixRule, HeadsLM, tree_expander, padded
+    HeadsRule, MedusaRule, PrefixRule, EagleRule, HeadsLM, tree_expander, padded
 """
 
 from __future__ import annotations
@@ -32,15 +37,19 @@ from __future__ import annotations
 from typing import Any
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.heads.eagle import EagleRule
+from blockdraft.models.heads.eagle_config import CAPABILITY_KIND
 from blockdraft.models.heads.lm import HeadsLM
 from blockdraft.models.heads.medusa import MedusaRule
 from blockdraft.models.heads.prefix import PrefixRule, tree_expander
 from blockdraft.models.heads.rule import HeadsRule, padded
-from blockdraft.models.heads.torch_backend import TorchMedusa, TorchPrefix
+from blockdraft.models.heads.torch_backend import TorchEagle, TorchMedusa, TorchPrefix
 
-RULES: dict[str, type[HeadsRule]] = {"medusa": MedusaRule, "prefix": PrefixRule}
+RULES: dict[str, type[HeadsRule]] = {"medusa": MedusaRule, "prefix": PrefixRule,
+                                     CAPABILITY_KIND: EagleRule}
 """Each kind's rule."""
-TORCH_BACKENDS: dict[str, type[Any]] = {"medusa": TorchMedusa, "prefix": TorchPrefix}
+TORCH_BACKENDS: dict[str, type[Any]] = {"medusa": TorchMedusa, "prefix": TorchPrefix,
+                                        CAPABILITY_KIND: TorchEagle}
 """Each kind's PyTorch backend."""
 
 
@@ -66,6 +75,7 @@ def torch_rule(base: Any, heads: Any) -> HeadsRule:
 __all__ = [
     "RULES",
     "TORCH_BACKENDS",
+    "EagleRule",
     "HeadsLM",
     "HeadsRule",
     "MedusaRule",

@@ -8,7 +8,7 @@ branch here.
 
 Public surface:
     HeadsLM     mixin (over FactoredHeadsLM): head_states, project, head_topk, expander,
-                conditional_heads from ``self.heads_rule``
+                accept_path, conditional_heads from ``self.heads_rule``
 """
 
 from __future__ import annotations
@@ -74,3 +74,14 @@ class HeadsLM(FactoredHeadsLM):
         :meth:`head_topk` at ``x``, which spares their evaluation); None for a sausage
         lattice (Medusa heads)."""
         return self.heads_rule.expander(x, k, first, chain)
+
+    def accept_path(self, rows: Any, tokens: Any, start: int, new_text: bool = False) -> None:
+        """A draft layer reads the accepted rows of the last forward (``hidden``): ``rows`` in
+        text order, the token after each, the first one's position ``start``; ``new_text``: a
+        prefill (:meth:`EagleRule.accept_path
+        <blockdraft.models.heads.eagle.EagleRule.accept_path>`).
+
+        Raises:
+            ModelError: heads that keep no state along the text (Medusa, prefix heads).
+        """
+        self.heads_rule.accept_path(rows, tokens, start, new_text)

@@ -18,6 +18,8 @@ Public surface:
     HeadsRule(backend)     kind, conditional, num_heads, h,
         head_states(x, n) -> [..., n, d];  project(states) -> [..., n, V]
         head_topk(x, k, n, first=None) -> (ids [M, n - 1, k], scores);  expander(...) -> None
+        feature_layers, saw(x, layer_states), accept_path(...)   a kind with a state along
+                                                                  the text (a draft layer)
     padded(ids, scores, k) -> (ids [..., k], scores [..., k])
 """
 
@@ -137,6 +139,26 @@ class HeadsRule:
         """The step's tree lattice at ``x [d]`` for a kind whose lattice is a tree; None for
         a sausage (this default)."""
         return None
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The base's decoder layers whose outputs a forward hands to :meth:`saw` (``()``: the
+        final hidden state is all the heads read)."""
+        return ()
+
+    def saw(self, x: torch.Tensor, layer_states: Any = ()) -> None:
+        """The base's last forward (``x [B, T, d]``, the outputs of :attr:`feature_layers`):
+        nothing to keep for heads without a state along the text (this default)."""
+
+    def accept_path(self, rows: Any, tokens: Any, start: int, new_text: bool = False) -> None:
+        """The accepted path of the last forward, for a kind that keeps a state along the
+        text (:mod:`.eagle`).
+
+        Raises:
+            ModelError: always, for heads without such a state (this default).
+        """
+        raise ModelError(f"heads of kind {self.kind!r} keep no state along the text: "
+                         "accept_path is for a draft layer's")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(h={self.h}, {type(self.backend).__name__})"

@@ -4,9 +4,10 @@
 base's ``lm_head``), the heads' projection (``lm_head``, ``-inf`` outside a shortlist, or the
 heads' own matrices) and the projection onto the shortlist's ``[Vs, d]`` rows of ``lm_head``,
 kept between calls (``Vs / V`` of the multiply-adds). Each kind adds its own computation:
-:class:`TorchMedusa` (the ResBlocks) and :class:`TorchPrefix` (the greedy chain, a loop over
+:class:`TorchMedusa` (the ResBlocks), :class:`TorchPrefix` (the greedy chain, a loop over
 the heads, and one node's expansion, :meth:`PrefixHeads.node
-<blockdraft.models.hf.prefix_heads.PrefixHeads.node>`). The eager adapter
+<blockdraft.models.hf.prefix_heads.PrefixHeads.node>`) and :class:`TorchEagle` (one call of an
+EAGLE draft layer, :class:`~blockdraft.models.hf.eagle_heads.EagleHeads`). The eager adapter
 (:class:`~blockdraft.models.hf.HFBlockwiseModel`) runs them, and so does the static runtime,
 whose heads are the adapter's modules on its device.
 
@@ -22,6 +23,7 @@ Public surface:
     TorchHeads(base, heads)      num_heads, by_head, enter, greedy, project, shortlist_projection
     TorchMedusa(base, heads)     + states, topk
     TorchPrefix(base, heads)     + chain, chain_states, chain_topk, node
+    TorchEagle(base, heads)      + config, context, feature_layers, token_ids, step
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from blockdraft.models.heads.eagle_config import EagleConfig
+from blockdraft.models.heads.eagle_layer import KV, EagleStep
 from blockdraft.models.heads.prefix import Node
 from blockdraft.models.topk import topk_logprobs
 
@@ -178,3 +182,46 @@ class TorchPrefix(TorchHeads):
         return self.heads.node(self.enter(x), self.lm_head.weight,  # type: ignore[no-any-return]
                                self.base.get_input_embeddings().weight, k,
                                rows=self.shortlist_projection()[0])
+
+
+class TorchEagle(TorchHeads):
+    """An EAGLE draft layer in PyTorch (the heads module an
+    :class:`~blockdraft.models.hf.eagle_heads.EagleHeads`): the layer is handed the base's
+    input embedding and output projection here (:meth:`EagleHeads.bind
+    <blockdraft.models.hf.eagle_heads.EagleHeads.bind>`, which refuses a layer made for
+    another base)."""
+
+    def __init__(self, base: Any, heads: Any) -> None:
+        super().__init__(base, heads)
+        heads.bind(base)
+
+    @property
+    def by_head(self) -> bool:
+        """The layer's head (its own norm, the shortlist's rows) projects heads 2..."""
+        return True
+
+    @property
+    def config(self) -> EagleConfig:
+        """The layer's sizes and fusion."""
+        return self.heads.layer.config  # type: ignore[no-any-return]
+
+    @property
+    def context(self) -> str:
+        """What the layer was trained to read before an answer (``"answer"``, ``"prompt"``)."""
+        return str(self.heads.context)
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The base's layers the layer fuses (``()`` with ``"top"``)."""
+        return tuple(self.config.fuse_layers)
+
+    @property
+    def token_ids(self) -> torch.Tensor | None:
+        """The layer's shortlist (the base ids of its logits' columns), or None."""
+        return self.heads.layer.shortlist  # type: ignore[no-any-return]
+
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+             kv: KV | None, mask: torch.Tensor | None) -> EagleStep:
+        """One call of the layer, without gradients (its checks included)."""
+        with torch.no_grad():
+            return self.heads.layer(features, tokens, positions, kv, mask)  # type: ignore[no-any-return]

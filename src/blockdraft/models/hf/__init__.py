@@ -9,6 +9,7 @@ Public surface (details in each module):
     HFTokenizer           a transformers tokenizer with blockdraft's interface   (tokenizer)
     load_hf_tokenizer(folder, vocab_size=None)                                    (tokenizer)
     MedusaHeads, ResBlock                                                           (medusa)
+    EagleHeads, read_eagle_heads   an EAGLE draft layer as the heads             (eagle_heads)
     LAYOUTS, detect_layout, read_heads, read_heads_config, write_heads, HeadsConfig
                           Medusa-1, Medusa-2 full, Medusa version 2, vLLM         (formats)
     KNOWN_MODELS, load_causal_lm, resolve_base, smollm2_gguf, dense_folder        (loading)
@@ -20,6 +21,7 @@ Nothing here imports ``transformers`` until a model is built or loaded.
 
 from blockdraft.models.hf.adapter import HFBlockwiseConfig, HFBlockwiseModel, check_supported
 from blockdraft.models.hf.cache import HFCache
+from blockdraft.models.hf.eagle_heads import EagleHeads, read_eagle_heads
 from blockdraft.models.hf.formats import (
     LAYOUTS,
     HeadsConfig,
@@ -41,6 +43,7 @@ from blockdraft.models.hf.tokenizer import HFTokenizer, load_hf_tokenizer
 __all__ = [
     "KNOWN_MODELS",
     "LAYOUTS",
+    "EagleHeads",
     "HFBlockwiseConfig",
     "HFBlockwiseModel",
     "HFCache",
@@ -53,6 +56,7 @@ __all__ = [
     "detect_layout",
     "load_causal_lm",
     "load_hf_tokenizer",
+    "read_eagle_heads",
     "read_heads",
     "read_heads_config",
     "resolve_base",

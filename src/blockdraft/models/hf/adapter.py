@@ -14,9 +14,12 @@ base head at every draft position and all ``h`` heads only where the next block 
 
 The heads are one object of their kind (``heads_rule``: :class:`~blockdraft.models.heads
 .MedusaRule` for Medusa heads, :class:`~blockdraft.models.heads.PrefixRule` for
-prefix-conditioned ones) over the PyTorch modules (:mod:`blockdraft.models.heads
-.torch_backend`): ``head_states``, ``project``, ``head_topk`` and ``expander`` are theirs
-(:class:`~blockdraft.models.heads.HeadsLM`), whatever the kind.
+prefix-conditioned ones, :class:`~blockdraft.models.heads.EagleRule` for an EAGLE draft layer,
+:class:`~blockdraft.models.hf.eagle_heads.EagleHeads`) over the PyTorch modules
+(:mod:`blockdraft.models.heads.torch_backend`): ``head_states``, ``project``, ``head_topk``,
+``expander`` and ``accept_path`` are theirs (:class:`~blockdraft.models.heads.HeadsLM`),
+whatever the kind. Every forward hands the rule what it read (``heads_rule.saw``: the final
+hidden states, and the decoder layers' outputs a draft layer fuses).
 
 The key/value cache is the model's own (``transformers.DynamicCache``) behind the project's
 immutable cache protocol (:class:`~blockdraft.models.hf.cache.HFCache`). A forward's inputs
@@ -53,6 +56,7 @@ from blockdraft.models.heads import HeadsLM, HeadsRule, torch_rule
 from blockdraft.models.hf.body import cache_argument, call_with_cache
 from blockdraft.models.hf.cache import HFCache
 from blockdraft.models.hf.drafting import check_recipe_tokenizer
+from blockdraft.models.hf.eagle_heads import EagleHeads, capture_layers
 from blockdraft.models.hf.medusa import MedusaHeads
 from blockdraft.models.hf.tokenizer import HFTokenizer
 from blockdraft.models.step import check_step
@@ -180,15 +184,18 @@ class HFBlockwiseModel(HeadsLM, nn.Module):
     Args:
         base: a causal LM (``LlamaForCausalLM``, ``GPT2LMHeadModel``, ...; see
             :data:`SUPPORTED`); put it in eval mode for decoding (this constructor does).
-        heads: the Medusa heads; moved to the base's device and dtype (in place).
+        heads: the Medusa heads (or prefix heads, or an EAGLE draft layer's
+            :class:`~blockdraft.models.hf.eagle_heads.EagleHeads`); moved to the base's device
+            and dtype (in place).
         tokenizer: the base's ``transformers`` tokenizer (wrapped as :class:`HFTokenizer`),
             or None.
         device: move the base there first (default: leave it where it is).
         dtype: cast the base to this dtype first (``torch.float32``, ...; default: leave it).
 
     Raises:
-        ModelError: on an unsupported architecture, heads that are not :class:`MedusaHeads`,
-            or heads whose hidden size or vocabulary does not match the base.
+        ModelError: on an unsupported architecture, heads that are not :class:`MedusaHeads`
+            or :class:`EagleHeads`, or heads whose hidden size or vocabulary does not match
+            the base (a draft layer: any size of the base's block).
     """
 
     kind: ClassVar[str] = "hf-medusa"
@@ -196,7 +203,7 @@ class HFBlockwiseModel(HeadsLM, nn.Module):
     def __init__(
         self,
         base: Any,
-        heads: MedusaHeads,
+        heads: MedusaHeads | EagleHeads,
         tokenizer: Any = None,
         *,
         device: torch.device | str | None = None,
@@ -204,8 +211,9 @@ class HFBlockwiseModel(HeadsLM, nn.Module):
     ) -> None:
         super().__init__()
         check_supported(base)
-        if not isinstance(heads, MedusaHeads):
-            raise ModelError(f"heads must be MedusaHeads, got {type(heads).__name__}")
+        if not isinstance(heads, (MedusaHeads, EagleHeads)):
+            raise ModelError(f"heads must be MedusaHeads or EagleHeads, got "
+                             f"{type(heads).__name__}")
         lm_head = base.get_output_embeddings()
         d, vocab = int(lm_head.in_features), int(lm_head.out_features)
         if heads.d_model != d:
@@ -335,10 +343,13 @@ class HFBlockwiseModel(HeadsLM, nn.Module):
         if step.tree_mask is not None:  # (1, 1, T, T_past + T)
             extra["attention_mask"] = step.bias(self.lm_head.weight.dtype,
                                                 window=self._tree_window(step.span))
-        out, returned = call_with_cache(
-            self.base.base_model, self._cache_argument, cache,
-            input_ids=step.ids, position_ids=step.positions.expand(step.ids.shape), **extra,
-        )
+        with capture_layers(self.base, self.heads_rule.feature_layers) as layers:
+            out, returned = call_with_cache(
+                self.base.base_model, self._cache_argument, cache,
+                input_ids=step.ids, position_ids=step.positions.expand(step.ids.shape),
+                **extra,
+            )
+        self.heads_rule.saw(out.last_hidden_state, layers)  # a draft layer reads its features
         new = HFCache.from_dynamic(returned)
         expected = step.t_past + step.length
         if new.length != expected:

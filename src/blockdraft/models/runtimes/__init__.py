@@ -25,8 +25,13 @@ export cache are one module for every model blockdraft exports (:mod:`.onnx_stor
                    strategies, :mod:`.device_drafters`: the rated tree, :mod:`.device_rates`,
                    with an n-gram LM's evidence, :mod:`.device_ngram`; prompt lookup)
 
+A draft layer's heads (kind ``"draft-layer"``, :data:`TORCH_ONLY_HEADS`) run on PyTorch eager
+alone so far: its rule is fed the base's features by the eager forward, and it has no ONNX
+graphs yet; the other runtimes refuse it by name.
+
 Public surface:
     RUNTIMES, PRECISIONS                      the names, and the precisions each runtime takes
+    TORCH_ONLY_HEADS                          head kinds the other runtimes do not take yet
     on_runtime(model, runtime, precision, threads=None, log=None, gguf=None) -> model
     OrtBlockwiseModel, StaticKVModel, KVBuffer, BufferCache
 """
@@ -46,6 +51,9 @@ PRECISIONS: dict[str, tuple[str, ...]] = {
     "static": ("float32", "bfloat16"),
 }
 """The precisions each runtime computes in (torch's and static's are the parameters' dtype)."""
+TORCH_ONLY_HEADS = ("draft-layer",)
+"""Head kinds with a PyTorch backend only (an EAGLE draft layer: no ONNX graphs yet, and the
+static runtime's forward does not hand it the base's features)."""
 
 
 def check_runtime(runtime: str, precision: str) -> None:
@@ -83,6 +91,13 @@ def on_runtime(model: Any, runtime: str, precision: str, threads: int | None = N
     check_runtime(runtime, precision)
     if runtime == "torch":
         return model
+    from blockdraft.models.capabilities import capabilities_of
+
+    kind = capabilities_of(model).heads
+    if kind in TORCH_ONLY_HEADS:
+        raise ModelError(f"heads of kind {kind!r} (an EAGLE draft layer) run on runtime "
+                         f"'torch' only so far, not {runtime!r}: load the model with "
+                         "runtime='torch'")
     if runtime == "static":
         from blockdraft.models.runtimes.static import StaticKVModel
 
