@@ -57,8 +57,9 @@ def base_features(model: HFBlockwiseModel, text: list[int]) -> torch.Tensor:
     """The layer's base features along ``text`` from one uncached forward: ``[T, F]`` (the
     final norm's output, or decoder layers 1 and 2's outputs concatenated), by hooks of their
     own (as training makes them)."""
+    from blockdraft.models.hf.eagle_heads import decoder_layers
     from blockdraft.training.heads.generation import final_norm
-    from blockdraft.training.heads.labels import decoder_layers, forward_states
+    from blockdraft.training.heads.labels import forward_states
 
     layer = model.heads.layer
     modules = ([final_norm(model.base)] if layer.config.fusion == "top"

@@ -41,9 +41,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from blockdraft.models.hf.eagle_heads import decoder_layers
 from blockdraft.training.errors import TrainingError
 from blockdraft.training.heads.generation import final_norm
-from blockdraft.training.heads.labels import decoder_layers, forward_states
+from blockdraft.training.heads.labels import forward_states
 from blockdraft.training.heads.positions import IGNORE, PositionData
 from blockdraft.training.heads.shards import DistillSet
 

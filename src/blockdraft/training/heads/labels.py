@@ -22,8 +22,6 @@ the shards the source has gained since.
 Public surface:
     label_batch(model, prompts, texts, pad_id) -> (labels, hidden)     one forward
     forward_states(model, rows, modules, pad_id) -> [[B, T, d]]  modules' outputs, one forward
-    decoder_layers(model) -> [module]            the base's decoder layers (their outputs: the
-                                                 residual stream an EAGLE-3 layer fuses)
     LabelSettings                                what a labelled set depends on (its key)
     label_distill_set(model, source, folder, settings, ...) -> DistillSet
     label(source, base=..., ...) -> DistillSet  load the base and run
@@ -65,21 +63,6 @@ FORMAT_VERSION = "1"
 
 Labeller = Callable[[Any, Sequence[Sequence[int]], Sequence[Sequence[int]], int],
                     tuple[list[list[int]], list[torch.Tensor]]]
-
-
-def decoder_layers(model: Any) -> list[torch.nn.Module]:
-    """The base's decoder layers in order (Llama-style ``model.layers``, GPT-2's ``h``).
-
-    Raises:
-        TrainingError: none found.
-    """
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    for owner in (decoder, getattr(model, "model", None), getattr(model, "transformer", None)):
-        for name in ("layers", "h"):
-            found = getattr(owner, name, None) if owner is not None else None
-            if isinstance(found, torch.nn.ModuleList) and len(found):
-                return list(found)
-    raise TrainingError(f"cannot find the decoder layers of {type(model).__name__}")
 
 
 @torch.no_grad()
