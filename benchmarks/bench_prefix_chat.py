@@ -1,8 +1,9 @@
-"""Medusa heads against prefix-conditioned (Hydra-style) heads on the held-out chat set, online.
+"""Medusa heads against prefix-conditioned (Hydra-style) heads and an EAGLE-style draft layer on
+the held-out chat set, online.
 
     .venv/bin/python -m benchmarks.bench_prefix_chat --medusa HEADS_DIR --prefix HEADS_DIR \\
-        [--max-new-tokens 96] [--k 4] [--p 8] [--budget 16] [--runtime onnxruntime --time] \\
-        --out benchmarks/results/heads/prefix
+        [--eagle LAYER_DIR] [--max-new-tokens 96] [--k 4] [--p 8] [--budget 16] \\
+        [--runtime onnxruntime --time] --out benchmarks/results/heads/prefix
 
 The 36 requests of ``benchmarks/chat_eval.jsonl`` (never trained on) are decoded by
 SmolLM2-135M-Instruct on PyTorch or ONNX Runtime, float32, with the exact criterion, once per
@@ -11,6 +12,8 @@ strategy:
 - Medusa heads: vanilla (each head's argmax) and the p-best trie of their sausage lattice;
 - prefix heads: vanilla (each head reading the draft before it: Hydra's chain) and the exact
   p-best of their tree lattice (``ConditionalDrafter``), heads' scores alone;
+- with ``--eagle``: the draft layer's chain (its greedy draft, one layer forward a token) and the
+  exact p-best of its tree lattice, as the prefix heads' (PyTorch only so far);
 - with ``--budget N``: each heads' confidence tree of N nodes (EAGLE-2's; Medusa heads over
   their sausage, prefix heads over their tree lattice: ``ConditionalTreeDrafter``).
 
@@ -52,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--medusa", required=True, help="a Medusa heads folder")
     ap.add_argument("--prefix", required=True, help="a prefix heads folder")
+    ap.add_argument("--eagle", default=None,
+                    help="an EAGLE-style draft layer's folder (heads train --arch eagle)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--k", type=int, default=4, help="arcs per slot or node")
     ap.add_argument("--p", default="8", help="drafts per step (comma-separated: one strategy "
@@ -74,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = rows[: args.prompts] if args.prompts else rows
     models = {name: load_model("smollm2", heads=folder, runtime=args.runtime,
                                threads=args.threads)
-              for name, folder in (("medusa", args.medusa), ("prefix", args.prefix))}
+              for name, folder in (("medusa", args.medusa), ("prefix", args.prefix),
+                                   ("eagle", args.eagle)) if folder is not None}
     tok = models["medusa"].tokenizer
     prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}])
                for r in rows]
@@ -91,16 +97,26 @@ def main(argv: list[str] | None = None) -> int:
         *[(f"prefix {p}-best tree lattice (k={args.k})", "prefix",
            DraftSpec("tree-lattice", k=args.k, p=p)) for p in ps],
     ]
+    if args.eagle:
+        strategies += [("EAGLE chain", "eagle", DraftSpec("heads")),
+                       *[(f"EAGLE {p}-best tree lattice (k={args.k})", "eagle",
+                          DraftSpec("tree-lattice", k=args.k, p=p)) for p in ps]]
     for n in [int(v) for v in args.budget.split(",") if v]:
         strategies += [(f"Medusa confidence tree (k={args.k}, N={n})", "medusa",
                         DraftSpec("tree", tree="confidence", k=args.k, budget=n)),
                        (f"prefix tree-lattice confidence tree (k={args.k}, N={n})", "prefix",
                         ConditionalTreeDrafter(k=args.k, budget=n))]
+        if args.eagle:  # EAGLE-2's dynamic tree
+            strategies.append((f"EAGLE-2 tree (k={args.k}, N={n})", "eagle",
+                               ConditionalTreeDrafter(k=args.k, budget=n)))
     if args.time:
         strategies[1:1] = [("Medusa default (packaged recipe)", "medusa", DraftSpec("default")),
                            ("prompt lookup", "medusa", DraftSpec("lookup"))]
         strategies.append(("prefix default (cost-aware tree lattice + lookup)", "prefix",
                            DraftSpec("default")))
+        if args.eagle:
+            strategies.append(("EAGLE default (cost-aware tree + lookup)", "eagle",
+                               DraftSpec("default")))
         default = default_spec(capabilities_of(models["prefix"]))
         if default.lookup:  # the same tree without the copies, beside
             strategies.append(("prefix cost-aware tree lattice, no lookup", "prefix",
@@ -146,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     env = environment("cpu")
     signature = format_signature({
         "model": "smollm2", "medusa": Path(args.medusa).name, "prefix": Path(args.prefix).name,
+        "eagle": Path(args.eagle).name if args.eagle else "-",
         "runtime": args.runtime, "precision": "float32", "set": CHAT.name,
         "prompts": len(rows), "max_new_tokens": n_new, "k": args.k, "p": args.p,
         "budget": args.budget or "-", "criterion": "exact", "threads": args.threads, **env})
