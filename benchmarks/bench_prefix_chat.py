@@ -15,7 +15,11 @@ strategy:
 - with ``--eagle``: the draft layer's chain (its greedy draft, one layer forward a token) and the
   exact p-best of its tree lattice, as the prefix heads' (PyTorch only so far);
 - with ``--budget N``: each heads' confidence tree of N nodes (EAGLE-2's; Medusa heads over
-  their sausage, prefix heads over their tree lattice: ``ConditionalTreeDrafter``).
+  their sausage, prefix heads over their tree lattice: ``ConditionalTreeDrafter``);
+- with ``--ngram LM --alpha A`` (and ``--eagle``, ``--budget N``): the draft layer's EAGLE-2
+  tree of N nodes grown best first by arc + A x the n-gram LM's log-probability instead (Kim et
+  al.'s global rescoring applied to the tree), and its p-best paths ranked by the LM;
+- with ``--defaults``: each heads' default drafter (``decode`` told nothing) without timing.
 
 Every output is checked against greedy decoding of the same model (token-identical). Reported:
 B (tokens per serial call, the prefill counted) per kind of request and overall. With
@@ -48,13 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.common.report import command_line, header, write_report
     from blockdraft.core.signature import environment, format_signature
     from blockdraft.drafts import ConditionalTreeDrafter, DraftSpec, default_spec
+    from blockdraft.drafts.spec import Resources
     from blockdraft.models import greedy_generate, load_model
     from blockdraft.models.capabilities import capabilities_of
+    from blockdraft.oracle.sweep.cache import file_digest
     from blockdraft.verify import decode
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--medusa", required=True, help="a Medusa heads folder")
-    ap.add_argument("--prefix", required=True, help="a prefix heads folder")
+    ap.add_argument("--medusa", default=None, help="a Medusa heads folder")
+    ap.add_argument("--prefix", default=None, help="a prefix heads folder")
     ap.add_argument("--eagle", default=None,
                     help="an EAGLE-style draft layer's folder (heads train --arch eagle)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
@@ -65,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="token-tree sizes N (comma-separated): each heads' confidence tree "
                          "(EAGLE-2's: the sausage's for Medusa heads, the tree lattice's for "
                          "prefix heads) of N nodes")
+    ap.add_argument("--ngram", default=None,
+                    help="an n-gram LM (KenLM file) rescoring the draft layer's tree and p-best "
+                         "paths (with --eagle)")
+    ap.add_argument("--alpha", default="1",
+                    help="the n-gram LM's weights (comma-separated: one strategy per value)")
+    ap.add_argument("--defaults", action="store_true",
+                    help="add each heads' default drafter (B only unless --time)")
     ap.add_argument("--runtime", default="torch", choices=("torch", "onnxruntime"))
     ap.add_argument("--time", action="store_true",
                     help="also time every call (interleaved per prompt: greedy first) and add "
@@ -81,51 +94,79 @@ def main(argv: list[str] | None = None) -> int:
                                threads=args.threads)
               for name, folder in (("medusa", args.medusa), ("prefix", args.prefix),
                                    ("eagle", args.eagle)) if folder is not None}
-    tok = models["medusa"].tokenizer
+    if not models:
+        ap.error("name at least one of --medusa, --prefix, --eagle")
+    first = next(iter(models.values()))  # greedy decodes with the base of the first named
+    tok = first.tokenizer
     prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}])
                for r in rows]
     eos, n_new = tok.eos_id, args.max_new_tokens
     ps = [int(v) for v in args.p.split(",")]
+
+    def ngram_scorers() -> list[tuple[float, Any]]:
+        """(alpha, the LM's path scorer) per ``--alpha`` value, or none without ``--ngram``."""
+        if not args.ngram:
+            return []
+        spec = DraftSpec("tree-lattice", k=args.k, p=1, rescorer="ngram", lm=args.ngram,
+                         alpha=1.0)
+        return [(float(a), resources.path_scorer(spec)) for a in args.alpha.split(",")]
+
+    resources = Resources()
     # each a DraftSpec, which decode builds on the heads' model (its capabilities, its cost
     # curve), but for the tree-lattice confidence tree of exactly N nodes: the spec's
     # tree-lattice tree always grows while it pays on a cost curve, so that one is built here
-    strategies: list[tuple[str, str, Any]] = [
-        ("Medusa vanilla", "medusa", DraftSpec("heads")),
-        *[(f"Medusa {p}-best (k={args.k})", "medusa", DraftSpec("heads", k=args.k, p=p))
-          for p in ps],
-        ("prefix vanilla", "prefix", DraftSpec("heads")),
-        *[(f"prefix {p}-best tree lattice (k={args.k})", "prefix",
-           DraftSpec("tree-lattice", k=args.k, p=p)) for p in ps],
-    ]
+    strategies: list[tuple[str, str, Any]] = []
+    if args.medusa:
+        strategies += [("Medusa vanilla", "medusa", DraftSpec("heads")),
+                       *[(f"Medusa {p}-best (k={args.k})", "medusa",
+                          DraftSpec("heads", k=args.k, p=p)) for p in ps]]
+    if args.prefix:
+        strategies += [("prefix vanilla", "prefix", DraftSpec("heads")),
+                       *[(f"prefix {p}-best tree lattice (k={args.k})", "prefix",
+                          DraftSpec("tree-lattice", k=args.k, p=p)) for p in ps]]
     if args.eagle:
         strategies += [("EAGLE chain", "eagle", DraftSpec("heads")),
                        *[(f"EAGLE {p}-best tree lattice (k={args.k})", "eagle",
                           DraftSpec("tree-lattice", k=args.k, p=p)) for p in ps]]
     for n in [int(v) for v in args.budget.split(",") if v]:
-        strategies += [(f"Medusa confidence tree (k={args.k}, N={n})", "medusa",
-                        DraftSpec("tree", tree="confidence", k=args.k, budget=n)),
-                       (f"prefix tree-lattice confidence tree (k={args.k}, N={n})", "prefix",
-                        ConditionalTreeDrafter(k=args.k, budget=n))]
+        if args.medusa:
+            strategies.append((f"Medusa confidence tree (k={args.k}, N={n})", "medusa",
+                               DraftSpec("tree", tree="confidence", k=args.k, budget=n)))
+        if args.prefix:
+            strategies.append((f"prefix tree-lattice confidence tree (k={args.k}, N={n})",
+                               "prefix", ConditionalTreeDrafter(k=args.k, budget=n)))
         if args.eagle:  # EAGLE-2's dynamic tree
             strategies.append((f"EAGLE-2 tree (k={args.k}, N={n})", "eagle",
                                ConditionalTreeDrafter(k=args.k, budget=n)))
+            strategies += [(f"EAGLE-2 tree + n-gram (k={args.k}, N={n}, alpha={a:g})", "eagle",
+                            ConditionalTreeDrafter(k=args.k, budget=n, scorer=lm, alpha=a))
+                           for a, lm in ngram_scorers()]
+    if args.eagle:  # the p-best paths ranked by the LM alone (Kim et al.'s global rescoring)
+        strategies += [(f"EAGLE {p}-best tree lattice + n-gram (k={args.k})", "eagle",
+                        DraftSpec("tree-lattice", k=args.k, p=p, rescorer="ngram",
+                                  lm=args.ngram, alpha=1.0)) for p in ps if args.ngram]
+    if args.defaults and not args.time:
+        strategies += [(f"{which} default", which, DraftSpec("default")) for which in models]
     if args.time:
-        strategies[1:1] = [("Medusa default (packaged recipe)", "medusa", DraftSpec("default")),
-                           ("prompt lookup", "medusa", DraftSpec("lookup"))]
-        strategies.append(("prefix default (cost-aware tree lattice + lookup)", "prefix",
-                           DraftSpec("default")))
-        if args.eagle:
-            strategies.append(("EAGLE default (cost-aware tree + lookup)", "eagle",
+        base = next(iter(models))
+        strategies[:0] = [("prompt lookup", base, DraftSpec("lookup"))]
+        if args.medusa:
+            strategies.insert(1, ("Medusa default (packaged recipe)", "medusa",
+                                  DraftSpec("default")))
+        for which, label in (("prefix", "prefix"), ("eagle", "EAGLE")):
+            if which not in models:
+                continue
+            strategies.append((f"{label} default (cost-aware tree lattice + lookup)", which,
                                DraftSpec("default")))
-        default = default_spec(capabilities_of(models["prefix"]))
-        if default.lookup:  # the same tree without the copies, beside
-            strategies.append(("prefix cost-aware tree lattice, no lookup", "prefix",
-                               dataclasses.replace(default, lookup=False)))
+            default = default_spec(capabilities_of(models[which]))
+            if default.lookup:  # the same tree without the copies, beside
+                strategies.append((f"{label} cost-aware tree lattice, no lookup", which,
+                                   dataclasses.replace(default, lookup=False)))
 
     def run(which: str, drafter: Any, prompt: list[int]) -> tuple[list[int], int, float]:
         t0 = time.perf_counter()
         if drafter is None and which == "greedy":
-            out = greedy_generate(models["medusa"], prompt, n_new, eos_id=eos)
+            out = greedy_generate(first, prompt, n_new, eos_id=eos)
             return list(out), len(out), time.perf_counter() - t0
         o = decode(models[which], prompt, drafter=drafter, max_new_tokens=n_new, eos_id=eos)
         return list(o.tokens), o.calls, time.perf_counter() - t0
@@ -161,11 +202,14 @@ def main(argv: list[str] | None = None) -> int:
               + (f", {row['speedup']:.2f}x" if args.time else ""), file=sys.stderr, flush=True)
     env = environment("cpu")
     signature = format_signature({
-        "model": "smollm2", "medusa": Path(args.medusa).name, "prefix": Path(args.prefix).name,
-        "eagle": Path(args.eagle).name if args.eagle else "-",
+        "model": "smollm2",
+        **{which: Path(folder).name if folder else "-" for which, folder in
+           (("medusa", args.medusa), ("prefix", args.prefix), ("eagle", args.eagle))},
         "runtime": args.runtime, "precision": "float32", "set": CHAT.name,
         "prompts": len(rows), "max_new_tokens": n_new, "k": args.k, "p": args.p,
-        "budget": args.budget or "-", "criterion": "exact", "threads": args.threads, **env})
+        "budget": args.budget or "-",
+        "ngram": f"{Path(args.ngram).name}@{file_digest(args.ngram)[:12]}|alpha:{args.alpha}"
+        if args.ngram else "-", "criterion": "exact", "threads": args.threads, **env})
     report = {"command": command_line("benchmarks.bench_prefix_chat", argv), "signature": signature,
               "results": results, "wall_s": round(time.perf_counter() - start, 1)}
     timed = args.time
