@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}])
                for r in rows]
     eos, n_new = tok.eos_id, args.max_new_tokens
-    ps = [int(v) for v in args.p.split(",")]
+    ps = [int(v) for v in args.p.split(",") if v]  # "": no p-best rows
 
     def ngram_scorers() -> list[tuple[float, Any]]:
         """(alpha, the LM's path scorer) per ``--alpha`` value, or none without ``--ngram``."""

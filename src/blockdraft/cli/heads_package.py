@@ -22,8 +22,9 @@ from blockdraft.cli.common import (
 from blockdraft.cli.values import Rule, add_rules, out_of_range, positive_int
 from blockdraft.core.outputs import claim_output
 
-PACKAGE_FILES = ("config.json", "medusa_lm_head.safetensors", "shortlist.safetensors",
-                 "acceptance.json", "ngram", "README.md", "curve.json", "curve.png")
+PACKAGE_FILES = ("config.json", "medusa_lm_head.safetensors", "prefix_heads.safetensors",
+                 "eagle.safetensors", "shortlist.safetensors", "acceptance.json", "ngram",
+                 "README.md", "curve.json", "curve.png")
 """What ``heads package`` writes in its folder."""
 
 
@@ -56,7 +57,11 @@ def cmd_heads_package(args: argparse.Namespace) -> int:
     from blockdraft.models.hf.drafting import CONFIG_KEY
     from blockdraft.models.hf.formats import read_heads_config
     from blockdraft.training import heads
-    from blockdraft.training.heads.package import package_heads
+    from blockdraft.training.heads.package import (
+        TREE_LATTICE_LAYOUTS,
+        folder_layout,
+        package_heads,
+    )
     from blockdraft.training.heads.shortlist import (
         frequency_shortlist,
         shortlist_record,
@@ -74,7 +79,11 @@ def cmd_heads_package(args: argparse.Namespace) -> int:
             raise CliError(f"cannot read the recipe {args.recipe}: {e}") from e
         if not isinstance(recipe, dict):
             raise CliError(f"{args.recipe} must hold a JSON object of recipe settings")
-    base = read_heads_config(args.heads).base_model or "smollm2"
+    if folder_layout(args.heads) in TREE_LATTICE_LAYOUTS:  # their own config names the base
+        base = str(json.loads((Path(args.heads) / "config.json").read_text(encoding="utf-8"))
+                   .get("base_model_name_or_path") or "smollm2")
+    else:
+        base = read_heads_config(args.heads).base_model or "smollm2"
     try:
         carried = json.loads((Path(args.heads) / "config.json").read_text(encoding="utf-8"))
         carries_lm = bool((carried.get(CONFIG_KEY) or {}).get("ngram"))
@@ -118,7 +127,9 @@ def add_parser(group: Any) -> None:
     p = add_command(group, "package",
                     "the heads with a shortlist and a drafting recipe (what decode(model, ids) "
                     "drafts with)", cmd_heads_package)
-    p.add_argument("heads", type=Path, help="a Medusa version-2 heads folder")
+    p.add_argument("heads", type=Path,
+                   help="a heads folder of heads train (Medusa version 2, prefix heads or a "
+                        "draft layer)")
     p.add_argument("--data", type=Path, default=None,
                    help="a distillation set whose training answers the shortlist counts")
     p.add_argument("--shortlist", type=positive_int, default=None,

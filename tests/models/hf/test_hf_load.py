@@ -169,7 +169,8 @@ def test_heads_given_as_an_object_and_a_dtype(llama_folder: Path) -> None:
 
 def test_refusals(tmp_path: Path, llama_folder: Path, monkeypatch: Any) -> None:
     with pytest.raises(ModelError,
-                       match=r"unknown model 'gpt-17'.*known names \(smollm2, smollm2-prefix\)"):
+                       match=r"unknown model 'gpt-17'.*known names "
+                             r"\(smollm2, smollm2-eagle, smollm2-prefix\)"):
         load_model("gpt-17")
     with pytest.raises(ModelError, match="without Medusa heads: pass heads="):
         load_model(llama_folder)

