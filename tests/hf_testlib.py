@@ -60,6 +60,32 @@ def randomize(module: torch.nn.Module, seed: int, scale: float = 0.2) -> Any:
     return module
 
 
+EAGLE_SHORTLIST = torch.arange(0, V, 2)
+"""The tiny draft layers' shortlist: even ids (the layer never drafts an odd one)."""
+
+
+def eagle_layer(fusion: str = "top", seed: int = 0, base: Any = None) -> Any:
+    """A random EAGLE draft layer for the tiny Llama (``"layers"``: its decoder layers 1 and 2)
+    over :data:`EAGLE_SHORTLIST`."""
+    from blockdraft.models.heads.eagle_layer import EagleConfig, EagleLayer
+
+    base = tiny_hf_base("llama") if base is None else base
+    config = EagleConfig.from_base(base.config, fusion, (1, 2) if fusion == "layers" else None)
+    torch.manual_seed(seed)
+    return randomize(EagleLayer(config, EAGLE_SHORTLIST), seed + 1, 0.15).eval()
+
+
+def eagle_model(fusion: str = "top", context: str = "answer", depth: int = 4,
+                seed: int = 0) -> Any:
+    """The tiny Llama (weights of std 0.1) with a random draft layer of ``depth`` as its heads
+    (an :class:`~blockdraft.models.hf.HFBlockwiseModel` on PyTorch)."""
+    from blockdraft.models.hf import HFBlockwiseModel
+    from blockdraft.models.hf.eagle_heads import EagleHeads
+
+    base = tiny_hf_base("llama", init=0.1)
+    return HFBlockwiseModel(base, EagleHeads(eagle_layer(fusion, seed, base), depth, context))
+
+
 def check_accepted_rows_move(runtime: Any, reference: Any, prompt: list[int],
                              tol: dict[str, float]) -> None:
     """A tree verification on ``runtime`` keeps its accepted path (not a chain prefix of the

@@ -26,7 +26,11 @@ pytest.importorskip("onnxruntime")
 from blockdraft.models.heads import RULES, TORCH_BACKENDS, MedusaRule, PrefixRule  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.hf.prefix_heads import PrefixHeads  # noqa: E402
-from blockdraft.models.runtimes import TORCH_ONLY_HEADS, on_runtime  # noqa: E402
+from blockdraft.models.runtimes import (  # noqa: E402
+    REFUSED_HEADS,
+    TORCH_ONLY_HEADS,
+    on_runtime,
+)
 from blockdraft.models.runtimes.onnx_head_graphs import HEAD_GRAPHS  # noqa: E402
 from blockdraft.models.runtimes.onnx_heads import ORT_BACKENDS  # noqa: E402
 from blockdraft.models.runtimes.onnx_model import OrtBlockwiseModel  # noqa: E402
@@ -147,12 +151,13 @@ def test_each_kind_of_heads_gives_the_same_numbers_on_every_runtime(heads: str) 
 
 
 def test_every_kind_has_a_rule_and_a_backend_on_every_runtime() -> None:
-    """Every kind has a rule and a PyTorch backend; every kind but those declared PyTorch-only
-    (the EAGLE draft layer, whose other runtimes refuse it by name: tests/models/hf/
-    test_eagle_heads.py) has ONNX graphs and an ONNX Runtime backend."""
+    """Every kind has a rule, a PyTorch backend, ONNX graphs and an ONNX Runtime backend (none
+    is PyTorch-only now); the static runtime alone refuses a kind, the EAGLE draft layer, by
+    name (tests/models/hf/test_eagle_heads.py)."""
     assert set(RULES) == set(TORCH_BACKENDS)
     assert set(ORT_BACKENDS) == set(HEAD_GRAPHS) == set(RULES) - set(TORCH_ONLY_HEADS)
-    assert set(TORCH_ONLY_HEADS) == {"draft-layer"}
+    assert TORCH_ONLY_HEADS == ()
+    assert REFUSED_HEADS == {"static": ("draft-layer",)}
     assert {rule.kind for rule in RULES.values()} == set(RULES)
     assert MedusaHeads.kind == "medusa" and PrefixHeads.kind == "prefix"
 

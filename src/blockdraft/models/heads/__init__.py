@@ -13,9 +13,9 @@ OrtBlockwiseModel`, :class:`~blockdraft.models.runtimes.StaticKVModel`) hold one
     prefix    :class:`~.prefix.PrefixRule`     PyTorch :class:`~.torch_backend.TorchPrefix`;
                                                ONNX Runtime :class:`~blockdraft.models.
                                                runtimes.onnx_heads.OrtPrefix`
-    draft-    :class:`~.eagle.EagleRule`       PyTorch :class:`~.torch_backend.TorchEagle`
-    layer                                      (ONNX Runtime: not yet, :data:`~blockdraft.
-                                               models.runtimes.TORCH_ONLY_HEADS`)
+    draft-    :class:`~.eagle.EagleRule`       PyTorch :class:`~.torch_backend.TorchEagle`;
+    layer                                      ONNX Runtime :class:`~blockdraft.models.
+                                               runtimes.onnx_heads.OrtEagle` (fusion "top")
 
 The static runtime's heads are the eager adapter's (the PyTorch modules on its device). The
 kind of a heads module is its class's ``kind`` (``MedusaHeads.kind``, ``PrefixHeads.kind``,
@@ -24,7 +24,8 @@ a PyTorch backend (:data:`TORCH_BACKENDS`), its graphs
 (:mod:`blockdraft.models.runtimes.onnx_head_graphs`) and an ONNX Runtime backend
 (:mod:`blockdraft.models.runtimes.onnx_heads`). The draft layer's rule keeps a state along
 the text (its KV cache, :class:`~.eagle.DraftLayerState`), fed the accepted path after each
-verdict; the static runtime does not feed it, so it runs on PyTorch eager alone for now.
+verdict; the static runtime does not feed it, so it runs on PyTorch eager and ONNX Runtime
+(:data:`~blockdraft.models.runtimes.REFUSED_HEADS`).
 
 Public surface:
     RULES, TORCH_BACKENDS      kind -> the rule class, kind -> its PyTorch backend

@@ -39,6 +39,7 @@ from torch import nn
 from blockdraft.models.errors import ModelError
 from blockdraft.models.heads.eagle_config import CAPABILITY_KIND, EagleConfig
 from blockdraft.models.heads.eagle_layer import EagleLayer
+from blockdraft.models.hf.medusa import shortlist_digest
 
 DEFAULT_DEPTH = 6
 """Draft tokens a path holds when neither the caller nor the folder's recipe (its
@@ -138,7 +139,11 @@ class EagleHeads(nn.Module):
         return full
 
     def extra_repr(self) -> str:
-        return f"depth={self.num_heads}, context={self.context}"
+        """Depth, context and shortlist (its size and digest: an export keyed by the heads'
+        description changes with the shortlist's content, as Medusa heads')."""
+        ids = self.layer.shortlist
+        return (f"depth={self.num_heads}, context={self.context}"
+                + ("" if ids is None else f", shortlist={ids.numel()}@{shortlist_digest(ids)}"))
 
 
 def read_eagle_heads(folder: str | os.PathLike[str], depth: int | None = None) -> EagleHeads:

@@ -25,13 +25,16 @@ export cache are one module for every model blockdraft exports (:mod:`.onnx_stor
                    strategies, :mod:`.device_drafters`: the rated tree, :mod:`.device_rates`,
                    with an n-gram LM's evidence, :mod:`.device_ngram`; prompt lookup)
 
-A draft layer's heads (kind ``"draft-layer"``, :data:`TORCH_ONLY_HEADS`) run on PyTorch eager
-alone so far: its rule is fed the base's features by the eager forward, and it has no ONNX
-graphs yet; the other runtimes refuse it by name.
+A draft layer's heads (kind ``"draft-layer"``) run on PyTorch eager and on ONNX Runtime (its
+``draft_layer`` graph, :mod:`.onnx_eagle_graph`, fed the body's final hidden states: fusion
+``"top"`` only, a fused layer of ``"layers"`` is refused by name); the static runtime does not
+take it yet (:data:`REFUSED_HEADS`: its forward does not hand the layer the base's features),
+and refuses it by name.
 
 Public surface:
     RUNTIMES, PRECISIONS                      the names, and the precisions each runtime takes
-    TORCH_ONLY_HEADS                          head kinds the other runtimes do not take yet
+    REFUSED_HEADS                             runtime -> head kinds it does not take yet
+    TORCH_ONLY_HEADS                          head kinds with a PyTorch backend only (none)
     on_runtime(model, runtime, precision, threads=None, log=None, gguf=None) -> model
     OrtBlockwiseModel, StaticKVModel, KVBuffer, BufferCache
 """
@@ -51,9 +54,12 @@ PRECISIONS: dict[str, tuple[str, ...]] = {
     "static": ("float32", "bfloat16"),
 }
 """The precisions each runtime computes in (torch's and static's are the parameters' dtype)."""
-TORCH_ONLY_HEADS = ("draft-layer",)
-"""Head kinds with a PyTorch backend only (an EAGLE draft layer: no ONNX graphs yet, and the
-static runtime's forward does not hand it the base's features)."""
+REFUSED_HEADS: dict[str, tuple[str, ...]] = {"static": ("draft-layer",)}
+"""Head kinds a runtime does not take yet: the static runtime's forward does not hand an EAGLE
+draft layer the base's features (PyTorch eager and ONNX Runtime do)."""
+TORCH_ONLY_HEADS: tuple[str, ...] = ()
+"""Head kinds with a PyTorch backend only: none (every kind has ONNX graphs and an ONNX Runtime
+backend; kept for its importers). What a runtime refuses is :data:`REFUSED_HEADS`."""
 
 
 def check_runtime(runtime: str, precision: str) -> None:
@@ -94,10 +100,10 @@ def on_runtime(model: Any, runtime: str, precision: str, threads: int | None = N
     from blockdraft.models.capabilities import capabilities_of
 
     kind = capabilities_of(model).heads
-    if kind in TORCH_ONLY_HEADS:
-        raise ModelError(f"heads of kind {kind!r} (an EAGLE draft layer) run on runtime "
-                         f"'torch' only so far, not {runtime!r}: load the model with "
-                         "runtime='torch'")
+    if kind in REFUSED_HEADS.get(runtime, ()):
+        takes = [r for r in RUNTIMES if kind not in REFUSED_HEADS.get(r, ())]
+        raise ModelError(f"heads of kind {kind!r} do not run on runtime {runtime!r} yet: load "
+                         f"the model with runtime={' or '.join(repr(r) for r in takes)}")
     if runtime == "static":
         from blockdraft.models.runtimes.static import StaticKVModel
 

@@ -22,6 +22,9 @@ argmax; it also outputs each head's ``states``), and ``expand{j}`` scores nodes 
 lattice by head ``j``, a node a row (inputs ``x``, ``e`` the embedding of the node's last token,
 ``k`` -> ``ids``/``scores [M, k]``).
 
+**An EAGLE draft layer** (kind ``"draft-layer"``): ``draft_layer``, one call of the layer with
+its cache as inputs and outputs (:mod:`.onnx_eagle_graph`), float32 in every precision.
+
 In ``int8`` the heads' matmuls are 8-bit integer products with per-row activation scales, as
 the decoder's (:class:`~.onnx_graph.Builder`); the projections onto the vocabulary stay
 float32.
@@ -41,6 +44,8 @@ from typing import Any
 import numpy as np
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.heads.eagle_config import CAPABILITY_KIND
+from blockdraft.models.runtimes.onnx_eagle_graph import eagle_graphs
 from blockdraft.models.runtimes.onnx_graph import Builder, GraphSpec, bias_of, numpy_of
 
 
@@ -212,7 +217,7 @@ def prefix_graphs(spec: GraphSpec, model: Any, precision: str) -> dict[str, Any]
 
 
 HEAD_GRAPHS: dict[str, Callable[[GraphSpec, Any, str], dict[str, Any]]] = {
-    "medusa": medusa_graphs, "prefix": prefix_graphs}
+    "medusa": medusa_graphs, "prefix": prefix_graphs, CAPABILITY_KIND: eagle_graphs}
 """Each kind's graphs (``spec, model, precision -> {name: onnx.ModelProto}``)."""
 
 

@@ -6,9 +6,11 @@
 ``own``). Each kind adds the sessions of its graphs (:mod:`.onnx_head_graphs`):
 :class:`OrtMedusa` (``resblocks``; ``drafts``: ResBlocks, projection onto the shortlist and
 top-k in one run) and :class:`OrtPrefix` (``drafts``: the greedy chain in one run;
-``expand{j}``: one node of the tree lattice by head ``j``). Their rules
-(:mod:`blockdraft.models.heads`) are the PyTorch adapter's; :data:`ORT_BACKENDS` maps a kind to
-its backend.
+``expand{j}``: one node of the tree lattice by head ``j``) and :class:`OrtEagle` (an EAGLE
+draft layer: ``draft_layer``, one call of the layer with its cache as inputs and outputs,
+:mod:`.onnx_eagle_graph`). Their rules (:mod:`blockdraft.models.heads`) are the PyTorch
+adapter's; :data:`ORT_BACKENDS` maps a kind to its backend, and :meth:`OrtHeads.check` refuses,
+before anything is exported, heads of a kind this runtime cannot run.
 
 Arrays cross into ONNX Runtime as float32 numpy (a view of a CPU tensor: no copy) and come back
 as numpy (ids, scores) or as tensors over the session's output (states, logits). A shortlist
@@ -18,8 +20,10 @@ pads.
 Public surface:
     Session = (name) -> onnxruntime.InferenceSession       the export's graph ``name.onnx``
     OrtHeads(session, spec, model, finite)     num_heads, by_head, greedy, project, width
+        OrtHeads.check(model)                  (class method) refuse what cannot run
     OrtMedusa(...)        + states, topk
     OrtPrefix(...)        + chain_states, chain_topk, node
+    OrtEagle(...)         + config, context, feature_layers, token_ids, step
     ORT_BACKENDS          kind -> its backend
 """
 
@@ -31,8 +35,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from blockdraft.models.errors import ModelError
+from blockdraft.models.heads.eagle_config import CAPABILITY_KIND, EagleConfig
+from blockdraft.models.heads.eagle_layer import KV, EagleStep
 from blockdraft.models.heads.prefix import Node
-from blockdraft.models.runtimes.onnx_graph import GraphSpec
+from blockdraft.models.runtimes.onnx_eagle_graph import GRAPH, OUTPUTS, eagle_refusal
+from blockdraft.models.runtimes.onnx_graph import MASKED, GraphSpec
 from blockdraft.models.topk import topk_logprobs
 
 Session = Callable[[str], Any]
@@ -66,6 +74,15 @@ class OrtHeads:
                                              else shortlist.numpy().astype(np.int64))
         self._projection = session("projection")
         self._own = session("own") if spec.own_projection else None
+
+    @classmethod
+    def check(cls, model: Any) -> None:
+        """Refuse heads of this kind that the runtime cannot run, before anything is exported
+        (every Medusa and prefix heads module runs: this default).
+
+        Raises:
+            ModelError: naming what cannot run and what to use instead.
+        """
 
     @property
     def num_heads(self) -> int:
@@ -191,5 +208,106 @@ class OrtPrefix(OrtHeads):
         return node
 
 
-ORT_BACKENDS: dict[str, type[OrtHeads]] = {"medusa": OrtMedusa, "prefix": OrtPrefix}
+class OrtEagle(OrtHeads):
+    """An EAGLE draft layer on ONNX Runtime (the :class:`~blockdraft.models.heads.EagleBackend`
+    of its rule): one run of the ``draft_layer`` graph a call, the cache passed in and returned
+    as tensors (a view of the session's output: no copy); fusion ``"top"`` only
+    (:func:`~.onnx_eagle_graph.eagle_refusal`). Heads 2..'s projection is the base head's onto
+    the shortlist (``projection``, ``-inf`` outside it), which is the layer's head without its
+    own norm."""
+
+    def __init__(self, session: Session, spec: GraphSpec, model: Any, finite: Finite) -> None:
+        self.check(model)
+        super().__init__(session, spec, model, finite)
+        heads = model.heads
+        self._config: EagleConfig = heads.layer.config
+        self._context = str(heads.context)
+        self._ids = None if self.shortlist is None else torch.from_numpy(self.shortlist)
+        self._layer = session(GRAPH)
+        c = self._config
+        self._empty = np.zeros((1, c.num_kv_heads, 0, c.head_dim), dtype=np.float32)
+
+    @classmethod
+    def check(cls, model: Any) -> None:
+        """Refuse a draft layer this runtime does not run (fusion ``"layers"``), by name."""
+        problem = eagle_refusal(model)
+        if problem is not None:
+            raise ModelError(problem)
+
+    @property
+    def by_head(self) -> bool:
+        """The layer's head (the shortlist's rows) projects heads 2..."""
+        return True
+
+    @property
+    def config(self) -> EagleConfig:
+        """The layer's sizes and fusion."""
+        return self._config
+
+    @property
+    def context(self) -> str:
+        """What the layer was trained to read before an answer (``"answer"``, ``"prompt"``)."""
+        return self._context
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """None: the layer reads the base's final hidden state (fusion ``"top"``)."""
+        return ()
+
+    @property
+    def token_ids(self) -> torch.Tensor | None:
+        """int64 ``[Vs]``: the base ids of the logits' columns, or None."""
+        return self._ids
+
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+             kv: KV | None, mask: torch.Tensor | None) -> EagleStep:
+        """One call of the layer: ``features [1, T, d]``, ``tokens``/``positions`` int64
+        ``[1, T]``, the cache ``kv`` of ``L`` positions or None, ``mask`` bool
+        ``[1, T, L + T]`` or None (every cached position and the call's causal ones) ->
+        :class:`~blockdraft.models.heads.eagle_layer.EagleStep` (float32 CPU tensors; the
+        cache of ``L + T`` positions).
+
+        Raises:
+            ModelError: inputs that do not fit (a batch of several rows, another width, token
+                ids outside the vocabulary, a cache or mask of another shape), or NaN logits
+                (naming the export).
+        """
+        c = self._config
+        if (features.dim() != 3 or features.shape[0] != 1 or features.shape[-1] != c.d_model
+                or tokens.shape != features.shape[:2] or positions.shape != tokens.shape):
+            raise ModelError(f"the draft layer on ONNX Runtime takes features [1, T, "
+                             f"{c.d_model}] with tokens and positions [1, T], got "
+                             f"{tuple(features.shape)}, {tuple(tokens.shape)} and "
+                             f"{tuple(positions.shape)}")
+        ids = tokens.detach().cpu().numpy().astype(np.int64, copy=False)
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= c.vocab_size):
+            raise ModelError(f"token ids must lie in [0, {c.vocab_size}), got "
+                             f"{int(ids.min())}..{int(ids.max())}")
+        past = (self._empty, self._empty) if kv is None else tuple(
+            np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float32) for t in kv)
+        t, length = ids.shape[1], past[0].shape[2]
+        if past[0].shape != (1, c.num_kv_heads, length, c.head_dim) or (
+                past[1].shape != past[0].shape):
+            raise ModelError(f"the cache has shape {tuple(past[0].shape)}; the draft layer "
+                             f"needs [1, {c.num_kv_heads}, L, {c.head_dim}]")
+        if mask is None:
+            allowed = (np.arange(length + t)[None, :] <= np.arange(t)[:, None] + length)[None]
+        elif tuple(mask.shape) != (1, t, length + t):
+            raise ModelError(f"mask must be bool [1, T, L + T] = [1, {t}, {length + t}], got "
+                             f"{tuple(mask.shape)}")
+        else:
+            allowed = mask.detach().cpu().numpy()
+        feed = {"features": np.ascontiguousarray(features.detach().cpu().numpy(),
+                                                 dtype=np.float32),
+                "tokens": ids, "positions": positions.detach().cpu().numpy().astype(np.int64),
+                "past_key": past[0], "past_value": past[1],
+                "mask": np.where(allowed, 0.0, MASKED).astype(np.float32)}
+        logits, states, keys, values = self._layer.run(list(OUTPUTS), feed)
+        self._finite(logits)
+        return EagleStep(torch.from_numpy(logits), torch.from_numpy(states),
+                         (torch.from_numpy(keys), torch.from_numpy(values)))
+
+
+ORT_BACKENDS: dict[str, type[OrtHeads]] = {"medusa": OrtMedusa, "prefix": OrtPrefix,
+                                           CAPABILITY_KIND: OrtEagle}
 """Each kind's ONNX Runtime backend."""

@@ -26,7 +26,9 @@ ancestors' keys at other rows than a chain would, which can change the last bits
 README).
 
 The heads are the wrapped model's kind of heads over the sessions of their graphs
-(:mod:`.onnx_heads`: their rule, :mod:`blockdraft.models.heads`, is the PyTorch adapter's); what
+(:mod:`.onnx_heads`: their rule, :mod:`blockdraft.models.heads`, is the PyTorch adapter's; every
+forward hands it the final hidden states, which an EAGLE draft layer of fusion ``"top"`` reads,
+and the verifier hands it each accepted path, ``accept_path``); what
 the runtime shares with the wrapped model (sizes, tokenizer, drafting recipe, heads digest,
 capabilities) is one record (:class:`~.wrapped.Shared`); a forward's inputs are one checked
 :class:`~blockdraft.models.step.Step`.
@@ -71,7 +73,8 @@ class OrtBlockwiseModel(RuntimeModel):
         precision: ``"float32"``, ``"int8"`` (per-row int8 activations, per-channel int8
             weights, float32 vocabulary projections: :mod:`.onnx_graph`) or ``"q4"`` (the
             decoder and the base head on the GGUF file's own Q4_1 and Q8_0 blocks, int8
-            activations: :mod:`.onnx_blocks`; the heads in float32).
+            activations: :mod:`.onnx_blocks`; the heads in float32). An EAGLE draft layer is
+            float32 in every precision (it drafts; the base decides what is accepted).
         threads: ONNX Runtime's intra-op threads (default: torch's current thread count).
         log: called with a line per stage of a first export (None: silent).
         pad_single: run a one-token forward as two rows (default), so that every forward is
@@ -82,8 +85,9 @@ class OrtBlockwiseModel(RuntimeModel):
             folder was dequantised from, when it was loaded from a GGUF file or a known name).
 
     Raises:
-        ModelError: an architecture or precision the runtime does not build, an export ONNX
-            Runtime cannot load; in ``q4``, a model that was not loaded from a GGUF file
+        ModelError: an architecture or precision the runtime does not build, heads it does
+            not run (an EAGLE draft layer of fusion ``"layers"``), an export ONNX Runtime
+            cannot load; in ``q4``, a model that was not loaded from a GGUF file
             (without ``gguf``), or a GGUF file whose blocks have no exact mapping.
     """
 
@@ -95,6 +99,9 @@ class OrtBlockwiseModel(RuntimeModel):
                  gguf: str | os.PathLike[str] | None = None) -> None:
         self.pad_single = bool(pad_single)
         self.threads = int(threads) if threads else max(torch.get_num_threads(), 1)
+        backend = ORT_BACKENDS.get(str(model.heads.kind))
+        if backend is not None:  # heads this runtime cannot run: refused before the export
+            backend.check(model)
         blocks = _gguf_of(model, gguf) if precision == "q4" else None
         self.export_folder, self.spec = ensure_export(model, precision, log, gguf=blocks)
         try:
@@ -200,9 +207,9 @@ class OrtBlockwiseModel(RuntimeModel):
             step = dataclasses.replace(step, ids=step.ids.repeat(1, 2), tree_mask=None,
                                        positions=torch.tensor([[position, copy]]),
                                        span=max(position, copy) + 1)
-        x = self._run_body(step)[:t]  # (T, d)
-        return torch.from_numpy(x)[None], BufferCache(self._buffer, step.t_past + t,
-                                                       self._buffer.epoch)
+        x = torch.from_numpy(self._run_body(step)[:t])[None]  # (1, T, d)
+        self.heads_rule.saw(x)  # a draft layer reads its features (fusion "top": x itself)
+        return x, BufferCache(self._buffer, step.t_past + t, self._buffer.epoch)
 
     def _run_body(self, step: Step) -> np.ndarray:
         """One decoder forward of the step's tokens at rows ``t_past ..`` of the buffers ->
