@@ -1,14 +1,18 @@
-"""What the heads cost at a step: Medusa heads against prefix-conditioned heads, PyTorch.
+"""What the heads cost at a step: Medusa heads against prefix-conditioned heads and an
+EAGLE-style draft layer, PyTorch.
 
     .venv/bin/python -m benchmarks.bench_prefix_cost --medusa HEADS_DIR --prefix HEADS_DIR \\
-        [--k 4] [--repeats 300] --out benchmarks/results/heads/prefix
+        [--eagle LAYER_DIR] [--k 4] [--repeats 300] --out benchmarks/results/heads/prefix
 
 At one accepted position of SmolLM2-135M-Instruct (float32, one thread), the time of what the
 verifier runs for the next step's lattice: ``head_topk`` (Medusa: the ResBlocks and the
 shortlist projection of every head at once; prefix heads: head by head, each reading the
 previous head's argmax, head 0 the base's greedy token, which the verifier has), and for
 reference one greedy step (a forward of one token on a
-256-token cache with the base head). Medians of ``--repeats`` calls, the three interleaved.
+256-token cache with the base head). With ``--eagle``: one draft token of the layer (one
+position on its own cache of the same 256 positions: the layer, its shortlist head and the
+top-k), and the greedy chain of the layer's depth from there (what ``head_topk`` runs at a
+step). Medians of ``--repeats`` calls, all interleaved.
 Writes ``cost.{json,md}``. Run it on a quiet machine (nothing else busy).
 """
 
@@ -30,13 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--medusa", required=True)
     ap.add_argument("--prefix", required=True)
+    ap.add_argument("--eagle", default=None, help="a draft layer's folder (--arch eagle)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=300)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     models = {name: load_model("smollm2", heads=folder, runtime="torch")
-              for name, folder in (("medusa", args.medusa), ("prefix", args.prefix))}
+              for name, folder in (("medusa", args.medusa), ("prefix", args.prefix),
+                                   ("eagle", args.eagle)) if folder is not None}
     base = models["medusa"]
     ids = torch.randint(100, 20000, (1, 256), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -53,6 +59,20 @@ def main(argv: list[str] | None = None) -> int:
                  "Medusa head_topk": lambda: models["medusa"].head_topk(state, args.k),
                  "prefix head_topk": lambda: models["prefix"].head_topk(state, args.k,
                                                                         first=first)}
+        if "eagle" in models:
+            layer = models["eagle"].heads.layer
+            depth = models["eagle"].heads.num_heads
+            feats, positions = x.float(), torch.arange(256).unsqueeze(0)
+            kv = layer(feats[:, :-1], ids[:, 1:], positions[:, :-1]).kv  # 255 cached positions
+            last = (feats[:, -1:], first.view(1, 1), positions[:, -1:])
+
+            def eagle_token() -> None:
+                out = layer(*last, kv)
+                torch.topk(out.logits[0, -1], args.k)
+
+            calls["EAGLE one draft token (layer + shortlist head + top-k)"] = eagle_token
+            calls[f"EAGLE head_topk (chain of depth {depth}, no cache: a stand-in)"] = (
+                lambda: models["eagle"].head_topk(state, args.k, first=first))
         times: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(10):  # warm-up
             for fn in calls.values():
@@ -67,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment("cpu")
     signature = format_signature({"model": "smollm2", "runtime": "torch", "precision": "float32",
                                   "threads": 1, "k": args.k, "cache": 256,
-                                  "repeats": args.repeats, **env})
+                                  "repeats": args.repeats,
+                                  "eagle": Path(args.eagle).name if args.eagle else "-", **env})
     report = {"command": command_line("benchmarks.bench_prefix_cost", argv), "signature": signature,
               "median_ms": med}
     lines = [*header("The heads' cost at a step (PyTorch float32, one thread)", report),

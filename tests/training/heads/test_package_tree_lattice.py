@@ -12,18 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 pytest.importorskip("transformers")
 
 from blockdraft.drafts import AcceptanceTables, DraftSpec, default_spec  # noqa: E402
 from blockdraft.models import ModelError, greedy_generate, load_model  # noqa: E402
 from blockdraft.models.heads.eagle_files import write_eagle  # noqa: E402
-from blockdraft.models.heads.eagle_layer import EagleConfig, EagleLayer  # noqa: E402
 from blockdraft.training.errors import TrainingError  # noqa: E402
 from blockdraft.training.heads.package import package_heads  # noqa: E402
 from blockdraft.verify import decode  # noqa: E402
-from hf_testlib import V, randomize, tiny_hf_base  # noqa: E402
+from hf_testlib import eagle_layer, tiny_hf_base  # noqa: E402
 
 
 @pytest.fixture
@@ -31,8 +29,7 @@ def layer_folder(tmp_path: Path) -> tuple[Path, Path]:
     """(the tiny base's folder, a random draft layer's folder made for it)."""
     base = tiny_hf_base("llama", init=0.1)
     base.save_pretrained(tmp_path / "base")
-    layer = EagleLayer(EagleConfig.from_base(base.config, "top"), torch.arange(0, V, 2))
-    folder = write_eagle(randomize(layer, 1, 0.15).eval(), tmp_path / "eagle",
+    folder = write_eagle(eagle_layer("top", 0, base), tmp_path / "eagle",
                          base_model=str(tmp_path / "base"), record={"context": "answer"})
     (folder / "README.md").write_text("a layer\n", encoding="utf-8")
     return tmp_path / "base", folder
