@@ -12,7 +12,9 @@ reference one greedy step (a forward of one token on a
 256-token cache with the base head). With ``--eagle``: one draft token of the layer (one
 position on its own cache of the same 256 positions: the layer, its shortlist head and the
 top-k), and the greedy chain of the layer's depth from there (what ``head_topk`` runs at a
-step). Medians of ``--repeats`` calls, all interleaved.
+step); with ``--ort`` too, the layer's draft token on ONNX Runtime (its graph's call) against
+ORT's greedy step (a 32-token greedy run after the same 256-token prompt, less its prefill).
+Medians of ``--repeats`` calls, all interleaved.
 Writes ``cost.{json,md}``. Run it on a quiet machine (nothing else busy).
 """
 
@@ -21,7 +23,43 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+ORT_STEPS = 32
+"""Tokens of the timed ONNX Runtime greedy run (after a prefill of the same cache)."""
+ORT_GREEDY = "ORT greedy step (forward + base head)"
+
+
+def ort_calls(folder: str, feats: Any, ids: Any, positions: Any, first: Any,
+              k: int) -> dict[str, Callable[[], float | None]]:
+    """The draft layer's one token on ONNX Runtime (its backend's call on a 255-position
+    cache) and ORT's greedy step (a run of :data:`ORT_STEPS` tokens after a 256-token prompt,
+    less the prefill alone: the step is its mean)."""
+    import torch
+
+    from blockdraft.models import greedy_generate, load_model
+
+    model = load_model("smollm2", heads=folder, runtime="onnxruntime", threads=1)
+    step = model.heads_rule.backend.step
+    kv = step(feats[:, :-1], ids[:, 1:], positions[:, :-1], None, None).kv
+    last = (feats[:, -1:], first.view(1, 1), positions[:, -1:])
+    prompt = ids[0].tolist()
+
+    def token() -> None:
+        out = step(*last, kv, None)
+        torch.topk(out.logits[0, -1], k)
+
+    def greedy() -> float:
+        t0 = time.perf_counter()
+        greedy_generate(model, prompt, 1)
+        t1 = time.perf_counter()
+        greedy_generate(model, prompt, ORT_STEPS + 1)
+        return (time.perf_counter() - t1 - (t1 - t0)) / ORT_STEPS  # one step, seconds
+
+    return {"EAGLE one draft token on ORT (layer + shortlist head + top-k)": token,
+            ORT_GREEDY: greedy}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--medusa", required=True)
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--eagle", default=None, help="a draft layer's folder (--arch eagle)")
+    ap.add_argument("--ort", action="store_true",
+                    help="with --eagle: also the layer's draft token and the greedy step on ONNX "
+                         "Runtime (float32, one thread), each share against ORT's greedy step")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=300)
     ap.add_argument("--out", type=Path, required=True)
@@ -73,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             calls["EAGLE one draft token (layer + shortlist head + top-k)"] = eagle_token
             calls[f"EAGLE head_topk (chain of depth {depth}, no cache: a stand-in)"] = (
                 lambda: models["eagle"].head_topk(state, args.k, first=first))
+            if args.ort:
+                calls.update(ort_calls(args.eagle, feats, ids, positions, first, args.k))
         times: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(10):  # warm-up
             for fn in calls.values():
@@ -80,20 +123,23 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             for name, fn in calls.items():
                 t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+                own = fn()  # a call that times itself returns its seconds
+                times[name].append(own if isinstance(own, float) else time.perf_counter() - t0)
     med = {name: 1e3 * statistics.median(v) for name, v in times.items()}
     greedy_ms = med["greedy step (forward + base head)"]
     env = environment("cpu")
     signature = format_signature({"model": "smollm2", "runtime": "torch", "precision": "float32",
                                   "threads": 1, "k": args.k, "cache": 256,
                                   "repeats": args.repeats,
-                                  "eagle": Path(args.eagle).name if args.eagle else "-", **env})
+                                  "eagle": Path(args.eagle).name if args.eagle else "-",
+                                  "ort": bool(args.ort and args.eagle), **env})
     report = {"command": command_line("benchmarks.bench_prefix_cost", argv), "signature": signature,
               "median_ms": med}
     lines = [*header("The heads' cost at a step (PyTorch float32, one thread)", report),
              "| call | median ms | share of a greedy step |", "|---|---|---|"]
-    lines += [f"| {name} | {ms:.3f} | {ms / greedy_ms:.1%} |" for name, ms in med.items()]
+    lines += [f"| {name} | {ms:.3f} | "
+              + (f"{ms / med[ORT_GREEDY]:.1%} of ORT's |" if "ORT" in name
+                 else f"{ms / greedy_ms:.1%} |") for name, ms in med.items()]
     write_report(report, args.out, "cost", "\n".join(lines))
     print("\n".join(lines))
     return 0
