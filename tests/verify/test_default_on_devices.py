@@ -1,5 +1,6 @@
 """``decode(model, ids)`` with its default drafter on the static runtime, in float32 and bfloat16,
-for both head kinds (issue 41, item 5): the code path a GPU runs, on tiny models on the CPU.
+for every head kind (issue 41, item 5; the EAGLE draft layer, fusions "top" and "layers", issue
+40): the code path a GPU runs, on tiny models on the CPU.
 
 On an H200 the default failed three ways: bfloat16 (both kinds) met a float32 tensor in the
 heads (a cost curve's probe state, a prefix node's float32 state); float32 prefix heads indexed
@@ -32,13 +33,14 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from hf_testlib import V, randomize, tiny_hf_base
+from hf_testlib import V, eagle_layer, randomize, tiny_hf_base
 
 pytest.importorskip("transformers")
 
 from blockdraft.models import greedy_generate  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.hf.drafting import DraftingRecipe  # noqa: E402
+from blockdraft.models.hf.eagle_heads import EagleHeads  # noqa: E402
 from blockdraft.models.hf.prefix_heads import PrefixHeads  # noqa: E402
 from blockdraft.models.runtimes.cuda_graphs import BUCKETS  # noqa: E402
 from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
@@ -89,14 +91,20 @@ def host_elsewhere(device: str = "cpu") -> Iterator[None]:
 
 def static_model(kind: str, dtype: torch.dtype, seed: int = 0,
                  recipe: DraftingRecipe | None = None, device: str = "cpu") -> StaticKVModel:
-    """A tiny Llama with 3 random heads of ``kind`` (a shortlist of every other id) on the
-    static runtime, padded to the GPU's buckets (on CUDA its graphs are captured)."""
-    heads = MedusaHeads(64, None, 3, 1) if kind == "medusa" else PrefixHeads(64, 3, 1)
-    heads = randomize(heads, seed + 1)
-    heads.set_shortlist(torch.arange(0, V, 2))
+    """A tiny Llama with 3 random heads of ``kind`` (a shortlist of every other id), or a random
+    EAGLE draft layer of depth 3 (``"eagle-top"``, ``"eagle-layers"``: its fusion; the shared
+    test layer's shortlist), on the static runtime, padded to the GPU's buckets (on CUDA its
+    graphs are captured)."""
+    base = tiny_hf_base("llama", seed, init=0.3)
+    heads: Any
+    if kind.startswith("eagle-"):
+        heads = EagleHeads(eagle_layer(kind.removeprefix("eagle-"), seed, base), 3)
+    else:
+        heads = MedusaHeads(64, None, 3, 1) if kind == "medusa" else PrefixHeads(64, 3, 1)
+        heads = randomize(heads, seed + 1)
+        heads.set_shortlist(torch.arange(0, V, 2))
     heads.drafting = recipe
-    model = HFBlockwiseModel(tiny_hf_base("llama", seed, init=0.3), heads, dtype=dtype,
-                             device=device)
+    model = HFBlockwiseModel(base, heads, dtype=dtype, device=device)
     return StaticKVModel(model, capacity=160, buckets=BUCKETS)
 
 
@@ -123,7 +131,7 @@ def check_lossless_or_near_tie(model: StaticKVModel, prompt: list[int], got: lis
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kind", ["medusa", "prefix"])
+@pytest.mark.parametrize("kind", ["medusa", "prefix", "eagle-top", "eagle-layers"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_the_default_drafter_runs_on_the_static_runtime(kind: str, dtype: torch.dtype,
                                                        device: str) -> None:

@@ -15,8 +15,8 @@ What ``name_or_path`` may be:
   version-2 layout);
 - a Hugging Face model folder or a ``.gguf`` file, with ``heads=`` Medusa heads in any layout
   (:mod:`blockdraft.models.hf.formats`), prefix heads or an EAGLE draft layer's folder
-  (:mod:`blockdraft.models.hf.eagle_heads`: PyTorch eager, or ONNX Runtime for a layer of
-  fusion ``"top"``; not the static runtime yet);
+  (:mod:`blockdraft.models.hf.eagle_heads`: PyTorch eager, the static runtime, or ONNX
+  Runtime for a layer of fusion ``"top"``);
 - a Medusa heads folder alone, whose ``config.json`` names its base
   (``base_model_name_or_path``: a known name, a local folder or a GGUF file), or a Medusa-2
   full checkpoint (the base and its heads in one folder).

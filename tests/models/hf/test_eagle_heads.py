@@ -2,8 +2,8 @@
 models/hf/eagle_heads; the verifier's accepted path): decoding is greedy's with every drafter
 of the pipeline, the layer's KV state after every step equals a recompute over the committed
 text (no draft rows left), the step's tree lattice equals brute force and EAGLE-2's tree grown
-over it the brute-force best nodes, a depth is one forward, a folder loads by name or path and
-a layer of another base or another runtime is refused by name.
+over it the brute-force best nodes, a depth is one forward, a folder loads by name or path (on
+PyTorch and the static runtime) and a layer of another base is refused by name.
 
 (Decoding with a trained layer, and its online chain B against the offline measure, is in
 tests/training/heads/test_eagle_decode.py.)"""
@@ -31,6 +31,7 @@ from blockdraft.models.heads.eagle_files import write_eagle  # noqa: E402
 from blockdraft.models.heads.eagle_layer import EagleConfig, EagleLayer  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.hf.eagle_heads import EagleHeads, read_eagle_heads  # noqa: E402
+from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
 from blockdraft.models.topk import topk_logprobs  # noqa: E402
 from blockdraft.verify import Verifier  # noqa: E402
 from blockdraft.verify.decode import decode  # noqa: E402
@@ -229,7 +230,7 @@ def test_heads_at_other_states_are_a_stand_in_and_several_positions_are_refused(
         model.heads_logits(torch.tensor([[5, 9, 14]]))
 
 
-def test_a_layer_folder_loads_by_path_and_another_base_or_runtime_is_refused(
+def test_a_layer_folder_loads_by_path_on_torch_and_static_and_another_base_is_refused(
         tmp_path: Path) -> None:
     base = tiny_hf_base("llama", init=0.1)
     base.save_pretrained(tmp_path / "base")
@@ -246,11 +247,13 @@ def test_a_layer_folder_loads_by_path_and_another_base_or_runtime_is_refused(
         assert decode(model, prompt, drafter=DraftSpec("tree-lattice", k=2, p=0, budget=8),
                       max_new_tokens=16).tokens == greedy_generate(model, prompt, 16)
     assert read_eagle_heads(folder, depth=3).num_heads == 3
-    # ONNX Runtime runs it (tests/models/runtimes/test_onnx_eagle.py); the static cache not yet
-    with pytest.raises(ModelError, match="kind 'draft-layer' do not run on runtime 'static' "
-                                         "yet: load the model with runtime='torch' or "
-                                         "'onnxruntime'"):
-        load_model(folder, runtime="static")
+    # ONNX Runtime (tests/models/runtimes/test_onnx_eagle.py) and the static cache run it
+    # (tests/models/runtimes/test_static_eagle.py)
+    static = load_model(folder, runtime="static")
+    assert isinstance(static, StaticKVModel) and static.h == 7
+    assert static.capabilities.stateful_heads and static.heads_rule.backend.context == "prompt"
+    assert decode(static, prompt, drafter=DraftSpec("tree-lattice", k=2, p=0, budget=8),
+                  max_new_tokens=16).tokens == greedy_generate(static, prompt, 16)
     with pytest.raises(ModelError, match="EAGLE draft layer's folder"):
         load_model(folder, heads=folder)
     # a layer made for another base: the differing size is named

@@ -23,6 +23,7 @@ from models_testlib import ancestors
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
+from blockdraft.models import ModelError  # noqa: E402
 from blockdraft.models.heads import RULES, TORCH_BACKENDS, MedusaRule, PrefixRule  # noqa: E402
 from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
 from blockdraft.models.hf.prefix_heads import PrefixHeads  # noqa: E402
@@ -152,14 +153,24 @@ def test_each_kind_of_heads_gives_the_same_numbers_on_every_runtime(heads: str) 
 
 def test_every_kind_has_a_rule_and_a_backend_on_every_runtime() -> None:
     """Every kind has a rule, a PyTorch backend, ONNX graphs and an ONNX Runtime backend (none
-    is PyTorch-only now); the static runtime alone refuses a kind, the EAGLE draft layer, by
-    name (tests/models/hf/test_eagle_heads.py)."""
+    is PyTorch-only now), and no runtime refuses a kind (the static runtime runs the EAGLE draft
+    layer's PyTorch backend: tests/models/runtimes/test_static_eagle.py)."""
     assert set(RULES) == set(TORCH_BACKENDS)
     assert set(ORT_BACKENDS) == set(HEAD_GRAPHS) == set(RULES) - set(TORCH_ONLY_HEADS)
     assert TORCH_ONLY_HEADS == ()
-    assert REFUSED_HEADS == {"static": ("draft-layer",)}
+    assert REFUSED_HEADS == {}
     assert {rule.kind for rule in RULES.values()} == set(RULES)
     assert MedusaHeads.kind == "medusa" and PrefixHeads.kind == "prefix"
+
+
+def test_a_kind_a_runtime_does_not_take_is_refused_by_name(monkeypatch: Any) -> None:
+    """The table stays (no runtime refuses a kind now): an entry refuses that kind on that
+    runtime by name, saying which runtimes take it."""
+    monkeypatch.setitem(REFUSED_HEADS, "static", ("prefix",))
+    with pytest.raises(ModelError, match="kind 'prefix' do not run on runtime 'static' yet: "
+                                         "load the model with runtime='torch' or "
+                                         "'onnxruntime'"):
+        on_runtime(runtimes("prefix")[0], "static", "float32")
 
 
 def test_the_wrapped_model_is_shared_through_one_record() -> None:

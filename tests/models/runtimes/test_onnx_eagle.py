@@ -11,8 +11,7 @@
 - The export holds the graph, sealed and cached: a second load exports nothing, a damaged graph
   is rebuilt with one warning, another shortlist is another export; a layer folder loads by
   name on this runtime.
-- A fused layer (EAGLE-3, fusion "layers") is refused by name before anything is exported, and
-  the static runtime refuses a draft layer by name.
+- A fused layer (EAGLE-3, fusion "layers") is refused by name before anything is exported.
 """
 
 from __future__ import annotations
@@ -304,8 +303,8 @@ def test_a_layer_folder_loads_by_name_on_onnx_runtime(tmp_path: Path,
                           max_new_tokens=16).tokens == greedy_generate(loaded, prompt, 16)
 
 
-def test_a_fused_layer_and_the_static_runtime_are_refused_by_name(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fused_layer_is_refused_by_name(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path / "cache"))
     fused = eagle_model("layers", "prompt")
     with pytest.raises(ModelError, match=r"fuses the base's decoder layers \(fusion 'layers', "
@@ -313,7 +312,3 @@ def test_a_fused_layer_and_the_static_runtime_are_refused_by_name(
                                          "runtime='torch'"):
         on_runtime(fused, "onnxruntime", "float32")
     assert not (tmp_path / "cache" / "onnx").exists()  # refused before anything was built
-    with pytest.raises(ModelError, match="kind 'draft-layer' do not run on runtime 'static' "
-                                         "yet: load the model with runtime='torch' or "
-                                         "'onnxruntime'"):
-        on_runtime(eagle_model(), "static", "float32")

@@ -17,15 +17,14 @@ OrtBlockwiseModel`, :class:`~blockdraft.models.runtimes.StaticKVModel`) hold one
     layer                                      ONNX Runtime :class:`~blockdraft.models.
                                                runtimes.onnx_heads.OrtEagle` (fusion "top")
 
-The static runtime's heads are the eager adapter's (the PyTorch modules on its device). The
-kind of a heads module is its class's ``kind`` (``MedusaHeads.kind``, ``PrefixHeads.kind``,
-``EagleHeads.kind``). A new kind is a module here with its rule and an entry in :data:`RULES`,
-a PyTorch backend (:data:`TORCH_BACKENDS`), its graphs
-(:mod:`blockdraft.models.runtimes.onnx_head_graphs`) and an ONNX Runtime backend
-(:mod:`blockdraft.models.runtimes.onnx_heads`). The draft layer's rule keeps a state along
-the text (its KV cache, :class:`~.eagle.DraftLayerState`), fed the accepted path after each
-verdict; the static runtime does not feed it, so it runs on PyTorch eager and ONNX Runtime
-(:data:`~blockdraft.models.runtimes.REFUSED_HEADS`).
+The static runtime's heads are the eager adapter's (the PyTorch modules on its device, the
+draft layer's included). The kind of a heads module is its class's ``kind``
+(``MedusaHeads.kind``, ``PrefixHeads.kind``, ``EagleHeads.kind``). A new kind is a module here
+with its rule and an entry in :data:`RULES`, a PyTorch backend (:data:`TORCH_BACKENDS`), its
+graphs (:mod:`blockdraft.models.runtimes.onnx_head_graphs`) and an ONNX Runtime backend
+(:mod:`blockdraft.models.runtimes.onnx_heads`). The draft layer's rule keeps a state along the
+text (its KV cache, :class:`~.eagle.DraftLayerState`), fed the accepted path after each
+verdict, on every runtime (each one's forward hands the rule the base's features, ``saw``).
 
 Public surface:
     RULES, TORCH_BACKENDS      kind -> the rule class, kind -> its PyTorch backend

@@ -222,6 +222,9 @@ class TorchEagle(TorchHeads):
 
     def step(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
              kv: KV | None, mask: torch.Tensor | None) -> EagleStep:
-        """One call of the layer, without gradients (its checks included)."""
+        """One call of the layer, without gradients (its checks included); ``features``
+        enter as every state does (:meth:`~TorchHeads.enter`: a cost curve's float32 probe
+        reaches a bfloat16 layer of fusion ``"layers"`` in the layer's dtype)."""
         with torch.no_grad():
-            return self.heads.layer(features, tokens, positions, kv, mask)  # type: ignore[no-any-return]
+            return self.heads.layer(  # type: ignore[no-any-return]
+                self.enter(features), tokens, positions, kv, mask)

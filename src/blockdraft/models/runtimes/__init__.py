@@ -25,11 +25,11 @@ export cache are one module for every model blockdraft exports (:mod:`.onnx_stor
                    strategies, :mod:`.device_drafters`: the rated tree, :mod:`.device_rates`,
                    with an n-gram LM's evidence, :mod:`.device_ngram`; prompt lookup)
 
-A draft layer's heads (kind ``"draft-layer"``) run on PyTorch eager and on ONNX Runtime (its
-``draft_layer`` graph, :mod:`.onnx_eagle_graph`, fed the body's final hidden states: fusion
-``"top"`` only, a fused layer of ``"layers"`` is refused by name); the static runtime does not
-take it yet (:data:`REFUSED_HEADS`: its forward does not hand the layer the base's features),
-and refuses it by name.
+A draft layer's heads (kind ``"draft-layer"``) run on every runtime: PyTorch eager; ONNX
+Runtime (its ``draft_layer`` graph, :mod:`.onnx_eagle_graph`, fed the body's final hidden
+states: fusion ``"top"`` only, a fused layer of ``"layers"`` is refused by name); the static
+runtime (its forward hands the rule the final hidden states and the fused decoder layers'
+outputs, both fusions; the layer runs eagerly on the model's device, in its dtype).
 
 Public surface:
     RUNTIMES, PRECISIONS                      the names, and the precisions each runtime takes
@@ -54,9 +54,10 @@ PRECISIONS: dict[str, tuple[str, ...]] = {
     "static": ("float32", "bfloat16"),
 }
 """The precisions each runtime computes in (torch's and static's are the parameters' dtype)."""
-REFUSED_HEADS: dict[str, tuple[str, ...]] = {"static": ("draft-layer",)}
-"""Head kinds a runtime does not take yet: the static runtime's forward does not hand an EAGLE
-draft layer the base's features (PyTorch eager and ONNX Runtime do)."""
+REFUSED_HEADS: dict[str, tuple[str, ...]] = {}
+"""Head kinds a runtime does not take yet (runtime -> kinds): none now (the static runtime took
+the EAGLE draft layer in issue 40; what a runtime refuses of a kind's variants, ONNX Runtime a
+fused layer, its backend refuses by name)."""
 TORCH_ONLY_HEADS: tuple[str, ...] = ()
 """Head kinds with a PyTorch backend only: none (every kind has ONNX graphs and an ONNX Runtime
 backend; kept for its importers). What a runtime refuses is :data:`REFUSED_HEADS`."""

@@ -36,6 +36,19 @@ top-k run eagerly after the forward (the heads' rule over the PyTorch modules; a
 this runtime's own, :mod:`blockdraft.models.heads`, is the seam where a GPU session moves them
 into the graph).
 
+**An EAGLE draft layer** (heads of kind ``"draft-layer"``). Every forward hands the rule the
+base's features, as the eager adapter's does (``heads_rule.saw``): the final hidden states
+``x [1, T, d]`` and, for a layer of fusion ``"layers"``, the outputs of the decoder layers it
+fuses (each ``[1, T, d]``), read by :func:`~blockdraft.models.hf.eagle_heads.capture_layers`'
+hooks inside the forward a bucket's graph captures, which returns them beside ``x`` as one
+tensor ``[1, T, d * (1 + n)]`` (:meth:`StaticKVModel._features_step`), so a replay rewrites
+them too. The verifier then hands the rule each accepted path (``accept_path``) and the layer
+runs eagerly on the model's device in its dtype (:class:`~blockdraft.models.heads.
+torch_backend.TorchEagle`, its own cache growing by concatenation). Capturing the layer's call
+too would hook in at that backend's ``step``: one graph per (rows, cache length rounded up to a
+bucket) over a preallocated layer cache with a bias mask like the body's, the tree's depths
+padded to a width bucket (not done: untested without a GPU).
+
 **The ``index_copy_`` device assert of issue 30 is the caller's.** In transformers 5.x (read in
 5.24.0, ``cache_utils.StaticLayer.update``) a static layer writes the ``T`` new keys at rows
 ``cumulative_length + arange(T)``, ``cumulative_length`` being a device tensor the layer keeps
@@ -78,6 +91,7 @@ import torch
 from blockdraft.models.errors import ModelError
 from blockdraft.models.hf.adapter import HFBlockwiseModel
 from blockdraft.models.hf.body import call_with_cache
+from blockdraft.models.hf.eagle_heads import capture_layers
 from blockdraft.models.runtimes.cuda_graphs import BUCKETS, BucketRunner, Forward, kv_rows
 from blockdraft.models.runtimes.kv_buffer import BufferCache, KVBuffer
 from blockdraft.models.runtimes.wrapped import RuntimeModel, Shared
@@ -230,7 +244,7 @@ class StaticKVModel(RuntimeModel):
         self.device_steps = bool(device_steps)
         self._cache_of(self.attended(1))  # the first one now: transformers' refusals here
         self._window = _window(model)
-        self._runner = (BucketRunner(self._step, self._inputs, self.buckets,
+        self._runner = (BucketRunner(self._features_step, self._inputs, self.buckets,
                                      capture=self.graphs) if self.buckets else None)
 
     @property
@@ -253,7 +267,7 @@ class StaticKVModel(RuntimeModel):
         self._body = body
         self.decoders.clear()
         if self._runner is not None:
-            self._runner = BucketRunner(self._step, self._inputs, self.buckets,
+            self._runner = BucketRunner(self._features_step, self._inputs, self.buckets,
                                         capture=self.graphs)
 
     @property
@@ -299,7 +313,8 @@ class StaticKVModel(RuntimeModel):
 
         Returns:
             ``x`` ``[1, T, d]`` in the model's dtype and the cache of ``past.length + T``
-            positions (rows of the buffer).
+            positions (rows of the buffer). The heads' rule is handed what the forward read
+            (``heads_rule.saw``: ``x``, and the decoder layers' outputs a draft layer fuses).
 
         Raises:
             ModelError: bad ids, more than one row, a cache from elsewhere or overwritten
@@ -320,9 +335,14 @@ class StaticKVModel(RuntimeModel):
         epoch = self._buffer.begin_write(t_past)
         with torch.no_grad():
             if self._runner is not None and t <= self._runner.largest:
-                x = self._runner.run(step)
+                out = self._runner.run(step)
             else:
-                x = self._step(*self._inputs(step))
+                out = self._features_step(*self._inputs(step))
+        x, layers = out, ()
+        if self.heads_rule.feature_layers:  # a fused draft layer's features beside x
+            d = self.config.d_model
+            x, layers = out[..., :d].contiguous(), out[..., d:].split(d, dim=-1)
+        self.heads_rule.saw(x, layers)  # a draft layer reads its features
         return x, BufferCache(self._buffer, t_past + t, epoch)
 
     def _inputs(self, step: Step) -> tuple[torch.Tensor, ...]:
@@ -340,6 +360,23 @@ class StaticKVModel(RuntimeModel):
         if cache is None:
             cache = self._caches[rows] = _static_cache(self.model, self._buffer, rows)
         return cache
+
+    def _features_step(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
+                       start: torch.Tensor) -> torch.Tensor:
+        """:meth:`_step` and what the heads' rule reads beside ``x`` (what a bucket's graph
+        captures): ``x [1, T, d]`` itself, or for a draft layer fusing the base's decoder
+        layers ``i`` of ``heads_rule.feature_layers`` (``n`` of them) ``[1, T, d * (1 + n)]``,
+        ``x`` then each layer's output (the residual stream entering layer ``i``), in that
+        order. A replaced body (:meth:`use_body`) runs no decoder layer: ``x`` stands in for
+        each (a stand-in of the right shape, as the rule's own for a state alone)."""
+        indices = self.heads_rule.feature_layers
+        if not indices:
+            return self._step(ids, positions, bias, start)
+        with capture_layers(self.model.base, indices) as layers:
+            x = self._step(ids, positions, bias, start)
+        if self._body is not None:
+            layers = [x] * len(indices)
+        return torch.cat((x, *layers), dim=-1)  # (1, T, d * (1 + n))
 
     def _step(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
               start: torch.Tensor) -> torch.Tensor:
