@@ -16,8 +16,8 @@ The harnesses (``benchmarks.NAME``):
     bench_heads_chat        how well Medusa heads predict chat: top-k per head and B
     bench_identity          is exact BPD token-identical to greedy on a real model?
     bench_kim               Kim et al. (2024)'s tables on SmolLM2 with its Medusa heads
-    bench_prefix_chat       Medusa against prefix-conditioned heads on the chat set, online
-    bench_prefix_cost       what the heads cost at a step: Medusa against prefix-conditioned
+    bench_prefix_chat       Medusa, prefix heads and a draft layer on the chat set, online
+    bench_prefix_cost       what the heads cost at a step: Medusa, prefix heads, a draft layer
     bench_quality           what a runtime's precision costs in quality
     bench_real              faster than greedy on the real model? end to end, peers beside
     bench_rescore           rescoring latency: exact KenLM search against WFST composition
@@ -26,6 +26,7 @@ The harnesses (``benchmarks.NAME``):
     bench_step_costs        per-step costs of the decode loop
     bench_sweep             one sweep timed on every engine (serial, processes, Ray)
     bench_trees             token trees at equal budget on SmolLM2
+    heads_eagle             the draft layer's learning curve beside the heads'
     heads_round2            the heads' learning curve over full epochs
     measure_curve           SmolLM2's cost curve on one runtime (for the cost-aware tree)
     train_answers_rescorer  a neural rescorer trained on the base's own answers
