@@ -73,7 +73,9 @@ def chat_rows(path: Path) -> list[dict[str, Any]]:
     """The online chat figures of a ``bench_prefix_chat`` report."""
     report = json.loads(path.read_text(encoding="utf-8"))
     eagle = re.search(r"eagle:([^|]+)", report["signature"])
-    return [{"layer": eagle.group(1) if eagle else "-", "strategy": r["strategy"],
+    runtime = re.search(r"runtime:([^|]+)", report["signature"])
+    layer = f"{eagle.group(1) if eagle else '-'} ({runtime.group(1) if runtime else '?'})"
+    return [{"layer": layer, "strategy": r["strategy"],
              "identical": r["identical"], "B": r["B"]["all"],
              "speedup": r.get("speedup")} for r in report["results"]]
 
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                      + f" | {row['chain_B']:.3f} |")
     if chats:
         lines += ["", "Online, the 36 held-out chat requests (bench_prefix_chat: every output "
-                  "compared with greedy):", "",
+                  "compared with greedy; the runtime in brackets, float32, one thread):", "",
                   "| layer | strategy | identical | B | speedup |", "|---|---|---|---|---|"]
         lines += [f"| {c['layer']} | {c['strategy']} | {c['identical']} | {c['B']:.3f} | "
                   + (f"{c['speedup']:.2f}x |" if c["speedup"] else "- |") for c in chats]

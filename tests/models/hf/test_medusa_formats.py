@@ -363,6 +363,22 @@ def test_the_packaged_smollm2_prefix_heads_load() -> None:
     assert any(float(p.weight.abs().sum()) > 0 for p in heads.prefix)  # trained: not Medusa
 
 
+def test_the_packaged_smollm2_eagle_layer_loads() -> None:
+    """The known name smollm2-eagle ships a trained EAGLE-1 draft layer for SmolLM2 (d = 576),
+    sealed by its digest (read_eagle checks it), with its shortlist and the recipe that sets
+    its depth and the default's tree."""
+    from blockdraft.models.hf.eagle_heads import read_eagle_heads
+    from blockdraft.models.load import packaged_heads
+
+    heads = read_eagle_heads(packaged_heads("smollm2-eagle"))
+    assert heads.num_heads == 6 and heads.d_model == 576 and heads.context == "answer"
+    assert heads.shortlist is not None and heads.shortlist.numel() == 4096
+    assert heads.layer.config.fusion == "top"
+    recipe = heads.drafting
+    assert recipe is not None and (recipe.k, recipe.max_nodes, recipe.copy_length) == (4, 32, 16)
+    assert recipe.acceptance is not None and recipe.acceptance.is_file()
+
+
 def test_sealed_heads_must_match_their_config(tmp_path: Path) -> None:
     folder = write_heads(random_heads(False, layers=2), tmp_path / "heads")
     config = json.loads((folder / "config.json").read_text())
