@@ -150,7 +150,8 @@ class Grown:
         self.scorer, self.alpha, self.cut, self.label = scorer, float(alpha), cut, source
         self.tree_lattice = bool(tree_lattice)
         lms = () if scorer is None else (scorer,)
-        self.needs = Needs(k=self.k, tree_lattice=self.tree_lattice, lms=lms)
+        self.needs = Needs(k=self.k, tree_lattice=self.tree_lattice, lms=lms,
+                           sausage=not self.tree_lattice)
         self.clock = ExpansionClock()
 
     def tree(self, view: StepView) -> DraftTree:

@@ -112,7 +112,8 @@ class TreePaths:
         if not self.alpha >= 0:
             raise DraftError(f"ConditionalDrafter.alpha must be >= 0, got {self.alpha!r}")
         lms = () if self.scorer is None else (self.scorer,)
-        object.__setattr__(self, "needs", Needs(k=self.k, tree_lattice=True, lms=lms))
+        object.__setattr__(self, "needs", Needs(k=self.k, tree_lattice=True, lms=lms,
+                                                sausage=False))
 
     label = "conditional"
 

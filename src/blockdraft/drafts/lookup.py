@@ -193,7 +193,7 @@ class Copies:
                              for x in lengths)
         if not self.lengths:
             raise DraftError("lengths must name at least one draft length")
-        self.needs = Needs(k=1, heads=1)
+        self.needs = Needs(k=1, heads=1, sausage=False)
         self.index = LookupIndex(self.max_match)
 
     def add(self, view: StepView, trie: Trie) -> None:

@@ -55,6 +55,9 @@ class Needs:
         reference: it reads the reference continuation (the oracle): offline only.
         lms: the LMs it scores with (rescorers, path scorers): each must fit the model's
             vocabulary (``check_vocab``, called once where a decode starts).
+        sausage: it reads the step's sausage lattice beyond the certain token (False: a tree
+            grown over the tree lattice alone, a copy), so a model whose chain costs what its
+            tree's own expansions cost (a draft layer) need not compute the chain first.
     """
 
     k: int = 1
@@ -62,6 +65,7 @@ class Needs:
     tree_lattice: bool = False
     reference: bool = False
     lms: tuple[VocabChecked, ...] = ()
+    sausage: bool = True
 
     def __post_init__(self) -> None:
         check_int(self.k, "Needs.k", DraftError, minimum=1)
@@ -71,13 +75,14 @@ class Needs:
 
     def joined(self, other: Needs) -> Needs:
         """What two sources need together: the wider lattice, the heads either reads, either's
-        lattice and reference, both's LMs."""
+        lattices and reference, both's LMs."""
         heads = (None if self.heads is None or other.heads is None
                  else max(self.heads, other.heads))
         return Needs(k=max(self.k, other.k), heads=heads,
                      tree_lattice=self.tree_lattice or other.tree_lattice,
                      reference=self.reference or other.reference,
-                     lms=self.lms + tuple(lm for lm in other.lms if lm not in self.lms))
+                     lms=self.lms + tuple(lm for lm in other.lms if lm not in self.lms),
+                     sausage=self.sausage or other.sausage)
 
 
 @dataclass(frozen=True, eq=False)

@@ -41,6 +41,11 @@ class ModelSteps:
         self.verifier = verifier
         self.k = needs.k
         self.heads = needs.heads
+        if needs.tree_lattice and not needs.sausage and verifier.caps.stateful_heads:
+            # a draft layer's chain is its tree's own nodes, computed depth by depth as the tree
+            # grows: the drafter reads the tree alone, so the step computes no chain first
+            # (prefix heads keep theirs: one run of their graph that seeds their tree)
+            self.heads = 1
         self._past: Any = None
         self._logits: torch.Tensor | None = None
         self._topk: tuple[np.ndarray, np.ndarray] | None = None
@@ -60,7 +65,8 @@ class ModelSteps:
     def view(self, context: np.ndarray, prompt_length: int, max_depth: int) -> StepView:
         assert self._logits is not None
         lattice = step_lattice(self._logits, self._topk, self.k)
-        tree = None if self._expand is None else TreeLattice(lattice.h, self._expand)
+        h = self.verifier.h or lattice.h  # the model's: the sausage may be the certain token alone
+        tree = None if self._expand is None else TreeLattice(h, self._expand)
         return StepView(lattice=lattice, context=context, prompt_length=prompt_length,
                         tree=tree, max_depth=max_depth)
 
