@@ -33,10 +33,13 @@ Runtime's own weight-only quantizer (``onnxruntime.quantization.matmul_nbits_qua
 round-to-nearest, symmetric, blocks of :data:`BLOCK_SIZE` along the input dimension, 8 or 4
 bits), which turns every ``MatMul`` on a constant weight (the fusion ``fc``, q/k/v/o,
 gate/up/down and the head) into ``MatMulNBits`` at ``accuracy_level`` 4 (int8 activations,
-quantized per row and block: a row's numbers do not depend on the other rows of its call).
+each row quantized on its own, a scale per block: no scale is shared by the rows of a call).
 The embedding gather and the attention's products stay float32. On the trained SmolLM2
-layer the top-1 draft at depth 1 agreed with float32's at about 99% (``int8``) and 83%
-(``q4``) of chat positions (its speed: measured by the benchmarks, not here).
+layer (356 answer positions of four chat prompts) the top-1 draft agreed with float32's at
+depth 1 at 98.6% (``int8``) and 87.4% (``q4``), at depth 6 of each one's own chain at 89%
+and 43%, while the share of drafts equal to the greedy text stayed within 1.5 points of
+float32's at every depth and the tokens accepted per call (the chain, EAGLE-2's tree of 32)
+moved by at most 2% (its speed: measured by the benchmarks, not here).
 
 Fusion ``"layers"`` (EAGLE-3) reads outputs of the base's decoder layers that the ONNX Runtime
 body does not return: refused by name (:func:`eagle_refusal`), as is a base head with a bias
@@ -74,8 +77,9 @@ BITS = {"int8": 8, "q4": 4}
 BLOCK_SIZE = 32
 """Weights along the input dimension that share a scale (a change of this, or of
 :data:`BITS`, needs a new ``GRAPH_VERSION``: the export's key holds the precision's name only).
-Blocks of 32 rather than 128: on the trained SmolLM2 layer the depth-1 draft agreed with
-float32's at 99% against 98% (``int8``) and 83% against 78% (``q4``)."""
+Blocks of 32 rather than 128: on the trained SmolLM2 layer (280 answer positions of four chat
+prompts) the depth-1 draft agreed with float32's at 99% against 98% (``int8``) and 83% against
+78% (``q4``)."""
 
 
 def eagle_refusal(model: Any) -> str | None:
