@@ -2,7 +2,7 @@
 
 Public surface:
     load_model(name_or_path, *, dtype=None, device="cpu", heads=None, runtime="torch",
-               precision=None, threads=None, log=None)
+               precision=None, threads=None, log=None, draft_precision=None)
         -> BlockwiseLM | RescorerLM | HFBlockwiseModel | OrtBlockwiseModel
     load_tokenizer(name_or_path) -> Tokenizer | HFTokenizer     the same names and paths
 
@@ -143,6 +143,7 @@ def load_model(
     precision: str | None = None,
     threads: int | None = None,
     log: Any = None,
+    draft_precision: str | None = None,
 ) -> Any:
     """Load a blockwise parallel LM (see the module docstring for what is accepted).
 
@@ -171,6 +172,12 @@ def load_model(
         threads: intra-op threads: ONNX Runtime's sessions; for torch, the process-wide
             ``torch.set_num_threads`` (default: leave torch's setting).
         log: called with one line per stage of a first ONNX export (None: silent).
+        draft_precision: an EAGLE draft layer's weights on runtime ``"onnxruntime"``:
+            ``"float32"``, ``"int8"`` or ``"q4"`` (8- or 4-bit blocks through ONNX Runtime's
+            ``MatMulNBits``; the output stays the base's: the layer only drafts); None keeps
+            the heads' own (a folder's recipe ``"draft_precision"``, else float32). It is set
+            on the heads, an :class:`~blockdraft.models.hf.eagle_heads.EagleHeads` passed in
+            included.
 
     Returns:
         A :class:`~blockdraft.models.BlockwiseLM` (or ``RescorerLM``) for a blockdraft
@@ -184,7 +191,9 @@ def load_model(
             missing package (with the install command), missing packaged heads (with how to
             train them), a Hugging Face model without heads, heads that do not fit the base,
             an unsupported architecture; precision ``"q4"`` for a model that is not loaded
-            from a GGUF file (saying what to pass).
+            from a GGUF file (saying what to pass); a draft precision that is not one of
+            ``DRAFT_PRECISIONS``, or one given for other heads than a draft layer or another
+            runtime than ``"onnxruntime"``.
     """
     from blockdraft.models.runtimes import check_runtime, on_runtime
 
@@ -193,6 +202,14 @@ def load_model(
         raise ModelError(f"dtype={dtype!r} and precision={precision!r} disagree; pass one")
     precision = precision or (None if dtype is None else str(dtype).removeprefix("torch."))
     check_runtime(runtime, precision or "float32")
+    if draft_precision is not None:
+        from blockdraft.models.heads.eagle_config import check_draft_precision
+
+        check_draft_precision(draft_precision, "draft_precision")
+        if runtime != "onnxruntime":
+            raise ModelError(f"draft_precision={draft_precision!r} sets an EAGLE draft layer's "
+                             f"weights on runtime 'onnxruntime'; runtime {runtime!r} runs the "
+                             "layer in the model's dtype: leave draft_precision out")
     if runtime == "onnxruntime":
         if str(device) != "cpu":
             raise ModelError(f"runtime {runtime!r} runs on the CPU; got device={device!r}")
@@ -284,6 +301,11 @@ def load_model(
             f"heads must be a folder or MedusaHeads or EagleHeads, got "
             f"{type(heads_source).__name__}"
         )
+    if draft_precision is not None:
+        if not isinstance(medusa, EagleHeads):
+            raise ModelError(f"draft_precision={draft_precision!r} applies to an EAGLE draft "
+                             f"layer; these heads are of kind {medusa.kind!r}: leave it out")
+        medusa.draft_precision = draft_precision
     gguf = gguf_source(base_source) if precision == "q4" else None
     if precision == "q4" and gguf is None:
         raise ModelError(

@@ -12,6 +12,11 @@ names them under :data:`CONFIG_KEY` (other tools ignore the key), files relative
         "acceptance": "acceptance.json",
         "tuned_on": "..."}
 
+An EAGLE draft layer's folder may also name ``"depth"`` (its tree depth, read by
+:func:`~blockdraft.models.hf.eagle_heads.read_eagle_heads`) and ``"draft_precision"`` (its
+weights on ONNX Runtime, one of :data:`~blockdraft.models.heads.eagle_config.DRAFT_PRECISIONS`,
+default ``"float32"``; other heads and runtimes do not read it).
+
 :func:`blockdraft.drafts.default_drafter` turns it into a
 :class:`~blockdraft.drafts.CostAwareTreeDrafter` on the model's measured cost curve.
 
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.heads.eagle_config import check_draft_precision
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.models.vocab_record import check_tokenizer_record, read_vocab_record
 
@@ -60,6 +66,8 @@ class DraftingRecipe:
         info: the rest of the entry (what it was tuned on), for records.
         ngram_tokenizer: the tokenizer recorded beside the n-gram LM (its ``.vocab.json``), or
             None without an LM or without a record.
+        draft_precision: an EAGLE draft layer's weights on ONNX Runtime (``"float32"``,
+            ``"int8"``, ``"q4"``: :data:`~blockdraft.models.heads.eagle_config.DRAFT_PRECISIONS`).
     """
 
     k: int = 8
@@ -73,6 +81,7 @@ class DraftingRecipe:
     acceptance: Path | None = None
     info: dict[str, Any] = field(default_factory=dict, compare=False)
     ngram_tokenizer: TokenizerInfo | None = field(default=None, compare=False)
+    draft_precision: str = "float32"
 
 
 def _int(entry: dict[str, Any], key: str, default: int, minimum: int, where: Path) -> int:
@@ -107,8 +116,9 @@ def read_drafting(folder: str | os.PathLike[str]) -> DraftingRecipe | None:
     """The recipe a heads folder's ``config.json`` holds, or None when it holds none.
 
     Raises:
-        ModelError: an entry that is not an object, a setting out of range, a named file that
-            is missing, an n-gram LM's tokenizer record that cannot be read.
+        ModelError: an entry that is not an object, a setting out of range (a draft precision
+            not in DRAFT_PRECISIONS), a named file that is missing, an n-gram LM's tokenizer
+            record that cannot be read.
     """
     root = Path(folder)
     where = root / "config.json"
@@ -122,7 +132,7 @@ def read_drafting(folder: str | os.PathLike[str]) -> DraftingRecipe | None:
     if not isinstance(entry, dict):
         raise ModelError(f"{where}: {CONFIG_KEY} must be an object, got {entry!r}")
     known = {"k", "p", "max_nodes", "copy_length", "ngram", "alpha", "context_order",
-             "context_weight", "acceptance"}
+             "context_weight", "acceptance", "draft_precision"}
     ngram = _file(root, entry, "ngram", where)
     return DraftingRecipe(
         k=_int(entry, "k", 8, 1, where), p=_int(entry, "p", 4, 0, where),
@@ -134,7 +144,9 @@ def read_drafting(folder: str | os.PathLike[str]) -> DraftingRecipe | None:
         context_weight=_float(entry, "context_weight", 0.0, 0.0, 1.0, where),
         acceptance=_file(root, entry, "acceptance", where),
         info={k: v for k, v in entry.items() if k not in known},
-        ngram_tokenizer=None if ngram is None else read_vocab_record(ngram))
+        ngram_tokenizer=None if ngram is None else read_vocab_record(ngram),
+        draft_precision=check_draft_precision(entry.get("draft_precision", "float32"),
+                                              f"{where}: {CONFIG_KEY}.draft_precision"))
 
 
 def check_recipe_tokenizer(recipe: DraftingRecipe | None, vocab_size: int,

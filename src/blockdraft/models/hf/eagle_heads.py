@@ -5,8 +5,12 @@ An :class:`~blockdraft.models.hf.HFBlockwiseModel` holds one heads module; for a
 the model reads of heads (``num_heads``: the draft depth, so the model has ``h = 1 + depth``
 heads; the shortlist; the drafting recipe; the kind, ``"draft-layer"``, whose rule is
 :class:`~blockdraft.models.heads.eagle.EagleRule`) and what decoding needs beside the layer:
-its depth, and the context it was trained with (``"answer"``: its sequences start at the
-prompt's last position; ``"prompt"``: at the prompt's first).
+its depth, the context it was trained with (``"answer"``: its sequences start at the
+prompt's last position; ``"prompt"``: at the prompt's first), and the precision of its weights
+on ONNX Runtime (``draft_precision``, one of
+:data:`~blockdraft.models.heads.eagle_config.DRAFT_PRECISIONS`; part of the heads'
+description, so each precision is an ONNX export of its own; other runtimes run the layer in
+the model's dtype).
 
 :meth:`EagleHeads.bind` hands the layer the base's embedding and output projection, after
 holding the layer's config against the one its block shape gives (``EagleConfig.from_base``):
@@ -17,9 +21,11 @@ is the output of decoder layer ``i - 1``, as in training, where transformers'
 
 Public surface:
     DEFAULT_DEPTH
-    EagleHeads(layer, depth=DEFAULT_DEPTH, context="answer", base_model="")  kind "draft-layer"
+    EagleHeads(layer, depth=DEFAULT_DEPTH, context="answer", base_model="",
+               draft_precision="float32")                      kind "draft-layer"
         .bind(base), .logits(states, lm_head) -> [..., n, V], .num_heads, .shortlist, ...
-    read_eagle_heads(folder, depth=None) -> EagleHeads     a folder of write_eagle's
+    read_eagle_heads(folder, depth=None, draft_precision=None) -> EagleHeads
+                                                        a folder of write_eagle's
     decoder_layers(base) -> list[nn.Module]
     capture_layers(base, indices) -> context manager yielding the outputs [B, T, d] each
 """
@@ -37,7 +43,11 @@ import torch
 from torch import nn
 
 from blockdraft.models.errors import ModelError
-from blockdraft.models.heads.eagle_config import CAPABILITY_KIND, EagleConfig
+from blockdraft.models.heads.eagle_config import (
+    CAPABILITY_KIND,
+    EagleConfig,
+    check_draft_precision,
+)
 from blockdraft.models.heads.eagle_layer import EagleLayer
 from blockdraft.models.hf.medusa import shortlist_digest
 
@@ -57,16 +67,18 @@ class EagleHeads(nn.Module):
         depth: draft tokens a path holds (``h - 1``), ``1 .. 16``.
         context: ``"answer"`` or ``"prompt"`` (what the layer was trained to read first).
         base_model: the base its folder names (for messages), or ``""``.
+        draft_precision: the layer's weights on ONNX Runtime (``"float32"``, ``"int8"``,
+            ``"q4"``: :data:`~blockdraft.models.heads.eagle_config.DRAFT_PRECISIONS`).
 
     Raises:
-        ModelError: a bad depth or context.
+        ModelError: a bad depth, context or draft precision.
     """
 
     kind: ClassVar[str] = CAPABILITY_KIND
     """The heads' kind: the draft layer's rule (:class:`~blockdraft.models.heads.EagleRule`)."""
 
     def __init__(self, layer: EagleLayer, depth: int = DEFAULT_DEPTH, context: str = "answer",
-                 base_model: str = "") -> None:
+                 base_model: str = "", draft_precision: str = "float32") -> None:
         super().__init__()
         if not isinstance(layer, EagleLayer):
             raise ModelError(f"EagleHeads wraps an EagleLayer, got {type(layer).__name__}")
@@ -78,6 +90,7 @@ class EagleHeads(nn.Module):
         self.num_heads = depth
         self.context = context
         self.base_model = base_model
+        self.draft_precision = check_draft_precision(draft_precision, "draft_precision")
         self.drafting: Any = None  # the folder's DraftingRecipe, if it packages one
         self.num_layers = 1
         self.own_projection = False
@@ -139,20 +152,26 @@ class EagleHeads(nn.Module):
         return full
 
     def extra_repr(self) -> str:
-        """Depth, context and shortlist (its size and digest: an export keyed by the heads'
-        description changes with the shortlist's content, as Medusa heads')."""
+        """Depth, context, shortlist (its size and digest) and a draft precision other than
+        float32: an ONNX export keyed by the heads' description changes with the shortlist's
+        content, as Medusa heads', and with the layer's precision (a float32 layer's
+        description, and so its export's key, is what it was before precisions existed)."""
         ids = self.layer.shortlist
         return (f"depth={self.num_heads}, context={self.context}"
-                + ("" if ids is None else f", shortlist={ids.numel()}@{shortlist_digest(ids)}"))
+                + ("" if ids is None else f", shortlist={ids.numel()}@{shortlist_digest(ids)}")
+                + ("" if self.draft_precision == "float32"
+                   else f", draft_precision={self.draft_precision}"))
 
 
-def read_eagle_heads(folder: str | os.PathLike[str], depth: int | None = None) -> EagleHeads:
+def read_eagle_heads(folder: str | os.PathLike[str], depth: int | None = None,
+                     draft_precision: str | None = None) -> EagleHeads:
     """The draft layer of a folder :func:`~blockdraft.models.heads.eagle_files.write_eagle`
     wrote, as heads: its context from the folder's training record, its drafting recipe when it
-    packages one, ``depth`` (default: the recipe's ``"depth"``, else :data:`DEFAULT_DEPTH`).
+    packages one, ``depth`` (default: the recipe's ``"depth"``, else :data:`DEFAULT_DEPTH`) and
+    ``draft_precision`` (default: the recipe's ``"draft_precision"``, else ``"float32"``).
 
     Raises:
-        ModelError: not such a folder, a damaged file, a bad depth or context.
+        ModelError: not such a folder, a damaged file, a bad depth, context or draft precision.
     """
     import json
 
@@ -164,9 +183,11 @@ def read_eagle_heads(folder: str | os.PathLike[str], depth: int | None = None) -
     recipe = read_drafting(root)
     if depth is None:
         depth = int((recipe.info if recipe is not None else {}).get("depth", DEFAULT_DEPTH))
+    if draft_precision is None:
+        draft_precision = "float32" if recipe is None else recipe.draft_precision
     config = json.loads((root / "config.json").read_text(encoding="utf-8"))
     heads = EagleHeads(layer, depth, str(eagle_record(root).get("context", "answer")),
-                       str(config.get("base_model_name_or_path") or ""))
+                       str(config.get("base_model_name_or_path") or ""), draft_precision)
     heads.drafting = recipe
     return heads
 

@@ -27,7 +27,8 @@ export cache are one module for every model blockdraft exports (:mod:`.onnx_stor
 
 A draft layer's heads (kind ``"draft-layer"``) run on every runtime: PyTorch eager; ONNX
 Runtime (its ``draft_layer`` graph, :mod:`.onnx_eagle_graph`, fed the body's final hidden
-states: fusion ``"top"`` only, a fused layer of ``"layers"`` is refused by name); the static
+states, its weights in the heads' ``draft_precision``: float32, int8 or q4; fusion ``"top"``
+only, a fused layer of ``"layers"`` is refused by name); the static
 runtime (its forward hands the rule the final hidden states and the fused decoder layers'
 outputs, both fusions; the layer runs eagerly on the model's device, in its dtype).
 

@@ -9,9 +9,11 @@ modification time, SHA-256 and the digests of its 1 MiB blocks (the sealed recor
 export of blockdraft keeps, :mod:`.onnx_store`). The key is the digest of everything that
 changes the graphs: the base's and the heads' weights (every tensor's bytes), the model's
 configuration (without transformers' bookkeeping, such as the folder it was loaded from: a
-copied cache is found under the same key), the precision (in ``q4`` also the SHA-256 of the
-GGUF file whose blocks the graphs hold, :mod:`.onnx_blocks`), the graph format version and the
-``onnx`` and ``onnxruntime`` versions. The folder is written beside its place and renamed into
+copied cache is found under the same key), the heads' description (their ``extra_repr``: e.g.
+a shortlist's digest, an EAGLE draft layer's ``draft_precision`` other than float32, so each
+precision of the layer is an export of its own), the precision (in ``q4`` also the SHA-256 of
+the GGUF file whose blocks the graphs hold, :mod:`.onnx_blocks`), the graph format version and
+the ``onnx`` and ``onnxruntime`` versions. The folder is written beside its place and renamed into
 it when complete.
 
 **What a load checks** (:func:`export_problem`, :mod:`.onnx_store`'s rules, the checks every
@@ -89,7 +91,8 @@ def build_graphs(model: Any, precision: str = "float32",
     """The graphs of an :class:`~blockdraft.models.hf.HFBlockwiseModel`: ``"body"`` and
     ``"projection"`` (:mod:`.onnx_graph`; in ``q4`` from the GGUF file's blocks,
     :mod:`.onnx_blocks`) and its heads' (:func:`~.onnx_head_graphs.head_graphs`, by their
-    kind; float32 in ``q4``) -> ``onnx.ModelProto``.
+    kind; float32 in ``q4``, an EAGLE draft layer in its own ``draft_precision``)
+    -> ``onnx.ModelProto``.
 
     Args:
         model: the model, float32 or any float dtype (weights are read as float32).
@@ -139,8 +142,9 @@ def _weights_digest(model: Any) -> str:
 
 def export_key(model: Any, precision: str, gguf: str | Path | None = None) -> str:
     """The cache key of ``model``'s export at ``precision`` (16 hex digits; in ``q4`` with the
-    SHA-256 of its GGUF file ``gguf``); it does not depend on where the model, the GGUF file or
-    the cache lies (transformers' ``_name_or_path`` and its other ``_``-prefixed bookkeeping
+    SHA-256 of its GGUF file ``gguf``; with the heads' description, which names an EAGLE
+    layer's draft precision); it does not depend on where the model, the GGUF file or the
+    cache lies (transformers' ``_name_or_path`` and its other ``_``-prefixed bookkeeping
     are left out of the configuration)."""
     config = {k: v for k, v in model.base.config.to_dict().items() if not k.startswith("_")}
     blocks = {"gguf": _gguf_digest(_required_gguf(gguf))} if precision == "q4" else {}

@@ -23,7 +23,9 @@ lattice by head ``j``, a node a row (inputs ``x``, ``e`` the embedding of the no
 ``k`` -> ``ids``/``scores [M, k]``).
 
 **An EAGLE draft layer** (kind ``"draft-layer"``): ``draft_layer``, one call of the layer with
-its cache as inputs and outputs (:mod:`.onnx_eagle_graph`), float32 in every precision.
+its cache as inputs and outputs (:mod:`.onnx_eagle_graph`), in the heads' own
+``draft_precision`` (float32, or int8 or 4-bit weights through ``MatMulNBits``) whatever the
+precision of the rest.
 
 In ``int8`` the heads' matmuls are 8-bit integer products with per-row activation scales, as
 the decoder's (:class:`~.onnx_graph.Builder`); the projections onto the vocabulary stay

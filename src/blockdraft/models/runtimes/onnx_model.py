@@ -73,8 +73,10 @@ class OrtBlockwiseModel(RuntimeModel):
         precision: ``"float32"``, ``"int8"`` (per-row int8 activations, per-channel int8
             weights, float32 vocabulary projections: :mod:`.onnx_graph`) or ``"q4"`` (the
             decoder and the base head on the GGUF file's own Q4_1 and Q8_0 blocks, int8
-            activations: :mod:`.onnx_blocks`; the heads in float32). An EAGLE draft layer is
-            float32 in every precision (it drafts; the base decides what is accepted).
+            activations: :mod:`.onnx_blocks`; the heads in float32). An EAGLE draft layer's
+            graph is in its heads' ``draft_precision`` (float32 by default, ``int8`` or
+            ``q4``: :mod:`.onnx_eagle_graph`) whatever ``precision`` is (it drafts; the base
+            decides what is accepted).
         threads: ONNX Runtime's intra-op threads (default: torch's current thread count).
         log: called with a line per stage of a first export (None: silent).
         pad_single: run a one-token forward as two rows (default), so that every forward is
