@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="token-tree sizes N (comma-separated): each heads' confidence tree "
                          "(EAGLE-2's: the sausage's for Medusa heads, the tree lattice's for "
                          "prefix heads) of N nodes")
+    ap.add_argument("--eagle-precision", default="",
+                    help="with --eagle on onnxruntime: the layer's weights, comma-separated "
+                         "(float32, int8, q4): one set of the layer's rows per value (default: "
+                         "the folder's recipe)")
     ap.add_argument("--ngram", default=None,
                     help="an n-gram LM (KenLM file) rescoring the draft layer's tree and p-best "
                          "paths (with --eagle)")
@@ -92,8 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = rows[: args.prompts] if args.prompts else rows
     models = {name: load_model("smollm2", heads=folder, runtime=args.runtime,
                                threads=args.threads)
-              for name, folder in (("medusa", args.medusa), ("prefix", args.prefix),
-                                   ("eagle", args.eagle)) if folder is not None}
+              for name, folder in (("medusa", args.medusa), ("prefix", args.prefix))
+              if folder is not None}
+    precisions = [v for v in args.eagle_precision.split(",") if v]
+    # the draft layer once per weight precision asked (its rows tagged), else as its folder says
+    eagles = {f"eagle-{v}": f" [{v}]" for v in precisions} if precisions else {"eagle": ""}
+    if args.eagle:
+        for key in eagles:
+            extra = {"draft_precision": key.split("-", 1)[1]} if key != "eagle" else {}
+            models[key] = load_model("smollm2", heads=args.eagle, runtime=args.runtime,
+                                     threads=args.threads, **extra)
     if not models:
         ap.error("name at least one of --medusa, --prefix, --eagle")
     first = next(iter(models.values()))  # greedy decodes with the base of the first named
@@ -124,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         strategies += [("prefix vanilla", "prefix", DraftSpec("heads")),
                        *[(f"prefix {p}-best tree lattice (k={args.k})", "prefix",
                           DraftSpec("tree-lattice", k=args.k, p=p)) for p in ps]]
-    if args.eagle:
-        strategies += [("EAGLE chain", "eagle", DraftSpec("heads")),
-                       *[(f"EAGLE {p}-best tree lattice (k={args.k})", "eagle",
+    for key, tag in eagles.items() if args.eagle else ():
+        strategies += [(f"EAGLE chain{tag}", key, DraftSpec("heads")),
+                       *[(f"EAGLE {p}-best tree lattice (k={args.k}){tag}", key,
                           DraftSpec("tree-lattice", k=args.k, p=p)) for p in ps]]
     for n in [int(v) for v in args.budget.split(",") if v]:
         if args.medusa:
@@ -135,14 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.prefix:
             strategies.append((f"prefix tree-lattice confidence tree (k={args.k}, N={n})",
                                "prefix", ConditionalTreeDrafter(k=args.k, budget=n)))
-        if args.eagle:  # EAGLE-2's dynamic tree
-            strategies.append((f"EAGLE-2 tree (k={args.k}, N={n})", "eagle",
+        for key, tag in eagles.items() if args.eagle else ():  # EAGLE-2's dynamic tree
+            strategies.append((f"EAGLE-2 tree (k={args.k}, N={n}){tag}", key,
                                ConditionalTreeDrafter(k=args.k, budget=n)))
-            strategies += [(f"EAGLE-2 tree + n-gram (k={args.k}, N={n}, alpha={a:g})", "eagle",
-                            ConditionalTreeDrafter(k=args.k, budget=n, scorer=lm, alpha=a))
+            strategies += [(f"EAGLE-2 tree + n-gram (k={args.k}, N={n}, alpha={a:g}){tag}",
+                            key, ConditionalTreeDrafter(k=args.k, budget=n, scorer=lm, alpha=a))
                            for a, lm in ngram_scorers()]
-    if args.eagle:  # the p-best paths ranked by the LM alone (Kim et al.'s global rescoring)
-        strategies += [(f"EAGLE {p}-best tree lattice + n-gram (k={args.k})", "eagle",
+    for key, tag in eagles.items() if args.eagle else ():
+        # the p-best paths ranked by the LM alone (Kim et al.'s global rescoring)
+        strategies += [(f"EAGLE {p}-best tree lattice + n-gram (k={args.k}){tag}", key,
                         DraftSpec("tree-lattice", k=args.k, p=p, rescorer="ngram",
                                   lm=args.ngram, alpha=1.0)) for p in ps if args.ngram]
     if args.defaults and not args.time:
@@ -153,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.medusa:
             strategies.insert(1, ("Medusa default (packaged recipe)", "medusa",
                                   DraftSpec("default")))
-        for which, label in (("prefix", "prefix"), ("eagle", "EAGLE")):
+        for which, label in (("prefix", "prefix"),
+                             *((key, f"EAGLE{tag}") for key, tag in eagles.items())):
             if which not in models:
                 continue
             strategies.append((f"{label} default (cost-aware tree lattice + lookup)", which,
@@ -205,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "smollm2",
         **{which: Path(folder).name if folder else "-" for which, folder in
            (("medusa", args.medusa), ("prefix", args.prefix), ("eagle", args.eagle))},
+        "eagle_precision": args.eagle_precision or "-",
         "runtime": args.runtime, "precision": "float32", "set": CHAT.name,
         "prompts": len(rows), "max_new_tokens": n_new, "k": args.k, "p": args.p,
         "budget": args.budget or "-",

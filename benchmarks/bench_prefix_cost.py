@@ -33,23 +33,30 @@ ORT_GREEDY = "ORT greedy step (forward + base head)"
 
 
 def ort_calls(folder: str, feats: Any, ids: Any, positions: Any, first: Any,
-              k: int) -> dict[str, Callable[[], float | None]]:
+              k: int, precisions: list[str]) -> dict[str, Callable[[], float | None]]:
     """The draft layer's one token on ONNX Runtime (its backend's call on a 255-position
-    cache) and ORT's greedy step (a run of :data:`ORT_STEPS` tokens after a 256-token prompt,
-    less the prefill alone: the step is its mean)."""
+    cache), once per weight precision (``[]``: the folder's), and ORT's greedy step (a run of
+    :data:`ORT_STEPS` tokens after a 256-token prompt, less the prefill alone: the step is its
+    mean)."""
     import torch
 
     from blockdraft.models import greedy_generate, load_model
 
-    model = load_model("smollm2", heads=folder, runtime="onnxruntime", threads=1)
-    step = model.heads_rule.backend.step
-    kv = step(feats[:, :-1], ids[:, 1:], positions[:, :-1], None, None).kv
-    last = (feats[:, -1:], first.view(1, 1), positions[:, -1:])
-    prompt = ids[0].tolist()
+    calls: dict[str, Callable[[], float | None]] = {}
+    for precision in precisions or [""]:
+        extra = {"draft_precision": precision} if precision else {}
+        model = load_model("smollm2", heads=folder, runtime="onnxruntime", threads=1, **extra)
+        step = model.heads_rule.backend.step
+        kv = step(feats[:, :-1], ids[:, 1:], positions[:, :-1], None, None).kv
+        last = (feats[:, -1:], first.view(1, 1), positions[:, -1:])
 
-    def token() -> None:
-        out = step(*last, kv, None)
-        torch.topk(out.logits[0, -1], k)
+        def token(step: Any = step, kv: Any = kv, last: Any = last) -> None:
+            out = step(*last, kv, None)
+            torch.topk(out.logits[0, -1], k)
+
+        tag = f", {precision} weights" if precision else ""
+        calls[f"EAGLE one draft token on ORT{tag} (layer + shortlist head + top-k)"] = token
+    prompt = ids[0].tolist()
 
     def greedy() -> float:
         t0 = time.perf_counter()
@@ -58,8 +65,8 @@ def ort_calls(folder: str, feats: Any, ids: Any, positions: Any, first: Any,
         greedy_generate(model, prompt, ORT_STEPS + 1)
         return (time.perf_counter() - t1 - (t1 - t0)) / ORT_STEPS  # one step, seconds
 
-    return {"EAGLE one draft token on ORT (layer + shortlist head + top-k)": token,
-            ORT_GREEDY: greedy}
+    calls[ORT_GREEDY] = greedy
+    return calls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ort", action="store_true",
                     help="with --eagle: also the layer's draft token and the greedy step on ONNX "
                          "Runtime (float32, one thread), each share against ORT's greedy step")
+    ap.add_argument("--eagle-precision", default="",
+                    help="with --ort: the layer's weights on ORT, comma-separated (float32, "
+                         "int8, q4): one row each (default: the folder's recipe)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=300)
     ap.add_argument("--out", type=Path, required=True)
@@ -115,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             calls[f"EAGLE head_topk (chain of depth {depth}, no cache: a stand-in)"] = (
                 lambda: models["eagle"].head_topk(state, args.k, first=first))
             if args.ort:
-                calls.update(ort_calls(args.eagle, feats, ids, positions, first, args.k))
+                calls.update(ort_calls(args.eagle, feats, ids, positions, first, args.k,
+                                       [v for v in args.eagle_precision.split(",") if v]))
         times: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(10):  # warm-up
             for fn in calls.values():
@@ -132,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "threads": 1, "k": args.k, "cache": 256,
                                   "repeats": args.repeats,
                                   "eagle": Path(args.eagle).name if args.eagle else "-",
-                                  "ort": bool(args.ort and args.eagle), **env})
+                                  "ort": bool(args.ort and args.eagle),
+                                  "eagle_precision": args.eagle_precision or "-", **env})
     report = {"command": command_line("benchmarks.bench_prefix_cost", argv), "signature": signature,
               "median_ms": med}
     lines = [*header("The heads' cost at a step (PyTorch float32, one thread)", report),
