@@ -109,3 +109,40 @@ def check_accepted_rows_move(runtime: Any, reference: Any, prompt: list[int],
     nxt, _ = runtime.hidden(torch.tensor([[truth[3]]]), out.past)  # from the moved rows
     ref = reference.hidden(torch.tensor([prompt + truth[:4]]))[0][0, -1]  # a fresh prefill
     torch.testing.assert_close(nxt[0, -1], ref, **tol)
+
+
+class CacheChecked:
+    """A drafter wrapping ``inner`` that, before each step's draft, holds a draft layer's cache
+    (``rule.state.kv``, each ``[1, kv_heads, L, head_dim]``) against ``want(view)``, the cache
+    one uncached call over the committed text gives (within ``tol``, ``assert_close``'s
+    keywords), and counts the steps checked and the steps that accepted several tokens (the
+    check has teeth only when paths of several nodes were fed)."""
+
+    def __init__(self, inner: Any, rule: Any, want: Any, **tol: float) -> None:
+        self.inner, self.rule, self.want, self.tol = inner, rule, want, tol
+        self.checked = self.long_paths = 0
+
+    @property
+    def name(self) -> str:
+        return str(self.inner.name)
+
+    @property
+    def needs(self) -> Any:
+        return self.inner.needs
+
+    def draft(self, view: Any) -> Any:
+        from blockdraft.models.heads import EagleRule
+
+        rule = self.rule
+        assert isinstance(rule, EagleRule) and rule.state.kv is not None
+        want = self.want(view)
+        assert rule.state.kv[0].shape == want[0].shape  # no draft rows kept
+        for a, b in zip(rule.state.kv, want, strict=True):
+            torch.testing.assert_close(a, b, **self.tol)
+        assert rule.state.position == len(view.text) - 2
+        self.checked += 1
+        return self.inner.draft(view)
+
+    def observe(self, feedback: Any) -> None:
+        self.long_paths += feedback.n >= 2
+        self.inner.observe(feedback)

@@ -22,7 +22,6 @@ pytest.importorskip("transformers")
 
 from blockdraft.drafts import DraftSpec  # noqa: E402
 from blockdraft.drafts.grow import ConditionalTreeDrafter  # noqa: E402
-from blockdraft.drafts.protocol import Feedback, StepView  # noqa: E402
 from blockdraft.lattice.conditional import TreeLattice  # noqa: E402
 from blockdraft.lattice.search import grow  # noqa: E402
 from blockdraft.models import ModelError, greedy_generate, load_model  # noqa: E402
@@ -35,7 +34,14 @@ from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
 from blockdraft.models.topk import topk_logprobs  # noqa: E402
 from blockdraft.verify import Verifier  # noqa: E402
 from blockdraft.verify.decode import decode  # noqa: E402
-from hf_testlib import EAGLE_SHORTLIST, V, eagle_layer, eagle_model, tiny_hf_base  # noqa: E402
+from hf_testlib import (  # noqa: E402
+    EAGLE_SHORTLIST,
+    CacheChecked,
+    V,
+    eagle_layer,
+    eagle_model,
+    tiny_hf_base,
+)
 
 
 def base_features(model: HFBlockwiseModel, text: list[int]) -> torch.Tensor:
@@ -64,40 +70,6 @@ def recomputed_kv(model: HFBlockwiseModel, text: list[int], prompt_length: int) 
         return model.heads.layer(features[None], tokens[None], positions[None]).kv
 
 
-class StateChecked:
-    """A drafter that, before each step's draft, holds the layer's KV state against a recompute
-    over the committed text, and counts the steps that accepted several tokens."""
-
-    def __init__(self, inner: Any, model: HFBlockwiseModel) -> None:
-        self.inner, self.model = inner, model
-        self.checked = self.long_paths = 0
-
-    @property
-    def name(self) -> str:
-        return str(self.inner.name)
-
-    @property
-    def needs(self) -> Any:
-        return self.inner.needs
-
-    def draft(self, view: StepView) -> Any:
-        rule = self.model.heads_rule
-        assert isinstance(rule, EagleRule)
-        text = view.text.tolist()
-        want = recomputed_kv(self.model, text, view.prompt_length)
-        have = rule.state.kv
-        assert have is not None and have[0].shape == want[0].shape  # no draft rows kept
-        for a, b in zip(have, want, strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-        assert rule.state.position == len(text) - 2
-        self.checked += 1
-        return self.inner.draft(view)
-
-    def observe(self, feedback: Feedback) -> None:
-        self.long_paths += feedback.n >= 2
-        self.inner.observe(feedback)
-
-
 @pytest.mark.parametrize(("fusion", "context"), [("top", "answer"), ("layers", "prompt")])
 def test_the_layers_state_after_each_step_equals_a_recompute(fusion: str, context: str) -> None:
     """Trees with lookup copies merged accept paths that are not the tree's first nodes (their
@@ -106,8 +78,11 @@ def test_the_layers_state_after_each_step_equals_a_recompute(fusion: str, contex
     model = eagle_model(fusion, context)
     prompts = [[5, 9, 14, 3, 5, 9, 14, 3, 5], [1, 5, 9], [7, 7, 2]]
     # no cost curve: the trees do not depend on timings
-    drafter = StateChecked(ConditionalTreeDrafter(k=3, budget=24, lookup=True, copy_length=6),
-                           model)
+    def want(view: Any) -> Any:
+        return recomputed_kv(model, view.text.tolist(), view.prompt_length)
+
+    drafter = CacheChecked(ConditionalTreeDrafter(k=3, budget=24, lookup=True, copy_length=6),
+                           model.heads_rule, want, rtol=1e-4, atol=1e-4)
     outs = decode(model, prompts, drafter=drafter, max_new_tokens=40)
     assert [o.tokens for o in outs] == [greedy_generate(model, p, 40) for p in prompts]
     assert drafter.checked == sum(len(o.steps) for o in outs) > 15

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_testlib import EAGLE_SHORTLIST, V, eagle_layer, eagle_model, tiny_hf_base
+from hf_testlib import EAGLE_SHORTLIST, CacheChecked, V, eagle_layer, eagle_model, tiny_hf_base
 
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
@@ -33,7 +33,7 @@ pytest.importorskip("onnxruntime")
 from blockdraft.core.errors import BlockdraftWarning  # noqa: E402
 from blockdraft.drafts import DraftSpec  # noqa: E402
 from blockdraft.drafts.grow import ConditionalTreeDrafter  # noqa: E402
-from blockdraft.drafts.protocol import Feedback, StepView  # noqa: E402
+from blockdraft.drafts.protocol import StepView  # noqa: E402
 from blockdraft.models import ModelError, greedy_generate, load_model  # noqa: E402
 from blockdraft.models.heads import EagleRule  # noqa: E402
 from blockdraft.models.heads.eagle_layer import EagleLayer  # noqa: E402
@@ -150,49 +150,23 @@ def test_the_steps_tree_lattice_is_the_torch_models(pair: Any) -> None:
             frontier = below
 
 
-class StateChecked:
-    """A drafter that, before each step's draft, holds the layer's cache on ONNX Runtime against
-    one uncached call over the committed text (on another instance of the same export, whose
-    body features are bit-identical per token), and counts steps that accepted several
-    tokens."""
+def uncached(probe: OrtBlockwiseModel) -> Any:
+    """The layer's cache after one uncached call over the committed text on ``probe`` (another
+    instance of the same export, whose body features are bit-identical per token)."""
 
-    def __init__(self, inner: Any, ort: OrtBlockwiseModel, probe: OrtBlockwiseModel) -> None:
-        self.inner, self.ort, self.probe = inner, ort, probe
-        self.checked = self.long_paths = 0
-
-    @property
-    def name(self) -> str:
-        return str(self.inner.name)
-
-    @property
-    def needs(self) -> Any:
-        return self.inner.needs
-
-    def draft(self, view: StepView) -> Any:
+    def want(view: StepView) -> Any:
         text = view.text.tolist()
         start = view.prompt_length - 1  # context "answer": from the prompt's last position
-        x, _ = self.probe.hidden(torch.tensor([text[:-1]]))  # (1, L', d), uncached
-        want = _backend(self.probe).step(
-            x[:, start:], torch.tensor([text[start + 1:]]),
-            torch.arange(start, len(text) - 1)[None], None, None).kv
-        rule = self.ort.heads_rule
-        assert isinstance(rule, EagleRule) and rule.state.kv is not None
-        assert rule.state.kv[0].shape == want[0].shape  # no draft rows kept
-        for a, b in zip(rule.state.kv, want, strict=True):
-            torch.testing.assert_close(a, b, **STEP_TOL)
-        assert rule.state.position == len(text) - 2
-        self.checked += 1
-        return self.inner.draft(view)
-
-    def observe(self, feedback: Feedback) -> None:
-        self.long_paths += feedback.n >= 2
-        self.inner.observe(feedback)
+        x, _ = probe.hidden(torch.tensor([text[:-1]]))  # (1, L', d), uncached
+        return _backend(probe).step(x[:, start:], torch.tensor([text[start + 1:]]),
+                                    torch.arange(start, len(text) - 1)[None], None, None).kv
+    return want
 
 
 def test_the_layers_cache_after_each_step_equals_an_uncached_call(pair: Any) -> None:
     model, ort = pair
     probe = on_runtime(model, "onnxruntime", "float32", threads=1)
-    drafter = StateChecked(LOOKUP, ort, probe)
+    drafter = CacheChecked(LOOKUP, ort.heads_rule, uncached(probe), **STEP_TOL)
     outs = decode(ort, PROMPTS, drafter=drafter, max_new_tokens=40)
     assert [o.tokens for o in outs] == [greedy_generate(ort, p, 40) for p in PROMPTS]
     assert drafter.checked == sum(len(o.steps) for o in outs) > 15

@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 import torch
 
-from hf_testlib import V, eagle_model
+from hf_testlib import CacheChecked, V, eagle_model
 
 pytest.importorskip("transformers")
 
 from blockdraft.drafts import DraftSpec  # noqa: E402
 from blockdraft.drafts.grow import ConditionalTreeDrafter  # noqa: E402
-from blockdraft.drafts.protocol import Feedback, StepView  # noqa: E402
+from blockdraft.drafts.protocol import StepView  # noqa: E402
 from blockdraft.models import greedy_generate  # noqa: E402
 from blockdraft.models.heads import EagleRule  # noqa: E402
 from blockdraft.models.heads.torch_backend import TorchEagle  # noqa: E402
@@ -113,51 +113,27 @@ def test_the_static_forward_hands_the_rule_the_eager_adapters_features(fusion: s
         static.use_body(None)
 
 
-class StateChecked:
-    """A drafter that, before each step's draft, holds the layer's cache on the static runtime
-    against one uncached call over the committed text (the features of ``probe``, an eager
-    model with the same weights and a rule of its own), and counts steps that accepted several
-    tokens."""
+def uncached(static: StaticKVModel, probe: HFBlockwiseModel) -> Any:
+    """The layer's cache after one uncached call over the committed text (the features of
+    ``probe``, an eager model with the same weights and a rule of its own)."""
 
-    def __init__(self, inner: Any, static: StaticKVModel, probe: HFBlockwiseModel) -> None:
-        self.inner, self.static, self.probe = inner, static, probe
-        self.checked = self.long_paths = 0
-
-    @property
-    def name(self) -> str:
-        return str(self.inner.name)
-
-    @property
-    def needs(self) -> Any:
-        return self.inner.needs
-
-    def draft(self, view: StepView) -> Any:
+    def want(view: StepView) -> Any:
         text = view.text.tolist()
-        rule = self.static.heads_rule
-        assert isinstance(rule, EagleRule) and rule.state.kv is not None
-        start = view.prompt_length - 1 if rule.backend.context == "answer" else 0
-        _, _, features = _seen(self.probe, torch.tensor([text[:-1]]))  # (1, L', F), uncached
-        backend = rule.backend
+        backend = static.heads_rule.backend
         assert isinstance(backend, TorchEagle)
-        want = backend.step(features[:, start:], torch.tensor([text[start + 1:]]),
+        start = view.prompt_length - 1 if backend.context == "answer" else 0
+        _, _, features = _seen(probe, torch.tensor([text[:-1]]))  # (1, L', F), uncached
+        return backend.step(features[:, start:], torch.tensor([text[start + 1:]]),
                             torch.arange(start, len(text) - 1)[None], None, None).kv
-        assert rule.state.kv[0].shape == want[0].shape  # no draft rows kept
-        for a, b in zip(rule.state.kv, want, strict=True):
-            torch.testing.assert_close(a, b, **TOL)
-        assert rule.state.position == len(text) - 2
-        self.checked += 1
-        return self.inner.draft(view)
-
-    def observe(self, feedback: Feedback) -> None:
-        self.long_paths += feedback.n >= 2
-        self.inner.observe(feedback)
+    return want
 
 
 @pytest.mark.parametrize(("fusion", "context"), CASES)
 def test_the_layers_cache_after_each_step_equals_an_uncached_call(fusion: str,
                                                                   context: str) -> None:
     _, static = pair(fusion, context)
-    drafter = StateChecked(LOOKUP, static, eagle_model(fusion, context))
+    probe = eagle_model(fusion, context)
+    drafter = CacheChecked(LOOKUP, static.heads_rule, uncached(static, probe), **TOL)
     outs = decode(static, PROMPTS, drafter=drafter, max_new_tokens=40)
     assert [o.tokens for o in outs] == [greedy_generate(static, p, 40) for p in PROMPTS]
     assert drafter.checked == sum(len(o.steps) for o in outs) > 15
