@@ -35,7 +35,7 @@ from blockdraft.models.heads.eagle_config import KIND, EagleConfig
 from blockdraft.models.heads.eagle_layer import EagleLayer
 from blockdraft.models.hf.layouts import CONFIG_FILE
 from blockdraft.models.hf.shortlist import CONFIG_KEY, read_shortlist, shortlist_files
-from blockdraft.models.hf.tensor_digest import DIGEST_KEY, tensors_digest
+from blockdraft.models.hf.tensor_digest import read_sealed, save_sealed
 
 LAYOUT = "blockdraft-eagle"
 """The ``layout`` of a draft layer's ``config.json``."""
@@ -47,20 +47,16 @@ def write_eagle(layer: EagleLayer, folder: str | os.PathLike[str], base_model: s
                 record: dict[str, Any] | None = None) -> Path:
     """Write ``layer`` (its weights in their stored dtype) into ``folder`` (created; callers
     make it atomic); ``record``: what to keep under the config's ``"training"``."""
-    from safetensors.torch import save_file
-
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous().clone() for k, v in layer.state_dict().items()}
-    save_file(state, str(root / WEIGHTS_FILE),
-              metadata={"format": "pt", DIGEST_KEY: tensors_digest(state)})
+    save_sealed(state, root / WEIGHTS_FILE)
     config: dict[str, Any] = {"layout": LAYOUT, "kind": KIND, "eagle": layer.config.to_dict(),
                               "base_model_name_or_path": base_model or "",
                               "training": dict(record or {})}
     if layer.shortlist is not None:
         tensors, entry = shortlist_files(layer.shortlist, layer.shortlist_info)
-        save_file(tensors, str(root / entry["file"]),
-                  metadata={"format": "pt", DIGEST_KEY: tensors_digest(tensors)})
+        save_sealed(tensors, root / entry["file"])
         config[CONFIG_KEY] = entry
     (root / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                     encoding="utf-8")
@@ -101,7 +97,6 @@ def read_eagle(folder: str | os.PathLike[str], embed: torch.Tensor | None = None
         ModelError: not such a folder, a damaged file (its digest), weights of other shapes
             than its config's, or base tensors of another ``[V, d]``.
     """
-    from safetensors import safe_open
 
     root = Path(folder)
     config = _config(root)
@@ -113,15 +108,7 @@ def read_eagle(folder: str | os.PathLike[str], embed: torch.Tensor | None = None
     settings = config.get("eagle")
     if not isinstance(settings, dict):
         raise ModelError(f"{root / CONFIG_FILE} has no 'eagle' object (the layer's sizes)")
-    try:
-        with safe_open(str(root / WEIGHTS_FILE), framework="pt") as f:
-            meta = f.metadata() or {}
-            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    except Exception as e:  # safetensors raises its own error types
-        raise ModelError(f"cannot read {root / WEIGHTS_FILE}: {e}") from e
-    if meta.get(DIGEST_KEY) != tensors_digest(state):
-        raise ModelError(f"{root / WEIGHTS_FILE} is damaged (its tensors do not match the "
-                         "digest it was written with)")
+    state = read_sealed(root / WEIGHTS_FILE)
     found = read_shortlist(root)
     layer = EagleLayer(EagleConfig.from_dict(settings),
                        None if found is None else found[0], None if found is None else found[1])

@@ -174,23 +174,20 @@ def write_prefix_heads(heads: PrefixHeads, folder: str | os.PathLike[str],
                        base_model: str | None = None) -> Path:
     """Write ``heads`` (their stored dtype) and their shortlist into ``folder`` (created;
     callers make it atomic)."""
-    from safetensors.torch import save_file
-
-    from blockdraft.models.hf.formats import CONFIG_FILE, DIGEST_KEY, tensors_digest
+    from blockdraft.models.hf.formats import CONFIG_FILE
     from blockdraft.models.hf.shortlist import CONFIG_KEY, shortlist_files
+    from blockdraft.models.hf.tensor_digest import save_sealed
 
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous().clone() for k, v in heads.state_dict().items()}
-    save_file(state, str(root / WEIGHTS_FILE),
-              metadata={"format": "pt", DIGEST_KEY: tensors_digest(state)})
+    save_sealed(state, root / WEIGHTS_FILE)
     config: dict[str, Any] = {"layout": LAYOUT, "num_heads": heads.num_heads,
                               "num_layers": heads.num_layers, "d_model": heads.d_model,
                               "base_model_name_or_path": base_model or ""}
     if heads.shortlist is not None:
         tensors, entry = shortlist_files(heads.shortlist, heads.shortlist_info)
-        save_file(tensors, str(root / entry["file"]),
-                  metadata={"format": "pt", DIGEST_KEY: tensors_digest(tensors)})
+        save_sealed(tensors, root / entry["file"])
         config[CONFIG_KEY] = entry
     (root / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                     encoding="utf-8")
@@ -212,25 +209,15 @@ def read_prefix_heads(folder: str | os.PathLike[str]) -> PrefixHeads:
     Raises:
         ModelError: not such a folder, or a damaged file (its digest).
     """
-    from safetensors import safe_open
-
     from blockdraft.models.hf.drafting import read_drafting
-    from blockdraft.models.hf.formats import DIGEST_KEY, tensors_digest
     from blockdraft.models.hf.shortlist import read_shortlist
+    from blockdraft.models.hf.tensor_digest import read_sealed
 
     root = Path(folder)
     if not is_prefix_folder(root):
         raise ModelError(f"{root} holds no prefix heads (config.json layout {LAYOUT!r})")
     config = json.loads((root / "config.json").read_text(encoding="utf-8"))
-    try:
-        with safe_open(str(root / WEIGHTS_FILE), framework="pt") as f:
-            meta = f.metadata() or {}
-            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    except Exception as e:  # safetensors raises its own error types
-        raise ModelError(f"cannot read {root / WEIGHTS_FILE}: {e}") from e
-    if meta.get(DIGEST_KEY) != tensors_digest(state):
-        raise ModelError(f"{root / WEIGHTS_FILE} is damaged (its tensors do not match the "
-                         "digest it was written with)")
+    state = read_sealed(root / WEIGHTS_FILE)
     heads = PrefixHeads(int(config["d_model"]), int(config["num_heads"]),
                         int(config["num_layers"]))
     heads.load_state_dict({k: v.float() for k, v in state.items()})
