@@ -237,16 +237,16 @@ def check_package(folder: str | os.PathLike[str], tokenizer: Any = None,
         if layout == "blockdraft-eagle":
             from blockdraft.models.hf.eagle_heads import read_eagle_heads
 
-            medusa: Any = read_eagle_heads(root)
+            heads: Any = read_eagle_heads(root)
         elif layout == "blockdraft-prefix":
             from blockdraft.models.hf.prefix_heads import read_prefix_heads
 
-            medusa = read_prefix_heads(root)
+            heads = read_prefix_heads(root)
         else:
-            medusa = read_heads(root)
+            heads = read_heads(root)
     except BlockdraftError as e:
         raise TrainingError(f"the packaged heads would not load: {named(e)}") from e
-    recipe = medusa.drafting
+    recipe = heads.drafting
     if recipe is None:
         return
     if recipe.acceptance is not None:
