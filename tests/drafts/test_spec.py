@@ -235,3 +235,25 @@ def test_a_tree_lattice_tree_is_rescored_when_a_rescorer_is_named() -> None:
     assert rescored.parents.tolist() == want.parents.tolist()
     odd = [int(t) % 2 for t in rescored.tokens[1:]]
     assert sum(odd) > sum(int(t) % 2 for t in plain.tokens[1:])
+
+
+@pytest.mark.parametrize("sure", [True, False])
+def test_the_tree_lattice_chain_drafts_the_path_that_pays_heads_or_copy(sure: bool) -> None:
+    """Where trees are not lossless, a tree lattice's default (lookup on) still merges the
+    lookup copies and keeps the one root path that pays best (its ChainCut): the heads' greedy
+    chain when the heads are sure, the copy when they are not."""
+    spec = DraftSpec("tree-lattice", k=4, p=0, budget=16, lookup=True, copy_length=6)
+    drafter = spec.build(caps=INT8_PREFIX, cost=COST)
+    assert isinstance(drafter.cut, ChainCut)
+    context = np.array([5, 20, 0, 22, 23, 24, 25, 26, 27, 9, 20])  # with the root: "20 0"
+
+    def heads(prefix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        if not prefix:
+            return np.array([0]), np.zeros(1)
+        return np.array([10 + len(prefix)]), np.array([0.0 if sure else np.log(0.02)])
+
+    zero = SausageLattice(tokens=np.zeros((4, 1), dtype=np.int64), scores=np.zeros((4, 1)))
+    tree = drafter.draft(view(zero, context, tree=TreeLattice(4, heads)))
+    assert is_chain(tree) and tree.num_nodes > 1
+    path = tree.tokens[1:].tolist()
+    assert path == ([11, 12, 13] if sure else [22, 23, 24, 25, 26, 27][: len(path)]), path

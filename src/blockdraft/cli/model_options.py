@@ -1,5 +1,6 @@
 """The options of the commands that load a model (``trace``, ``decode``): ``--model``,
-``--heads``, ``--dtype``, ``--runtime``, ``--precision``, ``--threads``, ``--chat``; the model
+``--heads``, ``--dtype``, ``--runtime``, ``--precision``, ``--draft-precision``, ``--threads``,
+``--chat``; the model
 they name, loaded (:func:`blockdraft.models.load_model` takes a blockdraft checkpoint folder, a
 known name such as ``smollm2``, a Hugging Face folder or ``.gguf`` file with ``--heads``), its
 tokenizer, and a prompt's ids (``--chat`` wraps it in the model's chat template)."""
@@ -21,12 +22,13 @@ def _stderr(message: str) -> None:
 
 def load_from_args(args: argparse.Namespace) -> Any:
     """The model of ``--model`` (``--heads``, ``--dtype``, ``--device``, ``--runtime``,
-    ``--precision``, ``--threads``); a first ONNX export reports its stages on stderr."""
+    ``--precision``, ``--draft-precision``, ``--threads``); a first ONNX export reports its
+    stages on stderr."""
     from blockdraft.models import load_model
 
     return load_model(args.model, dtype=args.dtype, device=args.device, heads=args.heads,
                       runtime=args.runtime, precision=args.precision, threads=args.threads,
-                      log=_stderr)
+                      log=_stderr, draft_precision=args.draft_precision)
 
 
 def model_tokenizer(model: Any, args: argparse.Namespace) -> Any:
@@ -72,6 +74,8 @@ MODEL_RULES = (
     Rule("--precision", "is for --runtime onnxruntime; PyTorch's (and the static runtime's) "
          "precision is --dtype", lambda a: a.runtime == "onnxruntime",
          ("--precision", "int8")),
+    Rule("--draft-precision", "is for --runtime onnxruntime; other runtimes run the heads in "
+         "--dtype", lambda a: a.runtime == "onnxruntime", ("--draft-precision", "q4")),
     Rule("--dtype", "is PyTorch's; --runtime onnxruntime takes --precision float32|int8|q4",
          lambda a: a.runtime != "onnxruntime" or a.dtype == "float32",
          ("--runtime", "onnxruntime", "--dtype", "bfloat16")),
@@ -84,8 +88,9 @@ MODEL_RULES = (
 
 
 def model_arguments(p: argparse.ArgumentParser) -> None:
-    """``--model``, ``--heads``, ``--dtype``, ``--runtime``, ``--precision``, ``--threads`` and
-    ``--chat`` of ``trace`` and ``decode`` (each adds its own ``--device``), and their rules."""
+    """``--model``, ``--heads``, ``--dtype``, ``--runtime``, ``--precision``,
+    ``--draft-precision``, ``--threads`` and ``--chat`` of ``trace`` and ``decode`` (each adds
+    its own ``--device``), and their rules."""
     p.add_argument("--model", required=True,
                    help="a blockdraft checkpoint folder, a known model name (smollm2), a "
                         "Hugging Face model folder or .gguf file (with --heads), or a Medusa "
@@ -109,6 +114,11 @@ def model_arguments(p: argparse.ArgumentParser) -> None:
                         "file's own Q4_1/Q8_0 blocks: about a third of float32's weight "
                         "traffic; lossless against q4's own greedy for one draft a step, token "
                         "trees refused)")
+    p.add_argument("--draft-precision", choices=["float32", "int8", "q4"], default=None,
+                   help="--runtime onnxruntime: the heads' weights (Medusa, prefix heads or a "
+                        "draft layer), whatever --precision: float32, or int8 / 4-bit blocks "
+                        "(faster heads, slightly other drafts; the output stays the base's "
+                        "greedy); default: the heads folder's recipe, else float32")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="intra-op threads of the runtime (default: torch's setting)")
     p.add_argument("--chat", action="store_true",

@@ -62,6 +62,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         sig["dtype"] = args.dtype
     if args.runtime != "torch":
         sig.update(runtime=args.runtime, precision=args.precision or args.dtype or "float32")
+        if args.draft_precision is not None:  # the heads' weights (heads_digest holds them)
+            sig["draft_precision"] = args.draft_precision
     if args.chat:
         sig["chat"] = True
     sig.update({"max_new_tokens": args.max_new_tokens, **environment(args.device)})

@@ -21,8 +21,9 @@ Public surface:
     ConfidenceTreeDrafter(k=4, budget=16, name="") -> Pipeline
     RescoredTreeDrafter(lm, k=4, budget=16, alpha=1.0, name="") -> Pipeline
     ConditionalTreeDrafter(k=4, budget=16, cost=None, lookup=False, tables=None, copies=3,
-                           copy_length=16, scorer=None, alpha=1.0, name="") -> Pipeline
-        the tree lattice's tree (prefix heads', a draft layer's default), rescored by an LM
+                           copy_length=16, scorer=None, alpha=1.0, chain=False, name="")
+        -> Pipeline   the tree lattice's tree (prefix heads', a draft layer's default), rescored
+        by an LM, or cut to one path
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from blockdraft.core.batch import DraftError
 from blockdraft.core.checks import check_positive_int
 from blockdraft.core.tree import DraftTree
 from blockdraft.drafts.calibration import AcceptanceTables
-from blockdraft.drafts.cut import CostCut
+from blockdraft.drafts.cut import ChainCut, CostCut
 from blockdraft.drafts.lookup import Copies
 from blockdraft.drafts.pipeline import Pipeline
 from blockdraft.drafts.protocol import Feedback, Needs, StepView
@@ -205,7 +206,8 @@ def ConditionalTreeDrafter(k: int = 4, budget: int = 16,  # noqa: N802
                            cost: CostCurve | None = None, lookup: bool = False,
                            tables: AcceptanceTables | None = None, copies: int = 3,
                            copy_length: int = 16, scorer: PathScorer | NgramLM | None = None,
-                           alpha: float = 1.0, name: str = "") -> Pipeline:
+                           alpha: float = 1.0, chain: bool = False,
+                           name: str = "") -> Pipeline:
     """EAGLE-2's confidence tree over the tree lattice of prefix heads or a draft layer, ``k``
     arcs a node; with ``scorer`` (an LM over paths, an n-gram LM through
     :class:`~blockdraft.rescorers.ngram.NgramPathScorer`), grown best first by arc + ``alpha``
@@ -215,10 +217,14 @@ def ConditionalTreeDrafter(k: int = 4, budget: int = 16,  # noqa: N802
     prompt lookup's ``copies`` copies (``copy_length`` tokens) merged in, each node rated as
     independent evidence (its arc's probability where its parent was expanded, each copy's rate
     from ``tables``, uniform stand-ins without) and the merged tree cut to what pays on
-    ``cost`` (at most ``budget`` nodes).
+    ``cost`` (at most ``budget`` nodes). With ``chain`` (a runtime that verifies one path a
+    step losslessly but not a tree), the merged tree is cut to its one root path whose expected
+    tokens per unit of ``cost`` is best (:class:`~blockdraft.drafts.cut.ChainCut`): the heads'
+    path or a copy, whichever pays.
 
     Raises:
-        DraftError: a bad setting, or ``cost``/``tables`` of the wrong type.
+        DraftError: a bad setting, ``cost``/``tables`` of the wrong type, or ``chain`` without
+            a cost curve.
     """
     for label, value in (("k", k), ("budget", budget), ("copies", copies),
                          ("copy_length", copy_length)):
@@ -229,6 +235,9 @@ def ConditionalTreeDrafter(k: int = 4, budget: int = 16,  # noqa: N802
     if tables is not None and not isinstance(tables, AcceptanceTables):
         raise DraftError(f"ConditionalTreeDrafter.tables must be AcceptanceTables, got "
                          f"{type(tables).__name__}")
+    if chain and cost is None:
+        raise DraftError("ConditionalTreeDrafter(chain=True) picks the path that pays best on "
+                         "the runtime's cost curve: pass cost=cost_curve_of(model)")
     cut = CostCut(cost, budget)
     if isinstance(scorer, NgramLM):
         scorer = NgramPathScorer(scorer)
@@ -238,13 +247,14 @@ def ConditionalTreeDrafter(k: int = 4, budget: int = 16,  # noqa: N802
                   cut=cut if scorer is None else None, source="conditional tree")
     sized = "cost-aware " if cost is not None else ""
     kind = "confidence" if scorer is None else f"rescored (alpha={alpha:g})"
-    label = name or (f"tree-lattice {sized}{kind} tree{' + lookup' if lookup else ''} "
-                     f"(k={k}, N={budget})")
-    if not lookup and scorer is None:
+    label = name or (f"tree-lattice {sized}{kind} {'chain' if chain else 'tree'}"
+                     f"{' + lookup' if lookup else ''} (k={k}, N={budget})")
+    if not lookup and scorer is None and not chain:
         return Pipeline([grown], name=label, source="conditional tree")
     rates = ArcRates(tables if tables is not None else AcceptanceTables.uniform(2))
     sources: list[Any] = [grown]
     if lookup:
         sources.append(Copies(copies=copies, lengths=(copy_length,)))
-    return Pipeline(sources, rates=rates, cut=cut, name=label,
+    final = ChainCut(cost, budget) if cost is not None and chain else cut
+    return Pipeline(sources, rates=rates, cut=final, name=label,
                     source="conditional tree + lookup" if lookup else "conditional tree")

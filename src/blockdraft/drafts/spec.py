@@ -341,10 +341,12 @@ class DraftSpec:
                 scorer = res.path_scorer(self) if self.rescorer else None
                 return ConditionalDrafter(k=self.k, p=self.p, scorer=scorer,
                                           alpha=float(self.alpha or 0.0))
-            if chains:  # one path a step: the chain of the heads' greedy tokens
-                h = caps.h if caps is not None else 2
-                return ConditionalTreeDrafter(k=1, budget=h, cost=cost)
             lattice_tables = res.tables(self.tables) if self.tables else None
+            if chains:  # one path a step: the heads' greedy chain or a copy, whichever pays
+                h = caps.h if caps is not None else 2
+                return ConditionalTreeDrafter(k=1, budget=h, cost=cost, lookup=self.lookup,
+                                              tables=lattice_tables,
+                                              copy_length=self.copy_length, chain=True)
             return ConditionalTreeDrafter(k=self.k, budget=self.budget, cost=cost,
                                           lookup=self.lookup, tables=lattice_tables,
                                           copy_length=self.copy_length,

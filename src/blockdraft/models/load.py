@@ -172,11 +172,11 @@ def load_model(
         threads: intra-op threads: ONNX Runtime's sessions; for torch, the process-wide
             ``torch.set_num_threads`` (default: leave torch's setting).
         log: called with one line per stage of a first ONNX export (None: silent).
-        draft_precision: an EAGLE draft layer's weights on runtime ``"onnxruntime"``:
-            ``"float32"``, ``"int8"`` or ``"q4"`` (8- or 4-bit blocks through ONNX Runtime's
-            ``MatMulNBits``; the output stays the base's: the layer only drafts); None keeps
-            the heads' own (a folder's recipe ``"draft_precision"``, else float32). It is set
-            on the heads, an :class:`~blockdraft.models.hf.eagle_heads.EagleHeads` passed in
+        draft_precision: the heads' weights on runtime ``"onnxruntime"`` (Medusa heads,
+            prefix heads or an EAGLE draft layer): ``"float32"``, ``"int8"`` or ``"q4"`` (8- or
+            4-bit blocks through ONNX Runtime's ``MatMulNBits``; the output stays the base's:
+            the heads only draft); None keeps the heads' own (a folder's recipe
+            ``"draft_precision"``, else float32). It is set on the heads, heads passed in
             included.
 
     Returns:
@@ -192,8 +192,7 @@ def load_model(
             train them), a Hugging Face model without heads, heads that do not fit the base,
             an unsupported architecture; precision ``"q4"`` for a model that is not loaded
             from a GGUF file (saying what to pass); a draft precision that is not one of
-            ``DRAFT_PRECISIONS``, or one given for other heads than a draft layer or another
-            runtime than ``"onnxruntime"``.
+            ``DRAFT_PRECISIONS``, or one given for another runtime than ``"onnxruntime"``.
     """
     from blockdraft.models.runtimes import check_runtime, on_runtime
 
@@ -203,13 +202,13 @@ def load_model(
     precision = precision or (None if dtype is None else str(dtype).removeprefix("torch."))
     check_runtime(runtime, precision or "float32")
     if draft_precision is not None:
-        from blockdraft.models.heads.eagle_config import check_draft_precision
+        from blockdraft.models.heads.draft_precision import check_draft_precision
 
         check_draft_precision(draft_precision, "draft_precision")
         if runtime != "onnxruntime":
-            raise ModelError(f"draft_precision={draft_precision!r} sets an EAGLE draft layer's "
-                             f"weights on runtime 'onnxruntime'; runtime {runtime!r} runs the "
-                             "layer in the model's dtype: leave draft_precision out")
+            raise ModelError(f"draft_precision={draft_precision!r} sets the heads' weights on "
+                             f"runtime 'onnxruntime'; runtime {runtime!r} runs the heads in the "
+                             "model's dtype: leave draft_precision out")
     if runtime == "onnxruntime":
         if str(device) != "cpu":
             raise ModelError(f"runtime {runtime!r} runs on the CPU; got device={device!r}")
@@ -302,9 +301,6 @@ def load_model(
             f"{type(heads_source).__name__}"
         )
     if draft_precision is not None:
-        if not isinstance(medusa, EagleHeads):
-            raise ModelError(f"draft_precision={draft_precision!r} applies to an EAGLE draft "
-                             f"layer; these heads are of kind {medusa.kind!r}: leave it out")
         medusa.draft_precision = draft_precision
     gguf = gguf_source(base_source) if precision == "q4" else None
     if precision == "q4" and gguf is None:

@@ -1,4 +1,4 @@
-"""An EAGLE draft layer's ONNX graph with quantized weights (runtimes/onnx_eagle_graph: the
+"""An EAGLE draft layer's ONNX graph with quantized weights (runtimes/onnx_quantize: the
 heads' ``draft_precision``, int8 or q4 blocks through ONNX Runtime's MatMulNBits).
 
 - The quantized graph's call is close to float32's (logits within a relative error, most rows'
@@ -10,8 +10,8 @@ heads' ``draft_precision``, int8 or q4 blocks through ONNX Runtime's MatMulNBits
   a float32 layer's key is what it was before precisions existed.
 - The setting flows from a folder's recipe (``blockdraft_drafting.draft_precision``), an
   argument of ``load_model`` overrides it, and a bad value is refused, naming it and the
-  choices; so is one for other heads or another runtime. Building a quantized graph leaves the
-  root logger as it was.
+  choices; so is one for another runtime (other heads take it: test_onnx_heads_quant).
+  Building a quantized graph leaves the root logger as it was.
 """
 
 from __future__ import annotations
@@ -37,13 +37,14 @@ import onnx  # noqa: E402
 from blockdraft.drafts import DraftSpec  # noqa: E402
 from blockdraft.drafts.grow import ConditionalTreeDrafter  # noqa: E402
 from blockdraft.models import ModelError, greedy_generate, load_model  # noqa: E402
-from blockdraft.models.heads.eagle_config import DRAFT_PRECISIONS  # noqa: E402
-from blockdraft.models.hf import HFBlockwiseModel, MedusaHeads  # noqa: E402
+from blockdraft.models.heads.draft_precision import DRAFT_PRECISIONS  # noqa: E402
+from blockdraft.models.hf import HFBlockwiseModel  # noqa: E402
 from blockdraft.models.hf.drafting import CONFIG_KEY, read_drafting  # noqa: E402
 from blockdraft.models.hf.eagle_heads import EagleHeads, read_eagle_heads  # noqa: E402
 from blockdraft.models.runtimes import on_runtime, onnx_export  # noqa: E402
-from blockdraft.models.runtimes.onnx_eagle_graph import BITS, GRAPH  # noqa: E402
+from blockdraft.models.runtimes.onnx_eagle_graph import GRAPH  # noqa: E402
 from blockdraft.models.runtimes.onnx_model import OrtBlockwiseModel  # noqa: E402
+from blockdraft.models.runtimes.onnx_quantize import BITS  # noqa: E402
 from blockdraft.verify.decode import decode  # noqa: E402
 
 PROMPTS = [[5, 9, 14, 3, 5, 9, 14, 3, 5], [2, 2, 7], [60, 1, 33, 33, 8, 4, 12]]
@@ -185,8 +186,7 @@ def test_the_recipe_sets_the_precision_and_load_model_overrides_it(
 
 
 def test_a_bad_draft_precision_is_refused(tmp_path: Path) -> None:
-    choices = r"must be one of float32, int8, q4 \(the EAGLE draft layer's weights on ONNX " \
-              r"Runtime\), got "
+    choices = r"must be one of float32, int8, q4 \(the heads' weights on ONNX Runtime\), got "
     layer = eagle_layer()
     with pytest.raises(ModelError, match=rf"^draft_precision {choices}'int4'$"):
         EagleHeads(layer, 4, draft_precision="int4")
@@ -196,15 +196,9 @@ def test_a_bad_draft_precision_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match=rf"config.json: {CONFIG_KEY}.draft_precision "
                                          rf"{choices}'int4'"):
         read_drafting(folder)
-    with pytest.raises(ModelError, match=r"draft_precision='int8' sets an EAGLE draft layer's "
-                                         r"weights on runtime 'onnxruntime'; runtime 'torch'"):
+    with pytest.raises(ModelError, match=r"draft_precision='int8' sets the heads' weights on "
+                                         r"runtime 'onnxruntime'; runtime 'torch'"):
         load_model("smollm2", draft_precision="int8")
-    base = tiny_hf_base("llama")
-    base.save_pretrained(tmp_path / "plain")
-    with pytest.raises(ModelError, match=r"draft_precision='q4' applies to an EAGLE draft "
-                                         r"layer; these heads are of kind 'medusa'"):
-        load_model(tmp_path / "plain", heads=MedusaHeads(64, None, 2), runtime="onnxruntime",
-                   draft_precision="q4")
 
 
 def test_quantizing_leaves_the_root_logger_as_it_was() -> None:
@@ -212,7 +206,7 @@ def test_quantizing_leaves_the_root_logger_as_it_was() -> None:
     fresh process (where it is not imported yet) keeps its root logger bare."""
     script = (
         "import logging, numpy as np\n"
-        "from blockdraft.models.runtimes.onnx_eagle_graph import quantized\n"
+        "from blockdraft.models.runtimes.onnx_quantize import quantized\n"
         "from blockdraft.models.runtimes.onnx_graph import Builder\n"
         "g = Builder('float32'); f = g.TensorProto.FLOAT\n"
         "g.input('x', f, [1, 64])\n"

@@ -5,13 +5,8 @@ layer of the base's own block shape: :meth:`EagleConfig.from_base` reads the siz
 base's ``transformers`` config and refuses a block the layer cannot copy (another activation,
 biases, scaled RoPE), naming the value.
 
-Where the layer's weights are not the layer's own: :data:`DRAFT_PRECISIONS`, the precisions of
-its ONNX Runtime graph (:mod:`blockdraft.models.runtimes.onnx_eagle_graph`), set by its heads
-(:class:`~blockdraft.models.hf.eagle_heads.EagleHeads`).
-
 Public surface:
-    KIND, CAPABILITY_KIND, FUSIONS, DRAFT_PRECISIONS
-    check_draft_precision(value, what) -> str
+    KIND, CAPABILITY_KIND, FUSIONS
     EagleConfig(...)     frozen; from_base(hf_config, fusion, fuse_layers=None),
                          feature_width, to_dict(), from_dict(data)
 """
@@ -29,29 +24,6 @@ CAPABILITY_KIND = "draft-layer"
 """Its head kind in :data:`~blockdraft.models.capabilities.HEAD_KINDS`."""
 FUSIONS = ("top", "layers")
 """``"top"``: EAGLE-1's top-layer feature; ``"layers"``: EAGLE-3's fused low/middle/high."""
-DRAFT_PRECISIONS = ("float32", "int8", "q4")
-"""The draft layer's weights on ONNX Runtime: ``float32`` (as trained), ``int8`` (8-bit blocks
-of 32, int8 activations) or ``q4`` (4-bit blocks of 32, int8 activations): every linear layer
-and the head, through ONNX Runtime's ``MatMulNBits``; the embedding stays float32. The layer
-only proposes tokens (the base verifies each), so its precision changes the drafts' speed and
-acceptance, never the output."""
-
-
-def check_draft_precision(value: Any, what: str) -> str:
-    """``value`` when it is one of :data:`DRAFT_PRECISIONS`.
-
-    Args:
-        value: the precision asked for.
-        what: where it came from, for the message (``"draft_precision"``,
-            ``"config.json: blockdraft_drafting.draft_precision"``).
-
-    Raises:
-        ModelError: naming the value and the choices.
-    """
-    if not isinstance(value, str) or value not in DRAFT_PRECISIONS:
-        raise ModelError(f"{what} must be one of {', '.join(DRAFT_PRECISIONS)} (the EAGLE draft "
-                         f"layer's weights on ONNX Runtime), got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ names them under :data:`CONFIG_KEY` (other tools ignore the key), files relative
         "acceptance": "acceptance.json",
         "tuned_on": "..."}
 
-An EAGLE draft layer's folder may also name ``"depth"`` (its tree depth, read by
-:func:`~blockdraft.models.hf.eagle_heads.read_eagle_heads`) and ``"draft_precision"`` (its
-weights on ONNX Runtime, one of :data:`~blockdraft.models.heads.eagle_config.DRAFT_PRECISIONS`,
-default ``"float32"``; other heads and runtimes do not read it).
+Any heads folder may name ``"draft_precision"`` (the heads' weights on ONNX Runtime, one of
+:data:`~blockdraft.models.heads.draft_precision.DRAFT_PRECISIONS`, default ``"float32"``; the
+readers set it on the heads, other runtimes do not read it); an EAGLE draft layer's folder
+also ``"depth"`` (its tree depth, read by
+:func:`~blockdraft.models.hf.eagle_heads.read_eagle_heads`).
 
 :func:`blockdraft.drafts.default_drafter` turns it into a
 :class:`~blockdraft.drafts.CostAwareTreeDrafter` on the model's measured cost curve.
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from blockdraft.models.errors import ModelError
-from blockdraft.models.heads.eagle_config import check_draft_precision
+from blockdraft.models.heads.draft_precision import check_draft_precision
 from blockdraft.models.tokenizer import TokenizerInfo
 from blockdraft.models.vocab_record import check_tokenizer_record, read_vocab_record
 
@@ -66,8 +67,8 @@ class DraftingRecipe:
         info: the rest of the entry (what it was tuned on), for records.
         ngram_tokenizer: the tokenizer recorded beside the n-gram LM (its ``.vocab.json``), or
             None without an LM or without a record.
-        draft_precision: an EAGLE draft layer's weights on ONNX Runtime (``"float32"``,
-            ``"int8"``, ``"q4"``: :data:`~blockdraft.models.heads.eagle_config.DRAFT_PRECISIONS`).
+        draft_precision: the heads' weights on ONNX Runtime (``"float32"``, ``"int8"``,
+            ``"q4"``: :data:`~blockdraft.models.heads.draft_precision.DRAFT_PRECISIONS`).
     """
 
     k: int = 8

@@ -8,7 +8,7 @@ heads; the shortlist; the drafting recipe; the kind, ``"draft-layer"``, whose ru
 its depth, the context it was trained with (``"answer"``: its sequences start at the
 prompt's last position; ``"prompt"``: at the prompt's first), and the precision of its weights
 on ONNX Runtime (``draft_precision``, one of
-:data:`~blockdraft.models.heads.eagle_config.DRAFT_PRECISIONS`; part of the heads'
+:data:`~blockdraft.models.heads.draft_precision.DRAFT_PRECISIONS`; part of the heads'
 description, so each precision is an ONNX export of its own; other runtimes run the layer in
 the model's dtype).
 
@@ -43,11 +43,8 @@ import torch
 from torch import nn
 
 from blockdraft.models.errors import ModelError
-from blockdraft.models.heads.eagle_config import (
-    CAPABILITY_KIND,
-    EagleConfig,
-    check_draft_precision,
-)
+from blockdraft.models.heads.draft_precision import check_draft_precision
+from blockdraft.models.heads.eagle_config import CAPABILITY_KIND, EagleConfig
 from blockdraft.models.heads.eagle_layer import EagleLayer
 from blockdraft.models.hf.medusa import shortlist_digest
 
@@ -68,7 +65,7 @@ class EagleHeads(nn.Module):
         context: ``"answer"`` or ``"prompt"`` (what the layer was trained to read first).
         base_model: the base its folder names (for messages), or ``""``.
         draft_precision: the layer's weights on ONNX Runtime (``"float32"``, ``"int8"``,
-            ``"q4"``: :data:`~blockdraft.models.heads.eagle_config.DRAFT_PRECISIONS`).
+            ``"q4"``: :data:`~blockdraft.models.heads.draft_precision.DRAFT_PRECISIONS`).
 
     Raises:
         ModelError: a bad depth, context or draft precision.

@@ -127,6 +127,7 @@ class MedusaHeads(nn.Module):
         self.shortlist: torch.Tensor | None = None  # int64 [Vs], sorted; see set_shortlist
         self.shortlist_info: dict[str, Any] = {}  # what it was counted on (its file's record)
         self.drafting: Any = None  # the folder's DraftingRecipe, if it packages one
+        self.draft_precision = "float32"  # weights on ONNX Runtime (heads.draft_precision)
         self.projections = (
             nn.ModuleList(
                 nn.Linear(d_model, vocab_size, bias=False)  # type: ignore[arg-type]
@@ -233,7 +234,9 @@ class MedusaHeads(nn.Module):
                 f"own_projection={self.own_projection}, bias={self.bias}, "
                 f"tie_layers={self.tie_layers}"
                 + ("" if self.shortlist is None else f", shortlist={self.shortlist.numel()}@"
-                   f"{shortlist_digest(self.shortlist)}"))
+                   f"{shortlist_digest(self.shortlist)}")
+                + ("" if self.draft_precision == "float32"
+                   else f", draft_precision={self.draft_precision}"))
 
 
 def shortlist_digest(token_ids: torch.Tensor) -> str:

@@ -225,4 +225,6 @@ def read_prefix_heads(folder: str | os.PathLike[str]) -> PrefixHeads:
     if found is not None:
         heads.set_shortlist(found[0], info=found[1])
     heads.drafting = read_drafting(root)  # the folder's drafting recipe, if it packages one
+    if heads.drafting is not None:  # the recipe's precision of the heads on ONNX Runtime
+        heads.draft_precision = heads.drafting.draft_precision
     return heads

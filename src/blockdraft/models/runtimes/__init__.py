@@ -27,10 +27,11 @@ export cache are one module for every model blockdraft exports (:mod:`.onnx_stor
 
 A draft layer's heads (kind ``"draft-layer"``) run on every runtime: PyTorch eager; ONNX
 Runtime (its ``draft_layer`` graph, :mod:`.onnx_eagle_graph`, fed the body's final hidden
-states, its weights in the heads' ``draft_precision``: float32, int8 or q4; fusion ``"top"``
-only, a fused layer of ``"layers"`` is refused by name); the static
+states; fusion ``"top"`` only, a fused layer of ``"layers"`` is refused by name); the static
 runtime (its forward hands the rule the final hidden states and the fused decoder layers'
-outputs, both fusions; the layer runs eagerly on the model's device, in its dtype).
+outputs, both fusions; the layer runs eagerly on the model's device, in its dtype). On ONNX
+Runtime every kind's heads run in their ``draft_precision`` (float32, int8 or q4 weights,
+:mod:`.onnx_quantize`), whatever the base's precision: they draft, the base verifies.
 
 Public surface:
     RUNTIMES, PRECISIONS                      the names, and the precisions each runtime takes

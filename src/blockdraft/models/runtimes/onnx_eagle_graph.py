@@ -26,15 +26,9 @@ is plain ONNX operators (grouped: each key/value head serves its group of query 
 being copied), RoPE's angles computed in float64 from the positions and rounded to float32, as
 the layer computes them.
 
-**Precision** (the heads' ``draft_precision``, whatever the base's precision: the layer drafts
-only, its numbers change which tokens are proposed, never which are accepted): ``float32``
-builds every weight as the layer holds it; ``int8`` and ``q4`` hand that graph to ONNX
-Runtime's own weight-only quantizer (``onnxruntime.quantization.matmul_nbits_quantizer``:
-round-to-nearest, symmetric, blocks of :data:`BLOCK_SIZE` along the input dimension, 8 or 4
-bits), which turns every ``MatMul`` on a constant weight (the fusion ``fc``, q/k/v/o,
-gate/up/down and the head) into ``MatMulNBits`` at ``accuracy_level`` 4 (int8 activations,
-each row quantized on its own, a scale per block: no scale is shared by the rows of a call).
-The embedding gather and the attention's products stay float32. On the trained SmolLM2
+**Precision**: the graph is built in float32 as the layer holds its weights; the heads'
+``draft_precision`` (int8 or 4-bit blocks, :mod:`.onnx_quantize`) is applied to it with the
+other heads' graphs (:func:`~.onnx_head_graphs.head_graphs`). On the trained SmolLM2
 layer (356 answer positions of four chat prompts) the top-1 draft agreed with float32's at
 depth 1 at 98.6% (``int8``) and 87.4% (``q4``), at depth 6 of each one's own chain at 89%
 and 43%, while the share of drafts equal to the greedy text stayed within 1.5 points of
@@ -47,41 +41,25 @@ body does not return: refused by name (:func:`eagle_refusal`), as is a base head
 
 Public surface:
     GRAPH          the graph's name in the export (``draft_layer``)
-    INPUTS, OUTPUTS, BITS, BLOCK_SIZE
+    INPUTS, OUTPUTS
     eagle_refusal(model) -> str | None     why this runtime cannot run the model's draft layer
-    eagle_graphs(spec, model, precision) -> {GRAPH: onnx.ModelProto}   in the heads'
-        draft precision
-    quantized(proto, draft_precision) -> onnx.ModelProto     the constant MatMuls as MatMulNBits
+    eagle_graphs(spec, model, precision) -> {GRAPH: onnx.ModelProto}   float32
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any
 
 import numpy as np
 
-from blockdraft.core.extras import import_optional
 from blockdraft.models.errors import ModelError
-from blockdraft.models.heads.eagle_config import check_draft_precision
-from blockdraft.models.runtimes.onnx_blocks import ACCURACY_LEVEL
 from blockdraft.models.runtimes.onnx_graph import Builder, GraphSpec, numpy_of
 
 GRAPH = "draft_layer"
 """The graph's name (``draft_layer.onnx`` in the export folder)."""
 INPUTS = ("features", "tokens", "positions", "past_key", "past_value", "mask")
 OUTPUTS = ("logits", "states", "present_key", "present_value")
-BITS = {"int8": 8, "q4": 4}
-"""Bits a weight of each quantized draft precision."""
-BLOCK_SIZE = 32
-"""Weights along the input dimension that share a scale (a change of this, or of
-:data:`BITS`, needs a new ``GRAPH_VERSION``: the export's key holds the precision's name only).
-Blocks of 32 rather than 128: on the trained SmolLM2 layer (280 answer positions of four chat
-prompts) the depth-1 draft agreed with float32's at 99% against 98% (``int8``) and 83% against
-78% (``q4``)."""
-
-
 def eagle_refusal(model: Any) -> str | None:
     """Why the ONNX Runtime model cannot run ``model``'s draft layer (an
     :class:`~blockdraft.models.hf.HFBlockwiseModel` with
@@ -99,12 +77,12 @@ def eagle_refusal(model: Any) -> str | None:
 
 
 def eagle_graphs(spec: GraphSpec, model: Any, precision: str) -> dict[str, Any]:
-    """The draft layer's graph (``{GRAPH: proto}``) in its heads' ``draft_precision``
-    (whatever the base's ``precision``; the module docstring).
+    """The draft layer's graph (``{GRAPH: proto}``), float32 whatever the base's ``precision``
+    (the heads' ``draft_precision`` is applied by :func:`~.onnx_head_graphs.head_graphs`).
 
     Raises:
-        ModelError: a layer this runtime does not run (:func:`eagle_refusal`), one without
-            the base's tensors, or an unknown draft precision.
+        ModelError: a layer this runtime does not run (:func:`eagle_refusal`), or one without
+            the base's tensors.
     """
     problem = eagle_refusal(model)
     if problem is not None:
@@ -113,45 +91,7 @@ def eagle_graphs(spec: GraphSpec, model: Any, precision: str) -> dict[str, Any]:
     if not layer.attached:
         raise ModelError("the EAGLE layer has no base embedding yet: bind it to its base "
                          "(EagleHeads.bind) before exporting it")
-    draft = check_draft_precision(model.heads.draft_precision, "draft_precision")
-    return {GRAPH: quantized(_layer_graph(layer), draft)}
-
-
-def quantized(proto: Any, draft_precision: str) -> Any:
-    """``proto`` with every ``MatMul`` on a constant 2-D weight as ONNX Runtime's
-    ``MatMulNBits`` of :data:`BITS` bits in blocks of :data:`BLOCK_SIZE` (the module
-    docstring), by ``onnxruntime.quantization``'s ``MatMulNBitsQuantizer`` (in place); ``proto``
-    itself in ``float32``.
-
-    The quantizer's module configures the root logger when first imported
-    (``logging.basicConfig`` at INFO) and logs a line a node: the root logger is restored after
-    the import and the quantizer's own logger held at WARNING while it runs.
-
-    Raises:
-        ModelError: ``onnxruntime.quantization`` cannot be imported (with the install hint).
-    """
-    if draft_precision == "float32":
-        return proto
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        module = import_optional("onnxruntime.quantization.matmul_nbits_quantizer", "onnx",
-                                 "a quantized EAGLE draft layer", ModelError)
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    noisy = logging.getLogger(module.__name__)
-    kept = noisy.level
-    noisy.setLevel(logging.WARNING)
-    try:
-        quantizer = module.MatMulNBitsQuantizer(proto, algo_config=(
-            module.DefaultWeightOnlyQuantConfig(
-                block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=ACCURACY_LEVEL,
-                bits=BITS[draft_precision])))
-        quantizer.process()
-    finally:
-        noisy.setLevel(kept)
-    return quantizer.model.model
+    return {GRAPH: _layer_graph(layer)}
 
 
 def _layer_graph(layer: Any) -> Any:

@@ -23,17 +23,18 @@ lattice by head ``j``, a node a row (inputs ``x``, ``e`` the embedding of the no
 ``k`` -> ``ids``/``scores [M, k]``).
 
 **An EAGLE draft layer** (kind ``"draft-layer"``): ``draft_layer``, one call of the layer with
-its cache as inputs and outputs (:mod:`.onnx_eagle_graph`), in the heads' own
-``draft_precision`` (float32, or int8 or 4-bit weights through ``MatMulNBits``) whatever the
-precision of the rest.
+its cache as inputs and outputs (:mod:`.onnx_eagle_graph`).
 
 In ``int8`` the heads' matmuls are 8-bit integer products with per-row activation scales, as
 the decoder's (:class:`~.onnx_graph.Builder`); the projections onto the vocabulary stay
-float32.
+float32. Whatever the base's precision, every graph is then put in the heads' own
+``draft_precision`` (:mod:`blockdraft.models.heads.draft_precision`): float32 as built, or its
+matmuls on constant 2-D weights as int8 or 4-bit ``MatMulNBits`` (:mod:`.onnx_quantize`).
 
 Public surface:
     HEAD_GRAPHS                kind -> its graphs' builder
-    head_graphs(spec, model, precision) -> {name: onnx.ModelProto}   the heads' graphs
+    head_graphs(spec, model, precision) -> {name: onnx.ModelProto}   the heads' graphs, in
+        their draft precision
     medusa_graphs(...), prefix_graphs(...)
     head_blocks(g, y, heads, j), shortlist_topk(g, states, lm_head, rows, out)   shared pieces
 """
@@ -46,9 +47,11 @@ from typing import Any
 import numpy as np
 
 from blockdraft.models.errors import ModelError
+from blockdraft.models.heads.draft_precision import check_draft_precision
 from blockdraft.models.heads.eagle_config import CAPABILITY_KIND
 from blockdraft.models.runtimes.onnx_eagle_graph import eagle_graphs
 from blockdraft.models.runtimes.onnx_graph import Builder, GraphSpec, bias_of, numpy_of
+from blockdraft.models.runtimes.onnx_quantize import quantized
 
 
 def head_blocks(g: Builder, y: str, heads: Any, j: int, tag: str = "") -> str:
@@ -224,13 +227,18 @@ HEAD_GRAPHS: dict[str, Callable[[GraphSpec, Any, str], dict[str, Any]]] = {
 
 
 def head_graphs(spec: GraphSpec, model: Any, precision: str) -> dict[str, Any]:
-    """The graphs of ``model``'s heads, by their kind (``spec.heads``).
+    """The graphs of ``model``'s heads, by their kind (``spec.heads``), in the heads'
+    ``draft_precision`` (the module docstring).
 
     Raises:
-        ModelError: heads of a kind this runtime builds no graphs for.
+        ModelError: heads of a kind this runtime builds no graphs for, or an unknown draft
+            precision.
     """
     build = HEAD_GRAPHS.get(spec.heads)
     if build is None:
         raise ModelError(f"the ONNX Runtime model builds the graphs of {', '.join(HEAD_GRAPHS)} "
                          f"heads, not {spec.heads!r}: use runtime='torch'")
-    return build(spec, model, precision)
+    draft = check_draft_precision(getattr(model.heads, "draft_precision", "float32"),
+                                  "draft_precision")
+    return {name: quantized(proto, draft)
+            for name, proto in build(spec, model, precision).items()}

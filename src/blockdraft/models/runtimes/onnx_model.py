@@ -45,6 +45,7 @@ Public surface:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -73,10 +74,11 @@ class OrtBlockwiseModel(RuntimeModel):
         precision: ``"float32"``, ``"int8"`` (per-row int8 activations, per-channel int8
             weights, float32 vocabulary projections: :mod:`.onnx_graph`) or ``"q4"`` (the
             decoder and the base head on the GGUF file's own Q4_1 and Q8_0 blocks, int8
-            activations: :mod:`.onnx_blocks`; the heads in float32). An EAGLE draft layer's
-            graph is in its heads' ``draft_precision`` (float32 by default, ``int8`` or
-            ``q4``: :mod:`.onnx_eagle_graph`) whatever ``precision`` is (it drafts; the base
-            decides what is accepted).
+            activations: :mod:`.onnx_blocks`). The heads' graphs (every kind's) are in the
+            heads' ``draft_precision`` (float32 by default, ``int8`` or ``q4``:
+            :mod:`.onnx_quantize`) whatever ``precision`` is (they draft; the base decides what
+            is accepted); a draft precision other than float32 is part of ``heads_digest``
+            (other weights draft other lattices: a trace records it).
         threads: ONNX Runtime's intra-op threads (default: torch's current thread count).
         log: called with a line per stage of a first export (None: silent).
         pad_single: run a one-token forward as two rows (default), so that every forward is
@@ -112,10 +114,14 @@ class OrtBlockwiseModel(RuntimeModel):
             self.export_folder, self.spec = ensure_export(model, precision, log, rebuild=True,
                                                           gguf=blocks)
             heads = self._open_sessions(model)
-        super().__init__(
-            Shared.of(model, config=dataclasses.replace(model.config, dtype=precision),
-                      runtime=self.runtime, precision=precision,
-                      exact_trees=precision == "float32", device="cpu"), heads)
+        shared = Shared.of(model, config=dataclasses.replace(model.config, dtype=precision),
+                           runtime=self.runtime, precision=precision,
+                           exact_trees=precision == "float32", device="cpu")
+        draft = str(getattr(model.heads, "draft_precision", "float32"))
+        if draft != "float32":  # other weights, other drafts: a trace tells them apart
+            shared = dataclasses.replace(shared, heads_digest=hashlib.sha256(
+                f"{shared.heads_digest}|draft_precision={draft}".encode()).hexdigest()[:16])
+        super().__init__(shared, heads)
         self._buffer = KVBuffer(self.spec.n_layer, self.spec.n_kv_head, self.spec.head_dim,
                                 capacity=256)
         self._binding = self._body.io_binding()

@@ -15,8 +15,8 @@ Heads whose lattice is a tree (prefix heads, a draft layer: :data:`TREE_LATTICE_
 their shortlist from training (it is their output layer's rows: a new one means retraining) and
 draft by default with the tree lattice's cost-aware tree and lookup copies, which reads the
 recipe's ``k``, ``max_nodes``, ``copy_length``, the acceptance tables (the copies' rates) and,
-for a draft layer, ``depth`` and ``draft_precision`` (its weights on ONNX Runtime); an n-gram
-LM, which that drafter does not read, is refused.
+for a draft layer, ``depth``; an n-gram LM, which that drafter does not read, is refused. Every
+kind's recipe may set ``draft_precision`` (the heads' weights on ONNX Runtime).
 
 :func:`package_heads` writes a new heads folder from an existing one plus those parts, in one
 atomic step (the folder appears complete or not at all); the heads' tensors are copied as they
@@ -48,10 +48,11 @@ from blockdraft.training.errors import TrainingError
 NGRAM_DIR = "ngram"
 """Where a packaged heads folder keeps its n-gram LM."""
 RECIPE_KEYS = ("k", "p", "max_nodes", "copy_length", "alpha", "context_order",
-               "context_weight", "tuned_on")
+               "context_weight", "draft_precision", "tuned_on")
 TREE_LATTICE_LAYOUTS = ("blockdraft-prefix", "blockdraft-eagle")
 """The layouts of heads folders whose lattice is a tree (packaged by copying their files)."""
-_TREE_LATTICE_RECIPE = {"blockdraft-prefix": ("k", "max_nodes", "copy_length", "tuned_on"),
+_TREE_LATTICE_RECIPE = {"blockdraft-prefix": ("k", "max_nodes", "copy_length",
+                                              "draft_precision", "tuned_on"),
                         "blockdraft-eagle": ("k", "max_nodes", "copy_length", "depth",
                                              "draft_precision", "tuned_on")}
 
