@@ -108,6 +108,9 @@ def test_the_real_demo_on_a_tiny_model(tmp_path: Path, monkeypatch: Any,
         assert r.signature.endswith(r.settings)
     assert res.h == 4 and res.dtype == "float32" and res.threads == 1
     assert res.ngram_trained and any(m.startswith("training a 4-gram") for m in messages)
+    # q4 rows need a model loaded from a GGUF file: a line says why there are none
+    assert any(m.startswith("no q4 rows: q4 verifies on a GGUF file's own blocks, and model "
+                            "was not loaded from one") for m in messages), messages
     assert res.ngram_path.is_file() and res.ngram_counts[0] > 0
     # the lattice of one step: h slots, the first one the certain token alone, which is
     # greedy decoding's token there
@@ -126,6 +129,49 @@ def test_the_real_demo_on_a_tiny_model(tmp_path: Path, monkeypatch: Any,
     assert not again.ngram_trained and again.ngram_path == res.ngram_path
     assert [r.tokens for r in again.rows] == [r.tokens for r in res.rows]
     assert again.sample_answer == res.sample_answer
+
+
+def test_the_real_demo_runs_q4_rows_beside_on_a_gguf_model(tmp_path: Path, monkeypatch: Any,
+                                                           tiny: dict[str, Path]) -> None:
+    """A model loaded from a GGUF file gets rows on the file's own blocks beside float32's:
+    q4's greedy loop, the default and prompt lookup, each held against q4's own greedy."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("onnxruntime")
+    import torch
+
+    from blockdraft.demo import run_real_demo
+    from blockdraft.models.hf import MedusaHeads, write_heads
+    from gguf_testlib import BLOCK_D, write_block_gguf
+
+    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path / "cache"))
+    gguf = write_block_gguf(tmp_path / "tiny.Q4_1.gguf", seed=0)
+    heads = MedusaHeads(BLOCK_D, None, 3, 1)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    folder = write_heads(heads, tmp_path / "heads")
+    common = {"heads": str(folder), "corpus": tiny["corpus"], "max_new_tokens": 16,
+              "prompts": ["the list", "a file is"], "threads": 1, "log": lambda m: None}
+    res = run_real_demo(str(gguf), tmp_path / "out", **common)
+    names = [r.strategy for r in res.rows]
+    beside = ["greedy (q4)", "blockdraft default (q4)", "prompt lookup (q4)"]
+    assert names[-3:] == beside and names[0] == "greedy" and "vanilla heads" in names
+    rows = {r.strategy: r for r in res.rows}
+    q4 = rows["greedy (q4)"]
+    assert q4.speedup == 1.0 and q4.calls == q4.tokens > 0  # the q4 rows' own reference
+    for name in beside:
+        r = rows[name]
+        assert r.equals_greedy, name  # every q4 output is q4 greedy's
+        assert r.speedup == pytest.approx(q4.wall_s / r.wall_s)
+        assert "precision:q4" in r.signature and "runtime:onnxruntime" in r.signature
+        assert r.signature.count("precision:") == 1
+    for r in res.rows[: -len(beside)]:
+        assert "precision:float32" in r.signature or "runtime:torch" in r.signature
+    assert rows["greedy"].equals_greedy and rows["blockdraft default (cost-aware tree)"]\
+        .equals_greedy
+    none = run_real_demo(str(gguf), tmp_path / "out2", also_precision=None, **common)
+    assert [r.strategy for r in none.rows] == names[: -len(beside)]
 
 
 def test_the_demo_command_prints_the_real_table(tmp_path: Path, monkeypatch: Any,

@@ -25,14 +25,16 @@ from blockdraft.cli.common import (
 )
 from blockdraft.cli.values import ListAction, Rule, add_rules, non_negative_int, positive_int
 from blockdraft.core.outputs import claim_output
-from blockdraft.demo.config import REAL_MAX_NEW_TOKENS
+from blockdraft.demo.config import REAL_ALSO_PRECISION, REAL_MAX_NEW_TOKENS
 
 DEMO_FILES = ("demo.json", "demo_lattice.png", "trace")
 """What the demo writes in --out (the trace: --blockwise only)."""
 _BLOCKWISE_ONLY = ("examples", "seed", "stop_at_eos")
-_REAL_ONLY = ("model", "heads", "dtype", "runtime", "precision", "prompt", "max_new_tokens")
+_REAL_ONLY = ("model", "heads", "dtype", "runtime", "precision", "also_precision", "prompt",
+              "max_new_tokens")
 _EXAMPLES = {"stop_at_eos": (), "dtype": ("float32",), "runtime": ("torch",),
-             "precision": ("int8",), "model": ("m",), "heads": ("h",), "prompt": ("hi",)}
+             "precision": ("int8",), "also_precision": ("none",), "model": ("m",),
+             "heads": ("h",), "prompt": ("hi",)}
 
 
 def _flag(name: str) -> str:
@@ -88,7 +90,10 @@ def _real(args: argparse.Namespace, out: Path, prompts: list[str] | None) -> Any
     return run_real_demo(args.model or REAL_MODEL, out, heads=args.heads,
                          dtype=args.dtype or "float32", runtime=args.runtime or REAL_RUNTIME,
                          precision=(args.dtype or "float32") if args.runtime == "static"
-                         else args.precision or "float32", corpus=args.corpus,
+                         else args.precision or "float32",
+                         also_precision=(REAL_ALSO_PRECISION if args.also_precision is None
+                                         else None if args.also_precision == "none"
+                                         else args.also_precision), corpus=args.corpus,
                          prompts=prompts or list(REAL_PROMPTS),
                          max_new_tokens=args.max_new_tokens or REAL_MAX_NEW_TOKENS,
                          threads=args.threads, progress=progress_bar, log=_log)
@@ -134,8 +139,9 @@ def print_real(res: Any) -> None:
         f"in this run ({res.threads} thread(s)): vs greedy = over the greedy loop of the same "
         "runtime and precision" + (", vs PyTorch greedy = over the PyTorch float32 greedy loop"
                                    if two else "") + "; = greedy: every output identical to "
-        f"greedy decoding's, token for token; drafting s: the part of wall s building lattices "
-        f"and drafts (rescoring included){note}\n{lm}\n"
+        "greedy decoding's (rows of another precision: that precision's), token for token; "
+        f"drafting s: the part of wall s building lattices and drafts (rescoring included)"
+        f"{note}\n{lm}\n"
         f"signature: {res.signature}|<row settings>{settings}",
     )
     split_rows = []
@@ -292,6 +298,11 @@ def add_parser(sub: Any) -> None:
                         "(chunk-invariant per-row int8: lossless against its own greedy) or q4 "
                         "(the GGUF file's own 4-bit blocks: lossless against q4's greedy for "
                         "one draft a step; the strategies of token trees are skipped)")
+    p.add_argument("--also-precision", choices=("q4", "int8", "none"), default=None,
+                   help="rows beside in this other ONNX Runtime precision: its greedy loop, "
+                        "blockdraft's default and prompt lookup, each held against that "
+                        f"precision's own greedy (default {REAL_ALSO_PRECISION}: the GGUF "
+                        "file's own 4-bit blocks, for a model loaded from one; none: no rows)")
     p.add_argument("--prompt", action=ListAction, nargs=None, default=None, metavar="TEXT",
                    help="a user turn to decode instead of the demo's Python questions "
                         "(repeat for several)")

@@ -17,7 +17,10 @@ small blockwise model trained on the spot (``--blockwise``).
    (:func:`~blockdraft.models.greedy_generate`, the reference), vanilla heads, 4-gram
    rescoring (k = 16, p = 1) and 4-best 4-gram drafts, all with the exact criterion; each
    prompt visits the strategies in a rotated order after one short untimed warm-up decode per
-   strategy, and every call is timed in this run;
+   strategy, and every call is timed in this run; beside them, on a model loaded from a GGUF
+   file (SmolLM2 is), the same runtime on the file's own 4-bit blocks (``q4``): its greedy
+   loop, the default and prompt lookup, each held against q4's own greedy
+   (``also_precision``, ``--also-precision``);
 4. report per strategy ``B`` (tokens per serial model call, greedy = 1), tokens/s, speedup
    over greedy and whether every output equals greedy decoding's; the first prompt's answer;
    and the lattice of the step in the middle of that answer (top 6 of each head, greedy path
@@ -86,6 +89,7 @@ from blockdraft.demo.config import (
     MIN_TRAIN_PARAGRAPHS,
     NEURAL_ALPHA,
     NGRAM_ALPHA,
+    REAL_ALSO_PRECISION,
     REAL_DTYPE,
     REAL_K,
     REAL_MAX_NEW_TOKENS,
@@ -118,6 +122,7 @@ __all__ = [
     "MIN_TRAIN_PARAGRAPHS",
     "NEURAL_ALPHA",
     "NGRAM_ALPHA",
+    "REAL_ALSO_PRECISION",
     "REAL_DTYPE",
     "REAL_K",
     "REAL_MAX_NEW_TOKENS",

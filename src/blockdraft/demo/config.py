@@ -106,6 +106,7 @@ REAL_MODEL = "smollm2"  # the default model of ``blockdraft demo`` (blockdraft.m
 REAL_DTYPE = "float32"  # PyTorch's dtype: the reference greedy loop and what is exported
 REAL_RUNTIME = "onnxruntime"  # the fastest lossless runtime on a CPU (docs/real-models.md)
 REAL_PRECISION = "float32"  # the runtime's precision: float32 gives PyTorch's answers
+REAL_ALSO_PRECISION = "q4"  # rows beside, on the GGUF file's own blocks (a model loaded from one)
 REAL_K = 16  # lattice width of the rescored strategies
 REAL_P = 4  # drafts verified per call by the p-best strategy (their trie per forward)
 REAL_ORDER = 4  # order of the n-gram LM over the model's token ids

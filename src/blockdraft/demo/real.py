@@ -20,6 +20,7 @@ from blockdraft.core.efficiency import block_efficiency
 from blockdraft.demo.config import (
     DRAW_K,
     NGRAM_ALPHA,
+    REAL_ALSO_PRECISION,
     REAL_DTYPE,
     REAL_K,
     REAL_MAX_NEW_TOKENS,
@@ -47,13 +48,16 @@ LABEL_LEN = 12  # characters of a token's text in the lattice table
 class Strategy:
     """One row of the demo: ``drafter()`` builds its drafter (None: a greedy loop); ``torch``
     runs it on the PyTorch model instead of the chosen runtime's (the second reference);
-    ``tree``: it verifies several drafts a step (their token tree)."""
+    ``tree``: it verifies several drafts a step (their token tree); ``precision``: it runs on
+    the same runtime in this other precision (the rows beside, held against that precision's
+    own greedy row), or ``""``."""
 
     label: str
     spec: Any  # a DraftSpec, or None for a greedy loop
     settings: str
     torch: bool = False
     tree: bool = False
+    precision: str = ""
 
 
 def real_strategies(ngram: str, order: int, runtime: str, trees: bool = True) -> list[Strategy]:
@@ -89,6 +93,23 @@ def real_strategies(ngram: str, order: int, runtime: str, trees: bool = True) ->
     return [st for st in out if trees or not st.tree]
 
 
+def beside_strategies(precision: str) -> list[Strategy]:
+    """The rows run beside in another ``precision`` of ONNX Runtime (the GGUF file's own
+    blocks for ``q4``): its greedy loop (their reference), blockdraft's default and prompt
+    lookup, all of one draft a step (lossless there; token trees are not)."""
+    from blockdraft.drafts import DraftSpec
+
+    tag = f"runtime:onnxruntime|precision:{precision}"
+    return [Strategy(f"greedy ({precision})", None, f"k:-|p:-|alpha:-|lm:none|{tag}",
+                     precision=precision),
+            Strategy(f"blockdraft default ({precision})", DraftSpec("default"),
+                     f"drafter:default|tree:cost-aware|recipe:packaged|{tag}",
+                     precision=precision),
+            Strategy(f"prompt lookup ({precision})", DraftSpec("lookup"),
+                     f"k:1|p:1|alpha:-|lm:none|lookup:n<=4,L=2/6/10|{tag}",
+                     precision=precision)]
+
+
 def encode_prompts(tok: Any, prompts: Sequence[str]) -> list[list[int]]:
     """Each prompt as one user turn in the model's chat template, ending with the assistant's
     turn opener; a tokenizer without a template gets the plain text and a newline."""
@@ -111,6 +132,7 @@ def run_real_demo(
     dtype: str | None = REAL_DTYPE,
     runtime: str = REAL_RUNTIME,
     precision: str = REAL_PRECISION,
+    also_precision: str | None = REAL_ALSO_PRECISION,
     corpus: Path | None = None,
     prompts: Sequence[str] = REAL_PROMPTS,
     max_new_tokens: int = REAL_MAX_NEW_TOKENS,
@@ -137,6 +159,11 @@ def run_real_demo(
             the PyTorch greedy loop runs too, as a second reference.
         precision: the runtime's precision (``"float32"``, or ``"int8"`` or ``"q4"`` on
             onnxruntime: q4 runs the GGUF file's own blocks, a model loaded from one).
+        also_precision: rows beside in this other precision of ONNX Runtime
+            (:func:`beside_strategies`: greedy, the default, prompt lookup; default ``"q4"``,
+            the GGUF file's own blocks), each held against that precision's own greedy row;
+            run when the demo runs on ONNX Runtime in another precision and the model was
+            loaded by name or path from a GGUF file (a line says why otherwise); None: none.
         corpus: the n-gram LM's text (None: ``pydoc_data.topics``).
         prompts: the user turns to decode (default :data:`REAL_PROMPTS`).
         max_new_tokens: tokens per prompt (EOS stops earlier).
@@ -183,11 +210,14 @@ def run_real_demo(
                 net = on_runtime(net, runtime, precision, threads=n_threads, log=log)
             heads_name = (_name(heads) if heads is not None else "packaged"
                           if str(model) in KNOWN_MODELS else "the model's own")
+            beside = _beside(torch_net, model, runtime, precision, also_precision, n_threads,
+                             log)
         else:
             net = torch_net = model
             runtime = capabilities_of(net).runtime
             model_name = capabilities_of(net).name
             heads_name = "given"
+            beside = None
         load_s = time.perf_counter() - t0
         tok = net.tokenizer
         if tok is None and isinstance(model, (str, os.PathLike)):
@@ -215,14 +245,16 @@ def run_real_demo(
             log(f"{runtime} {precision} verifies one draft a step losslessly but not a token "
                 "tree (its integer rounding turns a tree's last-bit differences into other "
                 f"tokens): skipping {', '.join(skipped)}, which verify several drafts a step")
+        if beside is not None:
+            plan += beside_strategies(str(also_precision))
+        nets = {"": net, "torch": torch_net, str(also_precision): beside}
         ids = encode_prompts(tok, prompts)
         chat = tok.has_chat_template
 
         t0 = time.perf_counter()
         log("warming up (one short untimed decode per strategy)")
         for st in plan:  # first calls load libraries and allocate: not timed
-            _decode(torch_net if st.torch else net, ids[0][:WARMUP_PROMPT], st, WARMUP_TOKENS,
-                    eos)
+            _decode(nets[_on(st)], ids[0][:WARMUP_PROMPT], st, WARMUP_TOKENS, eos)
         warmup_s = time.perf_counter() - t0
 
         log(f"decoding {len(ids)} {'chat ' if chat else ''}prompts x {len(plan)} strategies, "
@@ -238,8 +270,7 @@ def run_real_demo(
         for i, s in (jobs if progress is None else progress("decoding")(jobs)):
             st = plan[s]
             t1 = time.perf_counter()
-            tokens, n_calls, split = _decode(torch_net if st.torch else net, ids[i], st,
-                                             max_new_tokens, eos)
+            tokens, n_calls, split = _decode(nets[_on(st)], ids[i], st, max_new_tokens, eos)
             wall[s] += time.perf_counter() - t1
             old = splits[s]
             splits[s] = split if old is None else old + split
@@ -260,14 +291,16 @@ def run_real_demo(
             label, settings = st.label, st.settings
             n_tokens = sum(len(outputs[i, s]) for i in range(len(ids)))
             n_calls = sum(calls[i, s] for i in range(len(ids)))
-            same = sum(outputs[i, s] == outputs[i, 0] for i in range(len(ids)))
+            ref = next(j for j, o in enumerate(plan)  # the greedy loop of its own precision
+                       if o.spec is None and not o.torch and o.precision == st.precision)
+            same = sum(outputs[i, s] == outputs[i, ref] for i in range(len(ids)))
             row_split = splits[s]
             assert row_split is not None
             rows.append(RealDemoRow(
                 strategy=label, block_efficiency=block_efficiency(n_tokens, n_calls),
                 tokens=n_tokens, calls=n_calls, wall_s=wall[s],
                 draft_s=row_split.lattice_s + row_split.draft_s, split=_split_dict(row_split),
-                speedup=wall[0] / wall[s] if wall[s] else 0.0,
+                speedup=wall[ref] / wall[s] if wall[s] else 0.0,
                 speedup_torch=(wall[torch_row] / wall[s] if torch_row is not None and wall[s]
                                else None),
                 identical=same, prompts=len(ids), settings=settings,
@@ -290,6 +323,33 @@ def run_real_demo(
         return result
     finally:
         torch.set_num_threads(old_threads)
+
+
+def _on(strategy: Strategy) -> str:
+    """Which model a row runs on: ``""`` the demo's runtime, ``"torch"``, or a precision."""
+    return "torch" if strategy.torch else strategy.precision
+
+
+def _beside(torch_net: Any, source: Any, runtime: str, precision: str, also: str | None,
+            threads: int, log: Callable[[str], None]) -> Any:
+    """The model of the rows beside (:func:`beside_strategies`) in precision ``also`` on ONNX
+    Runtime, or None (with a line saying why) where they do not apply."""
+    if also is None or also == precision:
+        return None
+    if runtime != "onnxruntime":
+        log(f"no {also} rows: they run on ONNX Runtime; this demo runs on {runtime}")
+        return None
+    from blockdraft.models.hf.loading import gguf_source
+    from blockdraft.models.runtimes import on_runtime
+
+    gguf = gguf_source(str(source)) if also == "q4" else None
+    if also == "q4" and gguf is None:
+        log(f"no q4 rows: q4 verifies on a GGUF file's own blocks, and {_name(source)} was not "
+            "loaded from one")
+        return None
+    log(f"preparing onnxruntime ({also}) for the rows beside: a first export takes a minute, "
+        "then it is cached")
+    return on_runtime(torch_net, "onnxruntime", also, threads=threads, log=log, gguf=gguf)
 
 
 def _split_dict(split: TimeSplit) -> dict[str, float]:
