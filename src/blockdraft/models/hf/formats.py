@@ -284,9 +284,7 @@ def read_heads(path: str | os.PathLike[str], layout: str | None = None) -> Medus
     found = read_shortlist(folder) if cfg.layout == "medusa-v2" else None
     if found is not None:
         heads.set_shortlist(found[0], info=found[1])
-    heads.drafting = read_drafting(folder)
-    if heads.drafting is not None:  # the recipe's precision of the heads on ONNX Runtime
-        heads.draft_precision = heads.drafting.draft_precision
+    heads.use_recipe(read_drafting(folder))
     return heads
 
 

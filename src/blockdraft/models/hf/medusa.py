@@ -18,6 +18,7 @@ Public surface:
         heads(x [..., d], heads=None) -> [..., n, d]     pre-projection states
         heads.logits(states [..., n, d], lm_head) -> [..., n, V]
     heads.set_shortlist(token_ids) / heads.shortlist                 the heads' draft vocabulary
+    heads.use_recipe(recipe)      a folder's drafting recipe and the draft precision it sets
 
 Shortlist (a draft vocabulary, FR-Spec's frequency-ranked subset). Heads that share the base's
 ``lm_head`` may project onto a subset of the vocabulary only: ``shortlist`` holds its token
@@ -166,6 +167,14 @@ class MedusaHeads(nn.Module):
         if n == 0:
             return hidden.new_zeros(*hidden.shape[:-1], 0, hidden.shape[-1])  # (..., 0, d)
         return torch.stack([self.blocks[j](hidden) for j in range(n)], dim=-2)  # (..., n, d)
+
+    def use_recipe(self, recipe: Any) -> None:
+        """Draft with a folder's drafting recipe (a
+        :class:`~blockdraft.models.hf.drafting.DraftingRecipe`, or None: no recipe), and run the
+        heads' weights on ONNX Runtime in the precision it names (``draft_precision``; float32
+        without one)."""
+        self.drafting = recipe
+        self.draft_precision = "float32" if recipe is None else recipe.draft_precision
 
     def set_shortlist(self, token_ids: torch.Tensor | None, vocab_size: int | None = None,
                       info: dict[str, Any] | None = None) -> None:

@@ -224,7 +224,5 @@ def read_prefix_heads(folder: str | os.PathLike[str]) -> PrefixHeads:
     found = read_shortlist(root)
     if found is not None:
         heads.set_shortlist(found[0], info=found[1])
-    heads.drafting = read_drafting(root)  # the folder's drafting recipe, if it packages one
-    if heads.drafting is not None:  # the recipe's precision of the heads on ONNX Runtime
-        heads.draft_precision = heads.drafting.draft_precision
+    heads.use_recipe(read_drafting(root))  # the folder's recipe, if it packages one
     return heads

@@ -238,7 +238,6 @@ def head_graphs(spec: GraphSpec, model: Any, precision: str) -> dict[str, Any]:
     if build is None:
         raise ModelError(f"the ONNX Runtime model builds the graphs of {', '.join(HEAD_GRAPHS)} "
                          f"heads, not {spec.heads!r}: use runtime='torch'")
-    draft = check_draft_precision(getattr(model.heads, "draft_precision", "float32"),
-                                  "draft_precision")
+    draft = check_draft_precision(model.heads.draft_precision, "draft_precision")
     return {name: quantized(proto, draft)
             for name, proto in build(spec, model, precision).items()}

@@ -117,7 +117,7 @@ class OrtBlockwiseModel(RuntimeModel):
         shared = Shared.of(model, config=dataclasses.replace(model.config, dtype=precision),
                            runtime=self.runtime, precision=precision,
                            exact_trees=precision == "float32", device="cpu")
-        draft = str(getattr(model.heads, "draft_precision", "float32"))
+        draft = model.heads.draft_precision  # checked by the export (head_graphs)
         if draft != "float32":  # other weights, other drafts: a trace tells them apart
             shared = dataclasses.replace(shared, heads_digest=hashlib.sha256(
                 f"{shared.heads_digest}|draft_precision={draft}".encode()).hexdigest()[:16])
