@@ -100,7 +100,10 @@ LM_CORPORA = {
     "small": ("corpus/openstax/introduction-philosophy-2e.txt",),
 }
 STRATEGY_KEYS = ("default", "vanilla", "vanilla-depth", "pbest0", "ngram", "pbest-ngram",
-                 "rescored-tree", "neural", "iad", "vanilla-iad", "lookup", "vanilla-lookup")
+                 "rescored-tree", "neural", "iad", "vanilla-iad", "lookup", "vanilla-lookup",
+                 "default-hod2", "default-hod3", "default-hod4")
+"""``default-hodN``: the default with heads on demand, the heads skipped on a step whose best
+copy matched N tokens (``DraftSpec.heads_on_demand``)."""
 RUNTIME_TAGS = {"torch:float32": "pt32", "torch:bfloat16": "pt-bf16",
                 "onnxruntime:float32": "ort32", "onnxruntime:int8": "ort8",
                 "onnxruntime:q4": "ort4"}
@@ -135,6 +138,26 @@ class FromModel:
 
     def __init__(self, build: Callable[[Any], Any]) -> None:
         self.build = build
+
+
+def _constant(made: Any) -> Callable[[list[int]], Any]:
+    """``make`` of a strategy whose drafter does not depend on the prompt."""
+    return lambda _: made
+
+
+def _on_demand(match: int) -> Callable[[Any], Any]:
+    """The model's default spec with heads on demand at ``match`` tokens."""
+
+    def build(model: Any) -> Any:
+        import dataclasses
+
+        from blockdraft.drafts import default_spec
+        from blockdraft.models.capabilities import capabilities_of
+
+        return dataclasses.replace(default_spec(capabilities_of(model)),
+                                   heads_on_demand=match)
+
+    return build
 
 
 def _vanilla_depth(model: Any) -> Any:
@@ -178,6 +201,10 @@ def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: 
         if key == "default":
             out.append(Strategy("blockdraft default (cost-aware tree)", spec("default"),
                                 lm="packaged"))
+        elif key.startswith("default-hod"):
+            match = int(key.removeprefix("default-hod"))
+            out.append(Strategy(f"default, heads unless a {match}-token copy",
+                                _constant(FromModel(_on_demand(match))), lm="packaged"))
         elif key == "vanilla-depth":
             out.append(Strategy("vanilla, cost-aware depth", lambda _: FromModel(_vanilla_depth)))
         elif key == "vanilla":

@@ -147,3 +147,21 @@ def test_the_drafter_keeps_its_index_across_prompts() -> None:
         tree = draft(drafter, lattice(certain), context)
         assert tree.to_drafts().tokens.tolist()[0][: len(want)] == want
         assert tree.num_nodes == len(want)
+
+
+def test_heads_on_demand_answers_from_the_best_copys_match() -> None:
+    from blockdraft.drafts.lookup import Copies, HeadsOnDemand
+
+    copies = Copies(copies=2, lengths=(8,), min_match=1, max_match=4)
+    gate = HeadsOnDemand(copies, 3)
+    context = np.array([5, 6, 7, 8, 9, 1, 2, 5, 6], dtype=np.int64)
+    assert not gate(context, 7)  # ... 5 6 7 again: a 3-token match, the copy alone
+    assert gate(context, 9)  # "6 9" occurred nowhere, "9" alone: a 1-token match
+    assert gate(context, 42)  # no match at all
+    assert HeadsOnDemand(copies, 1)(context, 9) is False  # any match is enough at 1
+    # the gate's lookup is the source's own: the index now holds the context
+    assert copies.index.text == context.tolist()
+    with pytest.raises(DraftError, match="at most 4 tokens"):
+        HeadsOnDemand(copies, 5)
+    with pytest.raises(DraftError, match="heads_on_demand"):
+        HeadsOnDemand(Copies(min_match=2), 1)

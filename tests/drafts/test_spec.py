@@ -81,6 +81,7 @@ def test_a_folded_axis_drafts_the_same_trees() -> None:
     DraftSpec("tree", tree="rescored", k=4, budget=12, rescorer="neural", lm="rescorer/"),
     DraftSpec("cost-aware", k=8, p=4, budget=24, lookup=True, tables="acc.json",
               copy_length=12),
+    DraftSpec("cost-aware", k=8, p=4, budget=24, lookup=True, heads_on_demand=3),
     DraftSpec("tree-lattice", k=4, p=0, budget=32, lookup=True),
     DraftSpec("oracle", k=3), DraftSpec("lookup"), DraftSpec("default"),
 ])
@@ -257,3 +258,19 @@ def test_the_tree_lattice_chain_drafts_the_path_that_pays_heads_or_copy(sure: bo
     assert is_chain(tree) and tree.num_nodes > 1
     path = tree.tokens[1:].tolist()
     assert path == ([11, 12, 13] if sure else [22, 23, 24, 25, 26, 27][: len(path)]), path
+
+
+def test_heads_on_demand_belongs_to_the_cost_aware_tree_with_copies() -> None:
+    on = DraftSpec("cost-aware", k=4, p=0, budget=16, lookup=True, heads_on_demand=2)
+    assert on.heads_on_demand == 2 and "heads unless match>=2" in on.label
+    assert on.build(cost=COST).needs.on_demand
+    assert not DraftSpec("cost-aware", k=4, p=0, budget=16, lookup=True).build(
+        cost=COST).needs.on_demand
+    for other in (DraftSpec("cost-aware", k=4, lookup=False, heads_on_demand=2),
+                  DraftSpec("tree-lattice", k=4, p=0, lookup=True, heads_on_demand=2),
+                  DraftSpec("heads", heads_on_demand=2)):
+        assert other.heads_on_demand == 0  # folded: nothing else skips the heads
+    with pytest.raises(DraftError, match="heads_on_demand"):
+        DraftSpec("cost-aware", lookup=True, heads_on_demand=-1)
+    with pytest.raises(DraftError, match="at most 4 tokens"):
+        DraftSpec("cost-aware", k=4, lookup=True, heads_on_demand=5).build(cost=COST)

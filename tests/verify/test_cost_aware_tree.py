@@ -116,3 +116,90 @@ def test_monotone_is_the_least_squares_nondecreasing_fit() -> None:
             assert ((cand - values) ** 2).sum() >= err - 1e-6
 
     check()
+
+
+def _on_demand_run(model: Any, prompt: list[int], match: int, max_new: int,
+                   monkeypatch: Any) -> tuple[Any, list[bool], list[int], int]:
+    """A decode with heads on demand, recording each step's gate answer, the lattice depth its
+    drafter saw, and how often the verifier computed the deferred heads."""
+    from blockdraft.verify.verifier import Verifier
+
+    tree = CostAwareTreeDrafter(cost=curve(0.1), tables=AcceptanceTables.uniform(4, 0.9),
+                                k=4, p=2, max_nodes=16, heads_on_demand=match)
+    wanted: list[bool] = []
+    seen: list[int] = []
+    gate, draft = tree.wants_heads, tree.draft
+
+    def recorded_gate(context: Any, certain: int) -> bool:
+        wanted.append(gate(context, certain))
+        return wanted[-1]
+
+    def recorded_draft(view: Any) -> Any:
+        seen.append(view.lattice.h)
+        return draft(view)
+
+    computed = [0]
+    next_heads = Verifier.next_heads
+
+    def counted(self: Any, *args: Any, **kw: Any) -> Any:
+        computed[0] += 1
+        return next_heads(self, *args, **kw)
+
+    monkeypatch.setattr(tree, "wants_heads", recorded_gate)
+    monkeypatch.setattr(tree, "draft", recorded_draft)
+    monkeypatch.setattr(Verifier, "next_heads", counted)
+    res = decode(model, prompt, tree=tree, max_new_tokens=max_new)
+    return res, wanted, seen, computed[0]
+
+
+@pytest.mark.parametrize("match", [1, 2])
+def test_heads_on_demand_skips_the_heads_where_a_copy_matched_and_stays_lossless(
+        chain_model: Any, monkeypatch: Any, match: int) -> None:
+    """On a model whose output copies its prompt, steps whose best copy matched ``match``
+    tokens see the certain token alone and their heads are never computed (the prefill computes
+    the first step's; a verification leaves the next step's to the step that wants them); the
+    output is greedy's."""
+    model, order = chain_model(vocab=64, h=4)
+    prompt = [int(t) for t in order[:20]] + [int(order[0])]
+    want = greedy_generate(model, prompt, 40)
+    res, wanted, seen, computed = _on_demand_run(model, prompt, match, 40, monkeypatch)
+    assert res.tokens == want
+    assert len(wanted) == len(seen) == len(res.steps)
+    assert not all(wanted) and any(not w for w in wanted[1:])  # copies found, heads skipped
+    assert [h == 1 for h in seen] == [not w for w in wanted]  # skipped: the certain token alone
+    assert computed == 1 + sum(wanted[1:])  # the prefill's, then only the steps that want them
+    assert all(s.heads_s > 0 for s, w in zip(res.steps[1:], wanted[1:], strict=True) if w)
+
+
+def test_heads_on_demand_wants_the_heads_without_a_long_enough_copy(
+        random_model: Any, monkeypatch: Any) -> None:
+    """A random model's text rarely repeats 4 tokens: with ``match = 4`` nearly every step reads
+    the heads, and the output is greedy's either way."""
+    model = random_model(seed=1, vocab=64, h=4, scale=10.0)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+    want = greedy_generate(model, prompt, 40)
+    res, wanted, seen, computed = _on_demand_run(model, prompt, 4, 40, monkeypatch)
+    assert res.tokens == want
+    assert [h == 1 for h in seen] == [not w for w in wanted]
+    assert computed == 1 + sum(wanted[1:])
+    assert sum(wanted) > len(wanted) // 2
+
+
+def test_heads_on_demand_online_equals_offline(chain_model: Any, tmp_path: Any) -> None:
+    """The simulator shows a step whose gate skipped the heads the certain token alone, as the
+    online loop does: the same accepted lengths and B."""
+    model, order = chain_model(vocab=64, h=4)
+    prompt = [int(t) for t in order[:20]] + [int(order[0])]
+    y = greedy_generate(model, prompt, 40)
+
+    def tree() -> Any:
+        return CostAwareTreeDrafter(cost=curve(0.1), tables=AcceptanceTables.uniform(4, 0.9),
+                                    k=4, p=2, max_nodes=16, heads_on_demand=2)
+
+    online = decode(model, prompt, tree=tree(), max_new_tokens=40)
+    assert online.tokens == y
+    trace = Trace.from_head_logits(tmp_path / "trace",
+                                   [(prompt, y, teacher_forced_logits(model, prompt, y))], K=8)
+    offline = simulate(trace, tree())
+    assert online.accept_lengths == offline.steps.n.tolist()
+    assert online.block_efficiency == pytest.approx(offline.block_efficiency)

@@ -36,7 +36,7 @@ from blockdraft.core.checks import check_int, check_positive_int
 from blockdraft.drafts.calibration import AcceptanceTables
 from blockdraft.drafts.cut import ChainCut, CostCut, keep_paying, select_nodes
 from blockdraft.drafts.heads import HeadPaths
-from blockdraft.drafts.lookup import Copies
+from blockdraft.drafts.lookup import Copies, HeadsOnDemand
 from blockdraft.drafts.pipeline import Pipeline, Source, TreeStats
 from blockdraft.drafts.protocol import Needs
 from blockdraft.drafts.rates import TableRates
@@ -53,7 +53,7 @@ def CostAwareTreeDrafter(cost: CostCurve, tables: AcceptanceTables, k: int = 8, 
                          p: int = 4, rescorer: Rescorer | None = None,
                          lm: PathScorer | None = None, lookup: bool = True, copies: int = 3,
                          copy_length: int = 16, max_nodes: int = 32, chain: bool = False,
-                         name: str = "") -> Pipeline:
+                         heads_on_demand: int | None = None, name: str = "") -> Pipeline:
     """The cost-aware tree of the heads' chain, rescored p-best paths and prompt lookup (see the
     module docstring).
 
@@ -76,6 +76,9 @@ def CostAwareTreeDrafter(cost: CostCurve, tables: AcceptanceTables, k: int = 8, 
         chain: keep one path only (the root path whose expected tokens per unit of time is
             best): for runtimes that verify chains losslessly but not trees (ONNX Runtime
             int8).
+        heads_on_demand: skip the heads on a step whose best copy matched at least this many
+            tokens (:class:`~blockdraft.drafts.lookup.HeadsOnDemand`: the copies alone are
+            drafted and the Medusa heads are not computed); None: the heads every step.
         name: a label for tables.
 
     Raises:
@@ -98,13 +101,22 @@ def CostAwareTreeDrafter(cost: CostCurve, tables: AcceptanceTables, k: int = 8, 
         sources.append(HeadPaths(k=k, p=p, rescorer=rescorer))
         parts.append(f"{p}-best " + ("0-gram" if rescorer is None
                                      else type(rescorer).__name__))
+    gate = None
     if lookup:
-        sources.append(Copies(copies=copies, lengths=(copy_length,)))
+        copy_source = Copies(copies=copies, lengths=(copy_length,))
+        sources.append(copy_source)
         parts.append("lookup")
+        if heads_on_demand is not None:
+            gate = HeadsOnDemand(copy_source, heads_on_demand)
+            parts.append(f"heads unless a {heads_on_demand}-match")
+    elif heads_on_demand is not None:
+        raise DraftError("heads_on_demand skips the heads where a copy matched: it needs the "
+                         "lookup copies (lookup=True)")
     if not name:
         kind = "chain" if chain else "tree"
         name = f"cost-aware {kind} ({' + '.join(parts)}, k={k}, N<={max_nodes})"
     # the rates read the head evidence of k arcs a slot (even without p-best) and the LM
     return Pipeline(sources, rates=TableRates(tables, lm),
                     cut=ChainCut(cost, max_nodes) if chain else CostCut(cost, max_nodes),
-                    name=name, source=SOURCE, needs=Needs(k=k, lms=() if lm is None else (lm,)))
+                    name=name, source=SOURCE, needs=Needs(k=k, lms=() if lm is None else (lm,)),
+                    wants_heads=gate)

@@ -24,6 +24,7 @@ Public surface:
     lookups(text, min_match, max_match, count) -> [(start, n), ...]   ranked matches, pure
     LookupIndex(max_match)         mutable: .sync(context), .lookups(certain, min, max, count)
     Copies(copies=1, lengths=(2, 6, 10), min_match=1, max_match=4)   a source
+    HeadsOnDemand(copies, match)   the gate: heads only when no copy matched ``match`` tokens
     LookupDrafter(min_match=1, max_match=4, lengths=(2, 6, 10), name="") -> Pipeline
 """
 
@@ -213,6 +214,44 @@ class Copies:
         if feedback.start:
             self.index.reset()
         self.index.sync(feedback.context)
+
+
+class HeadsOnDemand:
+    """Heads on demand: a step whose best copy (``copies``' first lookup) matched at least
+    ``match`` tokens of the text's end drafts from the copies alone, and its heads are never
+    computed (a :class:`~blockdraft.drafts.pipeline.Pipeline`'s ``wants_heads``).
+
+    Where the text repeats itself (summaries, translation, quoting), the copy is what pays and
+    the heads' drafts rarely change the path a chain keeps; on a runtime whose forward is cheap
+    (4-bit blocks) the heads, their lattice and the search are a fifth of the step. Longer
+    matches make a copy likelier to be right (the acceptance tables' copy rates).
+
+    Args:
+        copies: the pipeline's copy source (its index answers the lookup; the step's own
+            ``add`` then reads the same answer).
+        match: the shortest best match that skips the heads (``min_match <= match <=
+            max_match`` of ``copies``).
+
+    Raises:
+        DraftError: a ``match`` the copies can never reach, or below their shortest.
+    """
+
+    def __init__(self, copies: Copies, match: int) -> None:
+        self.copies = copies
+        self.match = check_int(match, "heads_on_demand (a match length)", DraftError,
+                               minimum=copies.min_match)
+        if self.match > copies.max_match:
+            raise DraftError(f"heads_on_demand = {match}: the copies match at most "
+                             f"{copies.max_match} tokens, so the heads would never be skipped; "
+                             f"use {copies.min_match}..{copies.max_match}, or None")
+
+    def __call__(self, context: np.ndarray, certain: int) -> bool:
+        """True (the step wants the heads) unless the best copy after ``context + [certain]``
+        matched ``match`` tokens or more."""
+        c = self.copies
+        c.index.sync(context)
+        found = c.index.lookups(certain, c.min_match, c.max_match, 1)
+        return not found or found[0][1] < self.match
 
 
 def LookupDrafter(min_match: int = 1, max_match: int = 4,  # noqa: N802

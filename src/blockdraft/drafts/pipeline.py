@@ -24,13 +24,14 @@ held). :meth:`Pipeline.observe` passes each model call's :class:`Feedback` to it
 
 Public surface:
     Source                       the protocol: label, needs, add(view, trie), observe(feedback)
-    Pipeline(sources, rates=None, cut=KeepAll(), name, source, needs=None)   a Drafter
+    Pipeline(sources, rates=None, cut=KeepAll(), name, source, needs=None, wants_heads=None)
+                                 a Drafter (.draft(view), .observe(feedback), .wants_heads)
     PipelineState, TreeStats     mutable state; what one rated tree held
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Protocol
@@ -107,6 +108,10 @@ class Pipeline:
         source: the trees' ``DraftTree.source``.
         needs: what the drafter needs beyond its sources' needs (the rates' LM, a wider
             lattice), joined with theirs.
+        wants_heads: heads on demand: ``(context, certain) -> bool``, whether the next step's
+            drafts read the heads (False: the step sees the certain token alone and the Medusa
+            heads are not computed; :class:`~blockdraft.drafts.lookup.HeadsOnDemand`), or None
+            (every step reads them).
 
     Raises:
         DraftError: no source, or a cut by cost without rates.
@@ -114,7 +119,8 @@ class Pipeline:
 
     def __init__(self, sources: Sequence[Source], rates: Rates | None = None,
                  cut: Cut | None = None, name: str = "", source: str = "trie",
-                 needs: Needs | None = None) -> None:
+                 needs: Needs | None = None,
+                 wants_heads: Callable[[np.ndarray, int], bool] | None = None) -> None:
         self.sources = tuple(sources)
         if not self.sources:
             raise DraftError("a drafter needs at least one source of drafts")
@@ -125,7 +131,10 @@ class Pipeline:
         self.name = name or " + ".join(s.label for s in self.sources)
         self.source = source
         declared = [s.needs for s in self.sources] + ([] if needs is None else [needs])
+        if wants_heads is not None:
+            declared.append(Needs(on_demand=True))
         self.needs: Needs = reduce(Needs.joined, declared)
+        self._wants_heads = wants_heads
         self.state = PipelineState()
 
     @property
@@ -137,6 +146,11 @@ class Pipeline:
     def last(self) -> TreeStats | None:
         """What the last rated tree held (:class:`TreeStats`; None without rates)."""
         return self.state.last
+
+    def wants_heads(self, context: np.ndarray, certain: int) -> bool:
+        """Whether the step after ``context`` (the committed text before the certain token
+        ``certain``) drafts from the heads (heads on demand; always True without a gate)."""
+        return True if self._wants_heads is None else bool(self._wants_heads(context, certain))
 
     def draft(self, view: StepView) -> DraftTree:
         """The step's tree: every source's drafts merged, rated and cut."""

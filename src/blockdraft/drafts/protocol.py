@@ -22,6 +22,7 @@ vocabulary).
 Public surface:
     Needs, StepView, Feedback       frozen records
     Drafter                         the protocol: name, needs, draft(view), observe(feedback)
+    OnDemandDrafter                 ... and wants_heads(context, certain) (Needs.on_demand)
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class Needs:
         sausage: it reads the step's sausage lattice beyond the certain token (False: a tree
             grown over the tree lattice alone, a copy), so a model whose chain costs what its
             tree's own expansions cost (a draft layer) need not compute the chain first.
+        on_demand: it may do without the heads on some steps (heads on demand): the loop asks
+            its ``wants_heads(context, certain) -> bool`` before each step's lattice, and a
+            step it answers False sees the certain token alone (``lattice.h == 1``), the
+            Medusa heads not computed.
     """
 
     k: int = 1
@@ -66,6 +71,7 @@ class Needs:
     reference: bool = False
     lms: tuple[VocabChecked, ...] = ()
     sausage: bool = True
+    on_demand: bool = False
 
     def __post_init__(self) -> None:
         check_int(self.k, "Needs.k", DraftError, minimum=1)
@@ -82,7 +88,8 @@ class Needs:
                      tree_lattice=self.tree_lattice or other.tree_lattice,
                      reference=self.reference or other.reference,
                      lms=self.lms + tuple(lm for lm in other.lms if lm not in self.lms),
-                     sausage=self.sausage or other.sausage)
+                     sausage=self.sausage or other.sausage,
+                     on_demand=self.on_demand or other.on_demand)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,7 +178,8 @@ class Feedback:
 
 @runtime_checkable
 class Drafter(Protocol):
-    """A draft source: one tree a step (see the module docstring).
+    """A draft source: one tree a step (see the module docstring). A drafter that declares
+    ``needs.on_demand`` is an :class:`OnDemandDrafter`.
 
     Attributes:
         name: a label for tables and reports.
@@ -192,4 +200,14 @@ class Drafter(Protocol):
     def observe(self, feedback: Feedback) -> None:
         """The outcome of the model call after the last :meth:`draft` (or a new prompt's
         prefill)."""
+        ...
+
+
+class OnDemandDrafter(Drafter, Protocol):
+    """A drafter that declares ``needs.on_demand``: it says, before each step's lattice is
+    built, whether that step's drafts read the heads (heads on demand)."""
+
+    def wants_heads(self, context: np.ndarray, certain: int) -> bool:
+        """Whether the step after ``context`` (the committed text before the certain token
+        ``certain``) drafts from the heads; False: it sees the certain token alone."""
         ...

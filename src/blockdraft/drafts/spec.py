@@ -105,6 +105,10 @@ class DraftSpec:
         tables: acceptance tables (a JSON file) rating a rated strategy's nodes (and a
             ``rated`` tree's), ``""``: uniform stand-ins.
         copy_length: tokens a lookup copy proposes (``cost-aware``, ``tree-lattice``).
+        heads_on_demand: ``cost-aware`` with lookup: skip the heads on a step whose best copy
+            matched at least this many tokens (the copies alone drafted, the Medusa heads not
+            computed: :class:`~blockdraft.drafts.lookup.HeadsOnDemand`); 0: the heads every
+            step.
         context_order, context_weight: the context LM interpolated with an n-gram rescorer
             (0: none).
         given: with ``rescorer="given"``, an LM object already built (a rescorer, a path
@@ -127,6 +131,7 @@ class DraftSpec:
     lookup: bool = False
     tables: str = ""
     copy_length: int = 16
+    heads_on_demand: int = 0
     context_order: int = 0
     context_weight: float = 0.0
     given: Any = field(default=None, compare=False, repr=False)
@@ -138,7 +143,7 @@ class DraftSpec:
             raise DraftError(f"unknown strategy {s!r}; use one of {', '.join(STRATEGIES)}")
         if self.rescorer not in RESCORERS:
             raise DraftError(f"unknown rescorer {self.rescorer!r}; use ngram or neural")
-        for name in ("k", "p", "budget", "copy_length", "context_order"):
+        for name in ("k", "p", "budget", "copy_length", "heads_on_demand", "context_order"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise DraftError(f"setting {name} must be an integer >= 0, got {value!r}")
@@ -165,6 +170,8 @@ class DraftSpec:
             put(self, "copy_length", 16)
         elif not self.lookup:
             put(self, "copy_length", 16)
+        if s != "cost-aware" or not self.lookup:
+            put(self, "heads_on_demand", 0)
         keeps_rescorer = (s in (*_HEADS, "cost-aware", "tree-lattice")
                           or self.tree in ("rescored", "rated"))
         if not keeps_rescorer:
@@ -225,6 +232,8 @@ class DraftSpec:
             parts = [s, f"k={self.k}", f"p={self.p}", f"N<={self.budget}"]
             if self.lookup:
                 parts.append(f"+ lookup L={self.copy_length}")
+            if self.heads_on_demand:
+                parts.append(f"heads unless match>={self.heads_on_demand}")
         elif self.p == 1 and not self.rescorer:
             parts = [{"heads": "vanilla", "combined": "vanilla + lookup",
                       "iad": "vanilla + iad"}[s]]
@@ -335,7 +344,8 @@ class DraftSpec:
             return CostAwareTreeDrafter(cost=cost, tables=tables, k=self.k, p=self.p,
                                         rescorer=rescorer, lookup=self.lookup,
                                         copy_length=self.copy_length, max_nodes=self.budget,
-                                        chain=chains)
+                                        chain=chains,
+                                        heads_on_demand=self.heads_on_demand or None)
         if s == "tree-lattice":
             if self.p > 0:
                 scorer = res.path_scorer(self) if self.rescorer else None
@@ -395,7 +405,8 @@ def default_spec(caps: Capabilities) -> DraftSpec:
         "rescorer": "ngram", "lm": str(recipe.ngram), "alpha": recipe.alpha,
         "context_order": recipe.context_order, "context_weight": recipe.context_weight}
     return DraftSpec("cost-aware", k=recipe.k, p=recipe.p, budget=recipe.max_nodes,
-                     lookup=True, tables=tables, copy_length=recipe.copy_length, **ngram)
+                     lookup=True, tables=tables, copy_length=recipe.copy_length,
+                     heads_on_demand=recipe.heads_on_demand, **ngram)
 
 
 def _stem(path: str) -> str:

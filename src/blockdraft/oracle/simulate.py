@@ -38,6 +38,7 @@ is certain (``t + 1 >= m``).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -121,8 +122,16 @@ class TraceSteps:
     def room(self) -> int | None:
         return None
 
-    def view(self, context: np.ndarray, prompt_length: int, max_depth: int) -> StepView:
-        return self.view_at(self.t, max_depth)
+    heads_s = 0.0  # the trace holds every step's heads: none computed on demand
+
+    def view(self, context: np.ndarray, prompt_length: int, max_depth: int,
+             heads: bool = True) -> StepView:
+        view = self.view_at(self.t, max_depth)
+        if heads:
+            return view
+        lattice = view.lattice  # the certain token alone, as online without the heads
+        return dataclasses.replace(view, lattice=SausageLattice(tokens=lattice.tokens[:1],
+                                                                scores=lattice.scores[:1]))
 
     def view_at(self, t: int, max_depth: int | None = None) -> StepView:
         """The step at position ``t``: the trace's lattice there, its slot 1 the certain token

@@ -8,7 +8,8 @@ simulation is the online decode by construction::
     d_1 = steps.prefill(prompt)                      # call 1: the certain token
     drafter.observe(start)
     while not done:
-        view    = steps.view(context, ...)            # the step's lattice (and tree lattice)
+        heads   = drafter.wants_heads(context, d)     # heads on demand (when it declares so)
+        view    = steps.view(context, ..., heads)     # the step's lattice (and tree lattice)
         tree    = drafter.draft(view)                 # 1. predict (no model call)
         verdict = steps.verify(tree, eos_id)          # 2. verify: one call
         new     = accept(verdict, remaining, eos_id)  # 3. accept: d_2..d_{1+n}, next certain
@@ -36,12 +37,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
 from blockdraft.core.tree import DraftTree
-from blockdraft.drafts.protocol import Drafter, Feedback, StepView
+from blockdraft.drafts.protocol import Drafter, Feedback, OnDemandDrafter, StepView
 from blockdraft.verify.errors import VerifyError
 from blockdraft.verify.records import DecodeStep
 
@@ -81,8 +82,16 @@ class Steps(Protocol):
         """Positions still free after the cached ones (the model's context), None: no limit."""
         ...
 
-    def view(self, context: np.ndarray, prompt_length: int, max_depth: int) -> StepView:
-        """The step's :class:`StepView` (its lattice built from the last call's heads)."""
+    @property
+    def heads_s(self) -> float:
+        """Seconds the last :meth:`view` spent computing heads the verification left to it
+        (heads on demand; 0 otherwise)."""
+        ...
+
+    def view(self, context: np.ndarray, prompt_length: int, max_depth: int,
+             heads: bool = True) -> StepView:
+        """The step's :class:`StepView` (its lattice built from the last call's heads);
+        ``heads`` False: the certain token alone (the drafter does without the heads)."""
         ...
 
     def verify(self, tree: DraftTree, eos_id: int | None) -> Verdict:
@@ -137,25 +146,32 @@ def _checked(tree: object, certain: int, vocab_size: int | None, name: str) -> D
 @dataclass(frozen=True, eq=False)
 class Stepped:
     """One step of the engine: the tree verified (cut to what can count), the verdict, and the
-    seconds its lattice and its drafting took."""
+    seconds its lattice, its drafting and the heads computed on demand for it took."""
 
     tree: DraftTree
     verdict: Verdict
     lattice_s: float
     draft_s: float
+    heads_s: float = 0.0
 
 
 def step(drafter: Drafter, steps: Steps, context: np.ndarray, prompt_length: int, depth: int,
          certain: int, eos_id: int | None, vocab_size: int | None) -> Stepped:
-    """Predict and verify one step: the lattice of the last call's heads, the drafter's tree
-    (the one place a drafter is called), cut to ``depth``, one verification call."""
+    """Predict and verify one step: the lattice of the last call's heads (the heads computed
+    now when the verification left them to a drafter that may do without: heads on demand),
+    the drafter's tree (the one place a drafter is called), cut to ``depth``, one
+    verification call."""
     start = time.perf_counter()
-    view = steps.view(context, prompt_length, depth)  # the lattice of the last call's heads
-    lattice_s = time.perf_counter() - start
+    heads = (bool(cast(OnDemandDrafter, drafter).wants_heads(context, certain))
+             if drafter.needs.on_demand else True)
+    gate_s = time.perf_counter() - start
+    view = steps.view(context, prompt_length, depth, heads)  # the lattice of the last heads
+    heads_s = steps.heads_s
+    lattice_s = time.perf_counter() - start - gate_s - heads_s
     tree = _checked(drafter.draft(view), certain, vocab_size, drafter.name).truncate(depth)
-    draft_s = time.perf_counter() - start - lattice_s
+    draft_s = time.perf_counter() - start - lattice_s - heads_s
     return Stepped(tree=tree, verdict=steps.verify(tree, eos_id), lattice_s=lattice_s,
-                   draft_s=draft_s)
+                   draft_s=draft_s, heads_s=heads_s)
 
 
 def run(drafter: Drafter, steps: Steps, prompt: list[int], max_new_tokens: int,
@@ -189,8 +205,8 @@ def run(drafter: Drafter, steps: Steps, prompt: list[int], max_new_tokens: int,
             position=len(tokens) - len(new) - 1, tree=tree, winner=verdict.node, n=verdict.n,
             source=tree.label(verdict.node), accept_lengths=verdict.accept_lengths, tokens=new,
             forward_s=verdict.forward_s, draft_s=done.draft_s, lattice_s=done.lattice_s,
-            heads_s=verdict.heads_s,
+            heads_s=verdict.heads_s + done.heads_s,
             other_s=max(0.0, time.perf_counter() - step_start - done.lattice_s - done.draft_s
-                        - verdict.forward_s - verdict.heads_s)))
+                        - verdict.forward_s - verdict.heads_s - done.heads_s)))
     stopped = "eos" if eos_id is not None and tokens[-1] == eos_id else "max_new_tokens"
     return Run(tokens=tokens, steps=tuple(records), prefill_s=prefill_s, stopped=stopped)

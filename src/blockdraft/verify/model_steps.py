@@ -3,7 +3,9 @@
 
 It holds what one call leaves for the next: the cache of the committed text and the heads at
 the accepted node (the base head's logits, the other heads' top-k taken in the runtime, and the
-tree lattice's expander when the heads are prefix-conditioned). A step's view builds the sausage
+tree lattice's expander when the heads are prefix-conditioned). For a drafter that may do without
+the Medusa heads (``Needs.on_demand``) the verification leaves them to the next view, which
+computes them only when the drafter wants them (heads on demand). A step's view builds the sausage
 lattice from them (:func:`~blockdraft.lattice.step.step_lattice`) and wraps the expander in a
 :class:`~blockdraft.lattice.conditional.TreeLattice`; a verification runs one forward over the
 tree (:meth:`Verifier.run <blockdraft.verify.verifier.Verifier.run>`) and keeps its accepted
@@ -15,6 +17,7 @@ Public surface:
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -46,10 +49,15 @@ class ModelSteps:
             # grows: the drafter reads the tree alone, so the step computes no chain first
             # (prefix heads keep theirs: one run of their graph that seeds their tree)
             self.heads = 1
+        # heads on demand: the verification leaves the Medusa heads to the view that wants them
+        self.defer = (needs.on_demand and self.heads != 1 and not verifier.caps.tree_lattice
+                      and not verifier.caps.stateful_heads)
         self._past: Any = None
         self._logits: torch.Tensor | None = None
         self._topk: tuple[np.ndarray, np.ndarray] | None = None
         self._expand: Any = None
+        self._state: torch.Tensor | None = None  # the accepted node's state, heads deferred
+        self.heads_s = 0.0
 
     def prefill(self, prompt: list[int]) -> int:
         v = self.verifier
@@ -62,18 +70,29 @@ class ModelSteps:
         limit = self.verifier.max_seq_len
         return None if limit is None else limit - int(self._past.length)
 
-    def view(self, context: np.ndarray, prompt_length: int, max_depth: int) -> StepView:
+    def view(self, context: np.ndarray, prompt_length: int, max_depth: int,
+             heads: bool = True) -> StepView:
         assert self._logits is not None
-        lattice = step_lattice(self._logits, self._topk, self.k)
+        self.heads_s = 0.0
+        if heads and self._state is not None:  # the heads the verification left, now wanted
+            start = time.perf_counter()
+            self._logits, self._topk = self.verifier.next_heads(
+                self._state, self._logits[0], self.heads, self.k)
+            synchronize(self.verifier.device)
+            self._state = None
+            self.heads_s = time.perf_counter() - start
+        logits, topk = (self._logits, self._topk) if heads else (self._logits[:1], None)
+        lattice = step_lattice(logits, topk, self.k)
         h = self.verifier.h or lattice.h  # the model's: the sausage may be the certain token alone
         tree = None if self._expand is None else TreeLattice(h, self._expand)
         return StepView(lattice=lattice, context=context, prompt_length=prompt_length,
                         tree=tree, max_depth=max_depth)
 
     def verify(self, tree: DraftTree, eos_id: int | None) -> Verdict:
-        out = self.verifier.run(self._past, tree, eos_id, self.heads, self.k)
+        out = self.verifier.run(self._past, tree, eos_id, self.heads, self.k,
+                                defer_heads=self.defer)
         self._past, self._logits, self._topk = out.past, out.next_logits, out.next_topk
-        self._expand = out.next_expand
+        self._expand, self._state = out.next_expand, out.next_state
         return Verdict(n=out.n, node=out.winner, path=out.path, next_token=out.next_token,
                        accept_lengths=out.accept_lengths, forward_s=out.forward_s,
                        heads_s=out.heads_s)

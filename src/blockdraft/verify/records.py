@@ -33,8 +33,10 @@ class DecodeStep:
         draft_s: wall seconds drafting (the drafter's search and rescoring).
         other_s: wall seconds elsewhere in the step (criterion, cache selection, book-keeping).
         lattice_s: wall seconds building this step's lattice from the heads (their top-k).
-        heads_s: wall seconds in the model for the next step's heads (Medusa ResBlocks,
-            projection and top-k at the accepted node; 0 when the drafter reads head 1 only).
+        heads_s: wall seconds in the model for the heads (Medusa ResBlocks, projection and
+            top-k at the accepted node; 0 when the drafter reads head 1 only): the next step's,
+            computed by this step's call, or, heads on demand, this step's, computed when its
+            drafter wanted them.
     """
 
     position: int

@@ -106,6 +106,10 @@ class VerifyOutcome:
         next_expand: with prefix-conditioned heads, the next step's tree lattice
             (``expand(prefix) -> (ids, log-probs)``, :mod:`blockdraft.lattice.conditional`);
             None otherwise.
+        next_state: the factored state ``[d]`` at the accepted node when the call deferred
+            the next step's heads (``run(..., defer_heads=True)``: ``next_logits`` is the base
+            head's row alone, :meth:`Verifier.next_heads` computes the rest on demand); None
+            otherwise.
     """
 
     n: int
@@ -121,6 +125,7 @@ class VerifyOutcome:
     next_topk: tuple[np.ndarray, np.ndarray] | None = None
     heads_s: float = 0.0
     next_expand: Any = None
+    next_state: torch.Tensor | None = None
 
     @property
     def next_token(self) -> int:
@@ -211,7 +216,7 @@ class Verifier:
                 base = model.project(model.head_states(x[0, -1:], heads=1))[0, 0]  # (V,)
                 self._accept_path(np.arange(ids.shape[1]), np.append(
                     np.asarray(prompt_ids, dtype=np.int64)[1:], int(base.argmax())), 0, True)
-            logits, topk = self._next_heads(x[0, -1], base, heads, k)
+            logits, topk = self.next_heads(x[0, -1], base, heads, k)
             return logits.clone(), topk, past, self._expander(x[0, -1], k, logits[0], topk)
         kwargs = {"last_only": True} if self.caps.last_only else {}
         logits, past = self.model.heads_logits(ids, None, **kwargs)  # (1, T or 1, h, V)
@@ -318,7 +323,7 @@ class Verifier:
     # ---- the trusted path (the decode loop checked its values where they entered) ------------
 
     def run(self, past: Any, tree: DraftTree, eos_id: int | None, heads: int | None = None,
-            k: int | None = None) -> VerifyOutcome:
+            k: int | None = None, defer_heads: bool = False) -> VerifyOutcome:
         """:meth:`verify_tree` without its checks: ``past`` is a batch-1 cache the tree fits
         after, and every token is in the vocabulary.
 
@@ -328,6 +333,10 @@ class Verifier:
             k: the next step's lattice width, when known: a model with ``head_topk`` then
                 gives the Medusa heads' top ``k`` at the accepted node (``next_topk``, taken in
                 its runtime, over its heads' shortlist) instead of their logits over ``V``.
+            defer_heads: leave the next step's Medusa heads to :meth:`next_heads` (the
+                outcome's ``next_state``): a drafter that may not read them on the next step
+                (heads on demand). Heads with a tree lattice or a state along the text are
+                computed as always.
         """
         n_heads = heads
         model = self._heads
@@ -376,7 +385,11 @@ class Verifier:
         if self.caps.stateful_heads:  # every accepted position, then the next certain token
             self._accept_path(path, np.append(tree.tokens[path[1:]], int(base[node].argmax())),
                               past.length)
-        next_logits, next_topk = self._next_heads(states[node], base[node], n_heads, k)
+        deferred = defer_heads and not (self.caps.tree_lattice or self.caps.stateful_heads)
+        if deferred:  # the base head's row only: the drafter may do without the other heads
+            next_logits, next_topk = base[node][None], None
+        else:
+            next_logits, next_topk = self.next_heads(states[node], base[node], n_heads, k)
         synchronize(dev)
         heads_s = time.perf_counter() - start
         return VerifyOutcome(
@@ -393,13 +406,16 @@ class Verifier:
             next_topk=next_topk,
             heads_s=heads_s,
             next_expand=self._expander(states[node], k, next_logits[0], next_topk),
+            next_state=states[node] if deferred else None,
         )
 
-    def _next_heads(self, state: torch.Tensor, base: torch.Tensor | None, heads: int | None,
-                    k: int | None) -> tuple[torch.Tensor, tuple[np.ndarray, np.ndarray] | None]:
+    @torch.no_grad()
+    def next_heads(self, state: torch.Tensor, base: torch.Tensor | None, heads: int | None,
+                   k: int | None) -> tuple[torch.Tensor, tuple[np.ndarray, np.ndarray] | None]:
         """The heads at one position (``state [d]``; ``base [V]``: head 1's logits there, when
         already projected): ``(next_logits, next_topk)`` as :class:`VerifyOutcome` holds
-        them."""
+        them (a deferred call's heads: ``next_heads(outcome.next_state,
+        outcome.next_logits[0], heads, k)``)."""
         model = self._heads
         topk = self.caps.head_topk
         only_base = heads == 1 or self.h == 1

@@ -138,3 +138,24 @@ def test_what_does_not_load_is_not_packaged(tmp_path: Path) -> None:
         package_heads(heads_dir, out, recipe={"max_nodes": 0})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["acc.json", "heads", "truncated.json"]
     assert read_heads(package_heads(heads_dir, out, acceptance=good)).drafting is not None
+
+
+def test_a_recipes_heads_on_demand_drives_the_default(tmp_path: Path) -> None:
+    """``heads_on_demand`` in a Medusa recipe: the default drafter gates its heads on the
+    copies (needs.on_demand), on PyTorch and ONNX Runtime, and decodes greedy's tokens; a
+    negative length is refused when packaging."""
+    heads_dir = write_heads(_heads(), tmp_path / "heads", base_model="tiny")
+    tables = AcceptanceTables.uniform(4).save(tmp_path / "acc.json")
+    out = package_heads(heads_dir, tmp_path / "packaged", acceptance=tables,
+                        recipe={"k": 4, "p": 0, "heads_on_demand": 2})
+    heads = read_heads(out)
+    assert heads.drafting is not None and heads.drafting.heads_on_demand == 2
+    model = HFBlockwiseModel(_base(), heads)
+    prompt = [3, 17, 4, 22, 9, 3, 17, 4, 22]  # repeats: lookup finds copies
+    want = greedy_generate(model, prompt, 30)
+    for m in (model, on_runtime(model, "onnxruntime", "float32")):
+        assert default_spec(m.capabilities).heads_on_demand == 2
+        assert default_drafter(m).needs.on_demand
+        assert decode(m, prompt, max_new_tokens=30).tokens == want
+    with pytest.raises(TrainingError, match="heads_on_demand must be an integer >= 0"):
+        package_heads(heads_dir, tmp_path / "bad", recipe={"heads_on_demand": -1})

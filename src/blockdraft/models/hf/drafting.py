@@ -12,7 +12,10 @@ names them under :data:`CONFIG_KEY` (other tools ignore the key), files relative
         "acceptance": "acceptance.json",
         "tuned_on": "..."}
 
-Any heads folder may name ``"draft_precision"`` (the heads' weights on ONNX Runtime, one of
+Medusa heads' recipe may name ``"heads_on_demand"`` (a match length: a step whose best
+prompt-lookup copy matched that many tokens drafts the copies alone and skips the heads,
+:class:`~blockdraft.drafts.lookup.HeadsOnDemand`; 0 or absent: the heads every step). Any heads
+folder may name ``"draft_precision"`` (the heads' weights on ONNX Runtime, one of
 :data:`~blockdraft.models.heads.draft_precision.DRAFT_PRECISIONS`, default ``"float32"``; the
 readers set it on the heads, other runtimes do not read it); an EAGLE draft layer's folder
 also ``"depth"`` (its tree depth, read by
@@ -69,6 +72,8 @@ class DraftingRecipe:
             None without an LM or without a record.
         draft_precision: the heads' weights on ONNX Runtime (``"float32"``, ``"int8"``,
             ``"q4"``: :data:`~blockdraft.models.heads.draft_precision.DRAFT_PRECISIONS`).
+        heads_on_demand: skip the heads on a step whose best copy matched this many tokens
+            (0: never; Medusa heads' cost-aware tree).
     """
 
     k: int = 8
@@ -83,6 +88,7 @@ class DraftingRecipe:
     info: dict[str, Any] = field(default_factory=dict, compare=False)
     ngram_tokenizer: TokenizerInfo | None = field(default=None, compare=False)
     draft_precision: str = "float32"
+    heads_on_demand: int = 0
 
 
 def _int(entry: dict[str, Any], key: str, default: int, minimum: int, where: Path) -> int:
@@ -133,7 +139,7 @@ def read_drafting(folder: str | os.PathLike[str]) -> DraftingRecipe | None:
     if not isinstance(entry, dict):
         raise ModelError(f"{where}: {CONFIG_KEY} must be an object, got {entry!r}")
     known = {"k", "p", "max_nodes", "copy_length", "ngram", "alpha", "context_order",
-             "context_weight", "acceptance", "draft_precision"}
+             "context_weight", "acceptance", "draft_precision", "heads_on_demand"}
     ngram = _file(root, entry, "ngram", where)
     return DraftingRecipe(
         k=_int(entry, "k", 8, 1, where), p=_int(entry, "p", 4, 0, where),
@@ -147,7 +153,8 @@ def read_drafting(folder: str | os.PathLike[str]) -> DraftingRecipe | None:
         info={k: v for k, v in entry.items() if k not in known},
         ngram_tokenizer=None if ngram is None else read_vocab_record(ngram),
         draft_precision=check_draft_precision(entry.get("draft_precision", "float32"),
-                                              f"{where}: {CONFIG_KEY}.draft_precision"))
+                                              f"{where}: {CONFIG_KEY}.draft_precision"),
+        heads_on_demand=_int(entry, "heads_on_demand", 0, 0, where))
 
 
 def check_recipe_tokenizer(recipe: DraftingRecipe | None, vocab_size: int,

@@ -48,7 +48,7 @@ from blockdraft.training.errors import TrainingError
 NGRAM_DIR = "ngram"
 """Where a packaged heads folder keeps its n-gram LM."""
 RECIPE_KEYS = ("k", "p", "max_nodes", "copy_length", "alpha", "context_order",
-               "context_weight", "draft_precision", "tuned_on")
+               "context_weight", "draft_precision", "heads_on_demand", "tuned_on")
 TREE_LATTICE_LAYOUTS = ("blockdraft-prefix", "blockdraft-eagle")
 """The layouts of heads folders whose lattice is a tree (packaged by copying their files)."""
 _TREE_LATTICE_RECIPE = {"blockdraft-prefix": ("k", "max_nodes", "copy_length",
