@@ -254,10 +254,9 @@ def build_strategies(*, k: int, p: int, alpha: float, lm: Any = None, lm_label: 
                                 tree_k, 1, tree_alpha, lm_label))
         else:
             raise ValueError(f"unknown strategy {key!r}; choose from {', '.join(STRATEGY_KEYS)}")
-    if tagged:
-        out = [Strategy(f"{st.name} [{runtime}]", st.make, st.k, st.p, st.alpha, st.lm,
-                        st.tree, runtime) for st in out]
-    return out
+    # every strategy runs on its runtime's model; with several runtimes its name says which
+    return [Strategy(f"{st.name} [{runtime}]" if tagged else st.name, st.make, st.k, st.p,
+                     st.alpha, st.lm, st.tree, runtime) for st in out]
 
 
 # ---- running -------------------------------------------------------------------------------------

@@ -263,12 +263,15 @@ def test_decode_command_is_lossless_and_reports_b(tmp_path, capsys):
             "--max-new-tokens", "12", "--k", "4", "--compare-greedy", "--json"]
     for extra in ([], ["--lm", str(lm), "--p", "3"],
                   ["--rescorer-model", str(tmp_path / "r"), "--neural-backend", "torch"],
-                  ["--lookup"], ["--lm", str(lm), "--lookup", "--iad"]):
+                  ["--lookup"], ["--lm", str(lm), "--lookup"], ["--lm", str(lm), "--iad"]):
         assert main(base + extra) == 0
         out = json.loads(capsys.readouterr().out)
         assert 1.0 <= out["block_efficiency"] <= 12.0 and out["greedy_s"] > 0
         assert len(out["tokens"]) <= 12
         assert ("lookup" in out["drafter"]) == ("--lookup" in extra), out["drafter"]
+    # --iad beside --lookup was dropped without a word: two copy sources are refused by name
+    assert main(base + ["--lookup", "--iad"]) == 2
+    assert "drop one of them" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:  # issue 42: an invalid value exits 2, at the parser
         main(base + ["--criterion", "topk:k=0"])
     assert e.value.code == 2

@@ -1,7 +1,8 @@
-"""int8 from the command line (issue 28, finding 6): ``decode --lookup`` decodes on int8 (prompt
-lookup's draft alone, one draft a step, which int8 verifies losslessly; said in one warning
-line), and ``demo --precision int8`` runs the strategies int8 verifies losslessly and says why
-it skips the others. Before, both failed with int8's refusal of token trees."""
+"""int8 from the command line (issue 28, finding 6; issue 39): ``decode --lookup`` decodes on int8
+the heads' drafts beside prompt lookup's as one token tree, whose path a second forward confirms
+(lossless: int8's own greedy, with ``--p 2`` too), and ``demo --precision int8``
+runs the strategies of one draft a step and says why it skips the trees (slower there). Before,
+both failed with int8's refusal of token trees."""
 
 from __future__ import annotations
 
@@ -76,26 +77,16 @@ def _decode(folders: dict[str, Path], *extra: str) -> list[str]:
             "--max-new-tokens", "12", "--threads", "1", *extra]
 
 
-def test_decode_lookup_works_on_int8(folders: dict[str, Path], capsys: Any) -> None:
-    out = _run(capsys, _decode(folders, "--lookup", "--compare-greedy", "--json"))
+@pytest.mark.parametrize("extra", [(), ("--p", "2")])
+def test_decode_lookup_works_on_int8(extra: tuple[str, ...], folders: dict[str, Path],
+                                     capsys: Any) -> None:
+    out = _run(capsys, _decode(folders, "--lookup", "--compare-greedy", "--json", *extra))
     res = json.loads(out.out)
-    assert res["drafter"].startswith("lookup") and len(res["tokens"]) == 12
-    warnings = [line for line in out.err.splitlines() if line.startswith("blockdraft: ")]
-    assert len(warnings) == 1 and warnings[0].startswith("blockdraft: warning: --lookup on "
-                                                         "int8"), out.err
-    assert "prompt lookup drafts alone" in warnings[0]
+    assert "lookup" in res["drafter"] and len(res["tokens"]) == 12
+    assert not [line for line in out.err.splitlines() if line.startswith("blockdraft: ")]
     # --compare-greedy passed: the output equals int8's own greedy decoding
     greedy = json.loads(_run(capsys, _decode(folders, "--json")).out)  # vanilla heads, p = 1
     assert greedy["tokens"] == res["tokens"]
-
-
-@pytest.mark.parametrize("extra", [("--p", "2"), ("--iad",)])
-def test_decode_lookup_beside_more_drafts_on_int8_is_refused_by_name(
-        extra: tuple[str, ...], folders: dict[str, Path], capsys: Any) -> None:
-    err = _run(capsys, _decode(folders, "--lookup", *extra), 1).err
-    last = err.rstrip("\n").split("\n")[-1]  # (after transformers' loading bar)
-    assert last.startswith("blockdraft: error: --lookup with ") and extra[0] in last
-    assert "one draft a step" in last and err.count("blockdraft: ") == 1
 
 
 def test_demo_on_int8_runs_the_chains_and_says_why_it_skips_trees(
@@ -120,8 +111,8 @@ def test_demo_on_int8_runs_the_chains_and_says_why_it_skips_trees(
         if row["strategy"] != "greedy (PyTorch)":
             assert row["identical"] == row["prompts"] == 1, row
     skipped = [line for line in out.err.splitlines() if "skipping" in line]
-    assert len(skipped) == 1 and "verifies one draft a step losslessly but not a token tree" \
-        in skipped[0] and "4-best 4-gram, 4-gram + lookup" in skipped[0], out.err
+    assert len(skipped) == 1 and "a second, confirming forward" in skipped[0] \
+        and "4-best 4-gram, 4-gram + lookup" in skipped[0], out.err
 
 
 def test_demo_refuses_int8_on_torch(folders: dict[str, Path], tmp_path: Path,
@@ -129,3 +120,9 @@ def test_demo_refuses_int8_on_torch(folders: dict[str, Path], tmp_path: Path,
     err = _run(capsys, ["demo", "--runtime", "torch", "--precision", "int8", "--out",
                         str(tmp_path / "demo")], 2).err
     assert "--precision int8 is for --runtime onnxruntime" in err
+
+
+def test_decode_iad_with_lookup_is_refused_by_name(folders: dict[str, Path], capsys: Any) -> None:
+    """Two copy sources: ``--lookup`` used to drop ``--iad`` without a word."""
+    err = _run(capsys, _decode(folders, "--lookup", "--iad"), 2).err
+    assert "--iad" in err and "drop one of them" in err

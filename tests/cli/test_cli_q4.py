@@ -1,6 +1,8 @@
 """q4 from the command line (issue 39): ``decode --precision q4`` on a GGUF file of Q4_1/Q8_0
-blocks equals q4's own greedy output, ``demo --precision q4`` runs the strategies of one draft a
-step, and q4 on PyTorch, or on a model without a GGUF file, is refused saying what to pass."""
+blocks equals q4's own greedy output (``--lookup`` beside the heads, a token tree whose path a
+chain forward confirms, too), ``demo --precision q4`` runs the strategies of one draft a step
+and says why it skips the trees, and q4 on PyTorch, or on a model without a GGUF file, is
+refused saying what to pass."""
 
 from __future__ import annotations
 
@@ -64,11 +66,12 @@ def _decode(folders: dict[str, Path], *extra: str) -> list[str]:
 def test_decode_on_q4_is_its_own_greedy(folders: dict[str, Path], capsys: Any) -> None:
     res = json.loads(_run(capsys, _decode(folders, "--lookup", "--compare-greedy",
                                           "--json")).out)
-    assert res["drafter"].startswith("lookup") and len(res["tokens"]) == 12
+    assert "lookup" in res["drafter"] and len(res["tokens"]) == 12
     vanilla = json.loads(_run(capsys, _decode(folders, "--k", "1", "--json")).out)
     assert vanilla["tokens"] == res["tokens"]
-    err = _run(capsys, _decode(folders, "--p", "2", "--lookup"), 1).err
-    assert "--lookup with --p: q4 verifies one draft a step losslessly" in err
+    trie = json.loads(_run(capsys, _decode(folders, "--p", "2", "--lookup", "--compare-greedy",
+                                           "--json")).out)
+    assert trie["tokens"] == res["tokens"]
 
 
 def test_demo_on_q4_runs_the_chains(folders: dict[str, Path], tmp_path: Path,
@@ -90,8 +93,8 @@ def test_demo_on_q4_runs_the_chains(folders: dict[str, Path], tmp_path: Path,
     for row in rows:  # every q4 strategy equals q4's greedy decoding
         if row["strategy"] != "greedy (PyTorch)":
             assert row["identical"] == row["prompts"] == 1, row
-    assert any("onnxruntime q4 verifies one draft a step losslessly but not a token tree"
-               in line for line in out.err.splitlines()), out.err
+    assert any("onnxruntime q4's tree rows are not its chain rows bit for bit" in line
+               and "skipping" in line for line in out.err.splitlines()), out.err
 
 
 def test_q4_is_refused_where_it_does_not_apply(folders: dict[str, Path], tmp_path: Path,

@@ -5,7 +5,6 @@ and criterion), any model :func:`blockdraft.models.load_model` loads
 from __future__ import annotations
 
 import argparse
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,6 @@ from blockdraft.cli.model_options import (
     vocab_size_of,
 )
 from blockdraft.cli.values import Rule, add_rules, non_negative_int, number, positive_int
-from blockdraft.core.errors import BlockdraftWarning
 from blockdraft.models.capabilities import capabilities_of
 
 if TYPE_CHECKING:
@@ -130,14 +128,13 @@ def _drafting_spec(model: Any, criterion: Any, vocab: int, tok: Any,
     it on the model): none of them is the model's default drafter, as ``decode(model, ids)``
     told nothing; ``--k``/``--p`` the heads' p best (``--k`` 16 unless given); ``--lm`` or
     ``--rescorer-model`` rescores them (an LM over another tokenizer refused by its record);
-    ``--iad`` adds the input copy, ``--lookup`` prompt lookup's copy. On a runtime that
-    verifies one draft a step losslessly but not a token tree (ONNX Runtime int8 and q4, under
-    a lossless criterion), ``--lookup`` drafts with prompt lookup alone, said in a warning, or is
-    refused when the heads' drafts were asked for explicitly (``--p``, ``--lm``, ...).
+    ``--iad`` adds the input copy, ``--lookup`` prompt lookup's copy (the heads' drafts and the
+    copy verified as one token tree; on ONNX Runtime int8 and q4, whose tree rows are not chain
+    rows bit for bit, the tree's path is confirmed by a second forward: lossless, slower than
+    one draft a step).
 
     Raises:
-        CliError: ``--lookup`` with ``--p`` > 1, ``--lm``, ``--rescorer-model`` or ``--iad``
-            on such a runtime; an LM that does not fit the model.
+        CliError: an LM that does not fit the model.
     """
     from blockdraft.drafts import DraftSpec
 
@@ -160,21 +157,7 @@ def _drafting_spec(model: Any, criterion: Any, vocab: int, tok: Any,
     k, p = 16 if args.k is None else args.k, 1 if args.p is None else args.p
     if not args.lookup:
         return DraftSpec("iad" if args.iad else "heads", k=k, p=p, **rescoring)
-    caps = capabilities_of(model)
-    if caps.exact_trees or not criterion.lossless:
-        return DraftSpec("combined", k=k, p=p, **rescoring)
-    asked = [flag for flag, given in (("--p", p > 1), ("--lm", args.lm),
-                                      ("--rescorer-model", args.rescorer_model),
-                                      ("--iad", args.iad)) if given]
-    if asked:
-        raise CliError(f"--lookup with {', '.join(asked)}: {caps.precision} verifies one draft "
-                       "a step losslessly, not the heads' drafts beside prompt lookup's (a "
-                       f"token tree); drop {' and '.join(asked)} to decode with prompt lookup "
-                       "alone, or use --precision float32")
-    warnings.warn(f"--lookup on {caps.precision}: one draft a step is verified losslessly, not "
-                  "two, so prompt lookup drafts alone (the heads' draft is not verified beside "
-                  "it)", BlockdraftWarning, stacklevel=2)
-    return DraftSpec("lookup")
+    return DraftSpec("combined", k=k, p=p, **rescoring)
 
 
 def criterion_spec(text: str) -> str:
@@ -216,8 +199,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--iad", action="store_true", help="add an input-guided draft")
     p.add_argument("--lookup", action="store_true",
                    help="add the prompt-lookup draft (the longest recent n-gram match over the "
-                        "prompt and the output) beside the heads' drafts (on int8 and q4, "
-                        "which verify one draft a step losslessly: prompt lookup alone)")
+                        "prompt and the output) beside the heads' drafts (one token tree; on "
+                        "int8 and q4 a second forward confirms its path: lossless, slower)")
     p.add_argument("--compare-greedy", action="store_true",
                    help="also time plain greedy decoding (and check losslessness)")
     p.add_argument("--device", type=device_name, default="cpu",
@@ -229,4 +212,7 @@ def add_parser(sub: Any) -> None:
               Rule("--alpha", "weighs a rescoring LM, and neither --lm nor --rescorer-model "
                    "names one; add one of them, or drop --alpha",
                    lambda a: a.lm is not None or a.rescorer_model is not None,
-                   ("--alpha", "0.5")))
+                   ("--alpha", "0.5")),
+              Rule("--iad", "adds the input copy beside the heads' drafts, and --lookup adds "
+                   "prompt lookup's instead (one copy source a decode); drop one of them",
+                   lambda a: not a.lookup, ("--iad", "--lookup")))

@@ -296,8 +296,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--precision", choices=("float32", "int8", "q4"), default=None,
                    help="--runtime onnxruntime: float32 (default, PyTorch's answers), int8 "
                         "(chunk-invariant per-row int8: lossless against its own greedy) or q4 "
-                        "(the GGUF file's own 4-bit blocks: lossless against q4's greedy for "
-                        "one draft a step; the strategies of token trees are skipped)")
+                        "(the GGUF file's own 4-bit blocks: lossless against q4's greedy; the "
+                        "strategies of token trees, which there take a confirming second "
+                        "forward a step, are skipped)")
     p.add_argument("--also-precision", choices=("q4", "int8", "none"), default=None,
                    help="rows beside in this other ONNX Runtime precision: its greedy loop, "
                         "blockdraft's default and prompt lookup, each held against that "

@@ -112,8 +112,8 @@ def model_arguments(p: argparse.ArgumentParser) -> None:
                         "activations, chunk-invariant: still lossless against its own greedy) "
                         "or q4 (a model loaded from a GGUF file, e.g. smollm2, verified on the "
                         "file's own Q4_1/Q8_0 blocks: about a third of float32's weight "
-                        "traffic; lossless against q4's own greedy for one draft a step, token "
-                        "trees refused)")
+                        "traffic; lossless against q4's own greedy: one draft a step, or a token "
+                        "tree whose path a second forward confirms)")
     p.add_argument("--draft-precision", choices=["float32", "int8", "q4"], default=None,
                    help="--runtime onnxruntime: the heads' weights (Medusa, prefix heads or a "
                         "draft layer), whatever --precision: float32, or int8 / 4-bit blocks "

@@ -242,9 +242,10 @@ def run_real_demo(
         if not trees:
             skipped = [st.label for st in real_strategies(lm_file, ngram.lm.order, runtime)
                        if st.tree]
-            log(f"{runtime} {precision} verifies one draft a step losslessly but not a token "
-                "tree (its integer rounding turns a tree's last-bit differences into other "
-                f"tokens): skipping {', '.join(skipped)}, which verify several drafts a step")
+            log(f"{runtime} {precision}'s tree rows are not its chain rows bit for bit, so a "
+                "token tree's path takes a second, confirming forward there (lossless, slower "
+                f"than one draft a step): skipping {', '.join(skipped)}, which verify several "
+                "drafts a step")
         if beside is not None:
             plan += beside_strategies(str(also_precision))
         nets = {"": net, "torch": torch_net, str(also_precision): beside}

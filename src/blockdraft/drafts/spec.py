@@ -305,20 +305,11 @@ class DraftSpec:
         if self.needs_cost and cost is None:
             raise DraftError(f"strategy {self.label!r} sizes its trees on the runtime's cost "
                              "curve: build it with cost=cost_curve_of(model) (or a curve file)")
+        # a runtime whose tree rows are not chain rows bit for bit (ONNX Runtime int8, q4)
+        # confirms a tree's path with a second forward (lossless, slower): the strategies that
+        # size their drafts by cost draft the one path that pays there, which needs none
         chains = caps is not None and lossless and not caps.exact_trees
-        if caps is not None and chains and not self._chain_capable():
-            raise DraftError(
-                f"{caps.runtime} ({caps.precision}) verifies one draft a step losslessly but "
-                f"not a token tree; strategy {self.label!r} drafts several: use vanilla heads, "
-                "an n-gram rescored draft (p = 1), prompt lookup, the cost-aware or tree-lattice "
-                "strategy (one path a step there), precision float32, or a lossy criterion")
         return self._build(res, caps, cost, chains)
-
-    def _chain_capable(self) -> bool:
-        """Whether the strategy drafts (or can be cut to) one path a step."""
-        s = self.strategy
-        return (s in ("lookup", "oracle", "cost-aware") or (s == "heads" and self.p == 1)
-                or (s == "tree-lattice" and self.p <= 1))
 
     def _build(self, res: Resources, caps: Capabilities | None, cost: CostCurve | None,
                chains: bool) -> Pipeline:

@@ -54,9 +54,11 @@ class Capabilities:
         runtime: where the forward runs (``"torch"``, ``"onnxruntime"``, ``"static"``, or a
             third party's name).
         precision: what the forward computes in (``"float32"``, ``"bfloat16"``, ``"int8"``...).
-        exact_trees: a token tree (not only a chain) verifies losslessly under the exact
-            criterion (False: ONNX Runtime int8, whose integer rounding turns the last-bit
-            differences of a tree's attention sums into other tokens).
+        exact_trees: a token tree's rows are the model's chain rows, so one forward verifies a
+            tree losslessly under the exact criterion (False: ONNX Runtime int8 and q4, whose
+            integer rounding turns the last-bit differences of a tree's attention sums into
+            other tokens now and then; the verifier then confirms a tree's accepted path with
+            a chain forward, and the cost-sized strategies draft one path a step).
         factored: the model splits into ``hidden``, ``head_states`` and ``project``
             (:class:`~blockdraft.models.protocol.FactoredHeadsModel`); False: only
             ``heads_logits``.

@@ -10,9 +10,12 @@ The verdict (:mod:`blockdraft.verify.acceptance`) is the criterion's; only the a
 keys and values are kept (a crop when they already sit in order, else moved into place), and
 the next block's head logits are those at the accepted node, from the same call. A factored
 model (:class:`~blockdraft.models.FactoredHeadsModel`) projects the base head at every node and
-all ``h`` heads only at the accepted one; any other model is seen through
-:func:`~blockdraft.models.protocol.as_factored`. Heads that keep a state along the text (an
-EAGLE draft layer: :attr:`Capabilities.stateful_heads
+all ``h`` heads only at the accepted one. On a runtime whose tree rows are not bit-identical to
+chain rows (``Capabilities.exact_trees`` False: ONNX Runtime int8 and q4) a tree's accepted path
+is confirmed, under a lossless criterion, by a second forward that runs it as a chain: the
+output is that runtime's greedy, at one more forward a tree step (:meth:`Verifier._confirm`).
+Any other model is seen through :func:`~blockdraft.models.protocol.as_factored`. Heads that
+keep a state along the text (an EAGLE draft layer: :attr:`Capabilities.stateful_heads
 <blockdraft.models.capabilities.Capabilities.stateful_heads>`) are handed the accepted path of
 each forward (its rows, the token after each, the first one's position) before the next
 step's heads are asked for: they read every accepted position, not only the last.
@@ -166,7 +169,8 @@ class Verifier:
         self.criterion.check_model(self.vocab_size, self.h)
         self._heads: FactoredHeadsModel = (cast(FactoredHeadsModel, model) if self.caps.factored
                                            else as_factored(model))
-        # a runtime whose tree forwards are not lossless (ONNX Runtime int8) verifies chains only
+        # a runtime whose tree rows are not chain rows bit for bit (ONNX Runtime int8, q4):
+        # a tree's accepted path is confirmed by a chain forward (lossless criteria only)
         self._trees_ok = self.caps.exact_trees or not self.criterion.lossless
         self._topologies: TreeTopologies | None = None
 
@@ -345,13 +349,6 @@ class Verifier:
         start = time.perf_counter()
         if is_chain(tree):  # one draft: a causal forward at the next positions
             x, cache = model.hidden(tokens, past)
-        elif not self._trees_ok:
-            raise VerifyError(
-                f"{type(self.model).__name__} ({self.caps.precision}) verifies "
-                "one draft a step losslessly but not a token tree: its integer rounding turns "
-                "the last bits of a tree's attention sums into other tokens. Draft one path a "
-                "step (vanilla heads, an n-gram rescored draft, prompt lookup), use precision "
-                "float32 for trees and p > 1, or a lossy criterion")
         else:  # the topology's depths and mask, compiled once on the device
             shape = self.topologies.of(tree)
             x, cache = model.hidden(tokens, past, position_ids=shape.depths + past.length,
@@ -372,24 +369,37 @@ class Verifier:
             accepted = np.ones(1, dtype=bool)  # a lone root: nothing to check
         node = tree_winner(tree, accepted)
         path = tree.path(node)
-        kept = past.length + 1 + int(path.size - 1)
-        if np.array_equal(path, np.arange(path.size)):  # already in order: a view
-            new_past = cache.crop(kept)
+        # a tree's path off its first slots, on a runtime whose tree rows are not chain rows
+        # bit for bit: a chain forward of it decides (_confirm)
+        confirm = (not self._trees_ok and not np.array_equal(path, np.arange(path.size)))
+        confirm_s = 0.0
+        rows = path  # the path's rows in the last forward
+        if confirm:
+            confirm_start = time.perf_counter()
+            path, accepted, state, base_row, new_past, rows = self._confirm(
+                tree, path, accepted, cache, past.length)
+            node = int(path[-1])
+            confirm_s = time.perf_counter() - confirm_start
+            forward_s += confirm_s  # a forward: the model's time, not the verdict's
         else:
-            keep = np.concatenate([np.arange(past.length), past.length + path])
-            new_past = cache.gather(torch.tensor(keep, device=dev))
+            state, base_row = states[node], base[node]
+            if np.array_equal(path, np.arange(path.size)):  # already in order: a view
+                new_past = cache.crop(past.length + path.size)
+            else:
+                keep = np.concatenate([np.arange(past.length), past.length + path])
+                new_past = cache.gather(torch.tensor(keep, device=dev))
         synchronize(dev)
-        accept_s = time.perf_counter() - start
+        accept_s = time.perf_counter() - start - confirm_s
 
         start = time.perf_counter()
         if self.caps.stateful_heads:  # every accepted position, then the next certain token
-            self._accept_path(path, np.append(tree.tokens[path[1:]], int(base[node].argmax())),
+            self._accept_path(rows, np.append(tree.tokens[path[1:]], int(base_row.argmax())),
                               past.length)
         deferred = defer_heads and not (self.caps.tree_lattice or self.caps.stateful_heads)
         if deferred:  # the base head's row only: the drafter may do without the other heads
-            next_logits, next_topk = base[node][None], None
+            next_logits, next_topk = base_row[None], None
         else:
-            next_logits, next_topk = self.next_heads(states[node], base[node], n_heads, k)
+            next_logits, next_topk = self.next_heads(state, base_row, n_heads, k)
         synchronize(dev)
         heads_s = time.perf_counter() - start
         return VerifyOutcome(
@@ -405,9 +415,59 @@ class Verifier:
             accept_s=accept_s,
             next_topk=next_topk,
             heads_s=heads_s,
-            next_expand=self._expander(states[node], k, next_logits[0], next_topk),
-            next_state=states[node] if deferred else None,
+            next_expand=self._expander(state, k, next_logits[0], next_topk),
+            next_state=state if deferred else None,
         )
+
+    def _confirm(self, tree: DraftTree, path: np.ndarray, accepted: np.ndarray, cache: Any,
+                 length: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor, torch.Tensor, Any,
+                                       np.ndarray]:
+        """The tree's accepted path checked by a chain forward (a runtime whose tree rows are
+        not bit-identical to chain rows: ``exact_trees`` False, ONNX Runtime int8 and q4).
+
+        A tree row whose root path sits at the tree's first slots (``0, 1, .., d``) attends to
+        the same keys at the same places as a chain row, and is one bit for bit (measured on
+        q4: 113 of 113 such rows equal, 184 of 185 others not). From the path's first node
+        elsewhere on, its tokens are run again as one chain after the rows before it (``cache``
+        cropped there; chain rows are chunk-invariant: greedy's numbers), which writes their
+        cache rows in order and gives the base head's exact logits at each. The path is kept up
+        to its first token the chain's argmax does not confirm (the criterion applied to the
+        chain's logits, as on a chain draft); the next certain token is the chain's argmax
+        there. So the output is the runtime's greedy, at one more forward of the path's
+        unconfirmed tail a step (none when it lies on the first slots). Heads with a state along
+        the text run the whole path again (they read one forward's rows).
+
+        Args:
+            cache: the tree forward's cache (``length`` committed rows, then the tree's).
+            length: the committed rows before the tree.
+
+        Returns:
+            ``(path, accepted, state [d], base [V], cache, rows)``: the confirmed path (a
+            prefix of ``path``), ``accepted`` with the unconfirmed part of the path and what
+            hangs below it cleared, the state and base logits at its last node, the cache of
+            the prefix and the path, and the path's rows in the last forward.
+        """
+        model = self._heads
+        first = int(np.argmin(path == np.arange(path.size)))  # the first node off the slots
+        if self.caps.stateful_heads:
+            first = 0
+        tokens = torch.tensor(tree.tokens[path[first:]], device=self.device)[None]
+        x, tail = model.hidden(tokens, cache.crop(length + first))
+        base = model.project(model.head_states(x[0], heads=1))[:, 0]  # (tail, V)
+        chain = DraftTree.chain(tree.tokens[path[first:]])
+        confirmed = int(accepted_nodes(chain, base, chain.parents[1:], self.criterion,
+                                       None).sum())  # the chain's root and what it confirms
+        keep = first + confirmed
+        if keep < path.size:  # the tree's last bits accepted what greedy would not
+            accepted = accepted.copy()
+            cut = set(path[keep:].tolist())
+            parents = tree.parents.tolist()
+            for u in range(1, tree.num_nodes):
+                if parents[u] in cut:
+                    cut.add(u)
+            accepted[sorted(cut)] = False
+        return (path[:keep], accepted, x[0, confirmed - 1], base[confirmed - 1],
+                tail.crop(length + keep), np.arange(first, keep) - first)
 
     @torch.no_grad()
     def next_heads(self, state: torch.Tensor, base: torch.Tensor | None, heads: int | None,

@@ -1,8 +1,8 @@
 """Precision q4 on ONNX Runtime (issue 39): the decoder and the base head built from the GGUF
 file's own Q4_1 and Q8_0 blocks (MatMulNBits at accuracy level 4). On a tiny Llama GGUF file of
 such blocks: the graph's weights are the reader's values bit for bit (and no float32 copy of
-any), a token's numbers do not depend on its forward's length, every drafter of one draft a step
-decodes exactly q4's own greedy output while token trees are refused by name, a file of other
+any), a token's numbers do not depend on its forward's length, every drafter decodes exactly
+q4's own greedy output (token trees through a confirming chain forward), a file of other
 block types, a damaged one or another model's is refused naming the tensor, and the export is
 sealed and cached under a key that holds the file's digest."""
 
@@ -27,7 +27,6 @@ pytest.importorskip("onnxruntime")
 from blockdraft.core.errors import BlockdraftWarning  # noqa: E402
 from blockdraft.drafts import (  # noqa: E402
     CombinedDrafter,
-    DraftError,
     DraftSpec,
     HeadDrafter,
     LookupDrafter,
@@ -51,7 +50,7 @@ from blockdraft.models.runtimes.onnx_blocks import (  # noqa: E402
 )
 from blockdraft.models.runtimes.onnx_graph import Builder  # noqa: E402
 from blockdraft.models.runtimes.onnx_store import open_session  # noqa: E402
-from blockdraft.verify import VerifyError, decode  # noqa: E402
+from blockdraft.verify import decode  # noqa: E402
 
 V = 259
 PROMPT = [5, 9, 2, 33, 7, 8, 9, 10, 11, 5, 9, 2, 33]
@@ -293,7 +292,7 @@ def test_q4_chunks_are_bit_identical_to_single_tokens(q4: Any) -> None:
     assert torch.equal(one_by_one, logits)
 
 
-# ---- (3) lossless against its own greedy, trees refused ------------------------------------------
+# ---- (3) lossless against its own greedy, trees confirmed ---------------------------------------
 def test_every_chain_drafter_on_q4_is_its_own_greedy(q4: Any) -> None:
     assert q4.precision == "q4" and not q4.exact_trees and q4.chunk_invariant
     prompts = [PROMPT, [40, 41, 42, 40, 41, 42, 40, 41], [200, 3, 77]]
@@ -308,15 +307,18 @@ def test_every_chain_drafter_on_q4_is_its_own_greedy(q4: Any) -> None:
     assert accepted > 0  # some drafts were right: the test saw acceptances, not only rejections
 
 
-def test_token_trees_on_q4_are_refused_by_name(q4: Any) -> None:
-    with pytest.raises(VerifyError, match="not a token tree"):
-        decode(q4, PROMPT, k=4, p=3, max_new_tokens=10)
-    with pytest.raises(VerifyError, match="not a token tree"):
-        decode(q4, PROMPT, max_new_tokens=10, drafter=CombinedDrafter(
-            HeadDrafter(k=1, p=1), LookupDrafter(lengths=(9,))))
-    with pytest.raises(DraftError, match=r"onnxruntime \(q4\) verifies one draft a step "
-                                          "losslessly but not a token tree"):
-        DraftSpec("tree", tree="confidence", k=3, budget=10).build(caps=q4.capabilities)
+def test_token_trees_on_q4_decode_q4s_greedy_through_a_confirming_chain(q4: Any) -> None:
+    """Every tree strategy (tries of p drafts, lookup beside the heads, a confidence tree, a
+    Medusa tree) outputs q4's greedy: the verifier confirms each tree's path with a chain
+    forward (tests/verify/test_confirm.py shows the confirmation at work)."""
+    for prompt in (PROMPT, [40, 41, 42, 40, 41, 42, 40, 41]):
+        want = greedy_generate(q4, prompt, 24, eos_id=None)
+        for drafter in (HeadDrafter(k=4, p=3), CombinedDrafter(HeadDrafter(k=1, p=1),
+                                                               LookupDrafter(lengths=(9,))),
+                        DraftSpec("tree", tree="confidence", k=3, budget=10),
+                        DraftSpec("tree", tree="medusa", budget=8)):
+            res = decode(q4, prompt, drafter=drafter, max_new_tokens=24, eos_id=None)
+            assert res.tokens == want, (prompt, drafter)
     lossy = decode(q4, PROMPT, k=4, p=3, criterion="topk:k=2", max_new_tokens=12)
     assert len(lossy.tokens) == 12  # a lossy criterion on trees stays the user's choice
 

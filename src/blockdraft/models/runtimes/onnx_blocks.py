@@ -24,8 +24,8 @@ for many, so a token's numbers do not depend on the other tokens of its forward 
 runtime's two-row step for one token: GroupQueryAttention's one-token path is the exception);
 levels 0 and 1 take a different kernel for one row, and have no kernel for 8-bit weights (each
 call would dequantise the head). The int8 activations round the last-bit differences of a token
-tree's attention sums into other tokens now and then, so ``q4`` verifies chains losslessly but
-not trees (``exact_trees`` False).
+tree's attention sums into other tokens now and then, so ``q4`` declares ``exact_trees`` False:
+the verifier confirms a tree's accepted path with a chain forward.
 
 Other block types (Q4_0, the K-quants, F16, ...) have no exact mapping here and are refused by
 name, every such tensor listed (use precision float32 or int8: the dequantised weights).
