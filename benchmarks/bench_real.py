@@ -358,21 +358,26 @@ def _run(models: dict[str, Any], cases: Sequence[PromptCase], strategies: Sequen
 
     if not strategies or strategies[0].make is not None:
         raise ValueError("strategies[0] must be the reference greedy loop (make=None)")
-    runners: list[tuple[str, Callable[[list[int], int], tuple[list[int], dict[str, Any]]]]] = [
-        (s.name, lambda ids, n, s=s, ref=(i == 0): _run_strategy(models[s.runtime], s, ids, n,
-                                                                eos_id, ref))
-        for i, s in enumerate(strategies)
-    ] + [(peer.name, lambda ids, n, peer=peer: _run_peer(peer, ids, n, eos_id))
-         for peer in peers]
+    Runner = Callable[[list[int], int], tuple[list[int], dict[str, Any]]]
+
+    def strategy_runner(s: Strategy, ref: bool) -> Runner:
+        return lambda ids, n: _run_strategy(models[s.runtime], s, ids, n, eos_id, ref)
+
+    def peer_runner(peer: Any) -> Runner:
+        return lambda ids, n: _run_peer(peer, ids, n, eos_id)
+
+    runners: list[tuple[str, Runner]] = (
+        [(s.name, strategy_runner(s, i == 0)) for i, s in enumerate(strategies)]
+        + [(peer.name, peer_runner(peer)) for peer in peers])
     family = {peer.name: peer.family for peer in peers if peer.family != peer.name}
-    greedy_of = {}
+    greedy_of: dict[str, str] = {}
     for s in strategies:  # each runtime's own greedy loop
         if s.make is None:
             greedy_of.setdefault(s.runtime, s.name)
     for s in strategies[1:]:
-        own = greedy_of.get(s.runtime, greedy_of.get(own_runtime(s.runtime)))
-        if own is not None and own != s.name and own != strategies[0].name:
-            family[s.name] = own
+        greedy = greedy_of.get(s.runtime, greedy_of.get(own_runtime(s.runtime)))
+        if greedy is not None and greedy != s.name and greedy != strategies[0].name:
+            family[s.name] = greedy
     ref_name = strategies[0].name
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -749,10 +754,10 @@ def main(argv: list[str] | None = None) -> int:
     tok = model.tokenizer
     models = runtime_models(model, args)
     for heads in args.also_heads:  # other heads on the same base: TAG/NAME
-        folder = heads_folder(heads)
-        log(f"loading {MODEL} with the heads {folder.name} ({args.dtype})")
-        other = load_model(MODEL, dtype=args.dtype, heads=folder)
-        models.update({f"{tag}/{folder.name}": m
+        heads_dir = heads_folder(heads)
+        log(f"loading {MODEL} with the heads {heads_dir.name} ({args.dtype})")
+        other = load_model(MODEL, dtype=args.dtype, heads=heads_dir)
+        models.update({f"{tag}/{heads_dir.name}": m
                        for tag, m in runtime_models(other, args).items()})
     cases = build_cases(tok, args.tasks, args.prompts_per_task, args.prompt_tokens, args.seed,
                         per_task=args.task_prompts)

@@ -346,7 +346,8 @@ def make_report(result: dict[str, Any], cases: Sequence[Any],
     prompts = []
     for i, case in enumerate(cases):
         out = result["outputs"].get(i, [])
-        ref = next((r for r in rows if r["case"] == i and r["strategy"] == names[0]), {})
+        ref: dict[str, Any] = next(
+            (r for r in rows if r["case"] == i and r["strategy"] == names[0]), {})
         prompts.append({
             "task": case.task, "id": case.id, "prompt_tokens": len(case.ids),
             "truncated": case.truncated, "preview": case.preview,
