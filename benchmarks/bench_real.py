@@ -101,7 +101,7 @@ LM_CORPORA = {
 }
 STRATEGY_KEYS = ("default", "vanilla", "vanilla-depth", "pbest0", "ngram", "pbest-ngram",
                  "rescored-tree", "neural", "iad", "vanilla-iad", "lookup", "vanilla-lookup",
-                 "default-hod2", "default-hod3", "default-hod4")
+                 "default-hod1", "default-hod2", "default-hod3", "default-hod4")
 """``default-hodN``: the default with heads on demand, the heads skipped on a step whose best
 copy matched N tokens (``DraftSpec.heads_on_demand``)."""
 RUNTIME_TAGS = {"torch:float32": "pt32", "torch:bfloat16": "pt-bf16",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from blockdraft.core.tree import DraftTree
-from blockdraft.drafts import ChainCut, DraftError, DraftSpec, StepView
+from blockdraft.drafts import ChainCut, DraftError, DraftSpec, StepView, default_spec
 from blockdraft.lattice.conditional import TreeLattice
 from blockdraft.lattice.sausage import SausageLattice, log_softmax
 from blockdraft.models.capabilities import Capabilities
@@ -272,3 +272,22 @@ def test_heads_on_demand_belongs_to_the_cost_aware_tree_with_copies() -> None:
         DraftSpec("cost-aware", lookup=True, heads_on_demand=-1)
     with pytest.raises(DraftError, match="at most 4 tokens"):
         DraftSpec("cost-aware", k=4, lookup=True, heads_on_demand=5).build(cost=COST)
+
+
+def test_the_medusa_default_skips_the_heads_where_a_copy_matched_on_one_path_a_step() -> None:
+    """On int8/q4 (one path a step) the Medusa default turns heads on demand on at one matched
+    token; on a runtime of exact trees it keeps the recipe's setting (none here); a recipe that
+    names its own value keeps it on both."""
+    from blockdraft.drafts.spec import CHAIN_HEADS_ON_DEMAND
+    from blockdraft.models.hf.drafting import DraftingRecipe
+
+    exact = INT8.with_(precision="float32", exact_trees=True)
+    assert default_spec(INT8).heads_on_demand == CHAIN_HEADS_ON_DEMAND == 1
+    assert default_spec(exact).heads_on_demand == 0
+    assert default_spec(INT8).build(caps=INT8, cost=COST).needs.on_demand
+    for caps in (INT8, exact):
+        own = caps.with_(drafting=DraftingRecipe(k=4, p=0, heads_on_demand=3))
+        assert default_spec(own).heads_on_demand == 3
+        chained = caps.with_(drafting=DraftingRecipe(k=4, p=0))
+        assert default_spec(chained).heads_on_demand == (1 if caps is INT8 else 0)
+    assert default_spec(INT8_PREFIX).heads_on_demand == 0  # the tree lattice's default: none

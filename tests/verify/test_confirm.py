@@ -110,9 +110,16 @@ def test_a_wrong_tree_verdict_is_cut_by_the_chain_and_the_output_is_greedy(
     wants = [greedy_generate(model, p, 30) for p in prompts]  # before the noise: chains anyway
     calls = lying_trees(model, monkeypatch)
     cuts = recorded_cuts(monkeypatch)
+    confirmations = 0
     for prompt, want in zip(prompts, wants, strict=True):
-        assert decode(model, prompt, drafter=drafter, max_new_tokens=30).tokens == want
-    assert calls[1] > 0 and cuts  # trees were verified and their paths confirmed
+        before = len(cuts)
+        res = decode(model, prompt, drafter=drafter, max_new_tokens=30)
+        assert res.tokens == want
+        # a confirmed step is two serial calls: B counts both
+        assert res.calls == 1 + len(res.steps) + len(cuts) - before
+        assert [s.calls for s in res.steps].count(2) == len(cuts) - before
+        confirmations += len(cuts) - before
+    assert calls[1] > 0 and confirmations  # trees were verified and their paths confirmed
     assert any(confirmed < proposed for proposed, confirmed in cuts)  # the noise mattered
     assert all(1 <= confirmed <= proposed for proposed, confirmed in cuts)
 

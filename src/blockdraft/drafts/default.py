@@ -16,8 +16,10 @@
 - a model without extra heads: prompt lookup.
 
 Built on the model's cost curve (declared, or measured once per model object:
-:func:`~blockdraft.models.cost.cost_curve_of`); on a runtime that verifies chains losslessly but
-not trees (ONNX Runtime int8) the factory cuts the tree to one path a step.
+:func:`~blockdraft.models.cost.cost_curve_of`); on a runtime whose trees take a confirming
+forward (ONNX Runtime int8 and q4) the factory cuts the tree to one path a step, and the Medusa
+default skips the heads on a step whose best lookup copy matched a token or more (heads on
+demand: :data:`~blockdraft.drafts.spec.CHAIN_HEADS_ON_DEMAND`).
 
 Public surface:
     default_spec(caps) -> DraftSpec           (in blockdraft.drafts.spec, the factory's module)

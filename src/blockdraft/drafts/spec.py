@@ -375,12 +375,24 @@ class DraftSpec:
                         cut=CostCut(None, self.budget), name=self.label, source="rated")
 
 
+CHAIN_HEADS_ON_DEMAND = 1
+"""The Medusa default's ``heads_on_demand`` on a runtime that drafts one path a step (int8, q4):
+a step whose best lookup copy matched a token or more drafts the copies alone. Measured on q4
+(24 prompts of seven tasks, two prompt sets: ``benchmarks/results/q4/on-demand-seed0``,
+``on-demand-seed1``): +3.6% and +5.2% tokens/s over the heads every step, level with or above
+prompt lookup alone, at 1-3% less B; on float32's trees the gain was +1.4% at 6% less B, so
+float32 keeps its recipe's setting."""
+
+
 def default_spec(caps: Capabilities) -> DraftSpec:
     """The strategy a model with ``caps`` drafts with by default (:mod:`blockdraft.drafts
     .default` says why): prompt lookup without extra heads; the tree lattice's cost-aware tree
     with lookup copies for prefix heads (or a draft layer); the cost-aware tree of the chain,
     rescored p-best paths and lookup copies for Medusa heads; each with the packaged recipe's
-    settings and files when the heads folder has one."""
+    settings and files when the heads folder has one. On a runtime that drafts one path a step
+    (``exact_trees`` False: ONNX Runtime int8 and q4) the Medusa default skips the heads on a
+    step whose best copy matched a token or more (:data:`CHAIN_HEADS_ON_DEMAND`), unless the
+    recipe names its own ``heads_on_demand``."""
     recipe = caps.drafting
     tables = "" if recipe is None or recipe.acceptance is None else str(recipe.acceptance)
     if caps.heads == "none":
@@ -390,14 +402,16 @@ def default_spec(caps: Capabilities) -> DraftSpec:
             return DraftSpec("tree-lattice", k=4, p=0, budget=32, lookup=True, copy_length=16)
         return DraftSpec("tree-lattice", k=recipe.k, p=0, budget=recipe.max_nodes, lookup=True,
                          tables=tables, copy_length=recipe.copy_length)
+    chains = 0 if caps.exact_trees else CHAIN_HEADS_ON_DEMAND
     if recipe is None:
-        return DraftSpec("cost-aware", k=4, p=0, budget=32, lookup=True, copy_length=16)
+        return DraftSpec("cost-aware", k=4, p=0, budget=32, lookup=True, copy_length=16,
+                         heads_on_demand=chains)
     ngram = {} if recipe.ngram is None else {
         "rescorer": "ngram", "lm": str(recipe.ngram), "alpha": recipe.alpha,
         "context_order": recipe.context_order, "context_weight": recipe.context_weight}
     return DraftSpec("cost-aware", k=recipe.k, p=recipe.p, budget=recipe.max_nodes,
                      lookup=True, tables=tables, copy_length=recipe.copy_length,
-                     heads_on_demand=recipe.heads_on_demand, **ngram)
+                     heads_on_demand=recipe.heads_on_demand or chains, **ngram)
 
 
 def _stem(path: str) -> str:

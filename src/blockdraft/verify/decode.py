@@ -205,7 +205,8 @@ def _decode_prompt(verifier: Verifier, drafter: Drafter, prompt: list[int],
 
     out = run(drafter, ModelSteps(verifier, drafter.needs), prompt, max_new_tokens, eos_id,
               verifier.vocab_size)
-    return DecodeResult(tokens=out.tokens, calls=1 + len(out.steps), steps=out.steps,
+    return DecodeResult(tokens=out.tokens, calls=1 + sum(s.calls for s in out.steps),
+                        steps=out.steps,
                         prompt_length=len(prompt), stopped=out.stopped, criterion=criterion,
                         drafter=name, prefill_s=out.prefill_s,
                         wall_s=time.perf_counter() - wall_start)

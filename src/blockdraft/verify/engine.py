@@ -59,6 +59,8 @@ class Verdict:
         accept_lengths: ``n`` of every root-to-leaf path (leaves in node order).
         forward_s: seconds in the model's forward (0 offline).
         heads_s: seconds in the model for the next step's heads (0 offline).
+        calls: serial model calls it took (2 when a runtime confirmed a tree's path with a
+            chain forward; 1 offline).
     """
 
     n: int
@@ -68,6 +70,7 @@ class Verdict:
     accept_lengths: tuple[int, ...]
     forward_s: float = 0.0
     heads_s: float = 0.0
+    calls: int = 1
 
 
 class Steps(Protocol):
@@ -205,7 +208,7 @@ def run(drafter: Drafter, steps: Steps, prompt: list[int], max_new_tokens: int,
             position=len(tokens) - len(new) - 1, tree=tree, winner=verdict.node, n=verdict.n,
             source=tree.label(verdict.node), accept_lengths=verdict.accept_lengths, tokens=new,
             forward_s=verdict.forward_s, draft_s=done.draft_s, lattice_s=done.lattice_s,
-            heads_s=verdict.heads_s + done.heads_s,
+            heads_s=verdict.heads_s + done.heads_s, calls=verdict.calls,
             other_s=max(0.0, time.perf_counter() - step_start - done.lattice_s - done.draft_s
                         - verdict.forward_s - verdict.heads_s - done.heads_s)))
     stopped = "eos" if eos_id is not None and tokens[-1] == eos_id else "max_new_tokens"

@@ -95,4 +95,4 @@ class ModelSteps:
         self._expand, self._state = out.next_expand, out.next_state
         return Verdict(n=out.n, node=out.winner, path=out.path, next_token=out.next_token,
                        accept_lengths=out.accept_lengths, forward_s=out.forward_s,
-                       heads_s=out.heads_s)
+                       heads_s=out.heads_s, calls=out.calls)

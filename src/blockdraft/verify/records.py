@@ -37,6 +37,8 @@ class DecodeStep:
             top-k at the accepted node; 0 when the drafter reads head 1 only): the next step's,
             computed by this step's call, or, heads on demand, this step's, computed when its
             drafter wanted them.
+        calls: serial model calls the step took: 1, or 2 when the runtime confirmed a tree's
+            path with a chain forward (ONNX Runtime int8 and q4).
     """
 
     position: int
@@ -51,6 +53,7 @@ class DecodeStep:
     other_s: float = 0.0
     lattice_s: float = 0.0
     heads_s: float = 0.0
+    calls: int = 1
 
     @property
     def drafts(self) -> DraftBatch:

@@ -109,6 +109,8 @@ class VerifyOutcome:
         next_expand: with prefix-conditioned heads, the next step's tree lattice
             (``expand(prefix) -> (ids, log-probs)``, :mod:`blockdraft.lattice.conditional`);
             None otherwise.
+        calls: serial forwards of the model this verification took: 1, or 2 when a tree's
+            path was confirmed by a chain forward (:meth:`Verifier._confirm`).
         next_state: the factored state ``[d]`` at the accepted node when the call deferred
             the next step's heads (``run(..., defer_heads=True)``: ``next_logits`` is the base
             head's row alone, :meth:`Verifier.next_heads` computes the rest on demand); None
@@ -129,6 +131,7 @@ class VerifyOutcome:
     heads_s: float = 0.0
     next_expand: Any = None
     next_state: torch.Tensor | None = None
+    calls: int = 1
 
     @property
     def next_token(self) -> int:
@@ -417,6 +420,7 @@ class Verifier:
             heads_s=heads_s,
             next_expand=self._expander(state, k, next_logits[0], next_topk),
             next_state=state if deferred else None,
+            calls=2 if confirm else 1,
         )
 
     def _confirm(self, tree: DraftTree, path: np.ndarray, accepted: np.ndarray, cache: Any,
