@@ -1,4 +1,6 @@
-"""Shared fixtures: a small corpus that ships with Python, and n-gram LMs trained on it.
+"""Shared fixtures: a small corpus that ships with Python, and n-gram LMs trained on it; and two
+a module opts into (``pytestmark = pytest.mark.usefixtures("no_grad", "private_cache")``): no
+autograd in its tests, and blockdraft's cache in the run's own temporary folder.
 
 The corpus is CPython's own documentation text (``pydoc_data.topics``), split on whitespace
 and mapped to word ids by first occurrence, so tests need nothing outside the repository.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -72,3 +75,19 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def no_grad() -> Iterator[None]:
+    """The test runs without autograd (opt in: ``pytest.mark.usefixtures("no_grad")``)."""
+    import torch
+
+    with torch.no_grad():
+        yield
+
+
+@pytest.fixture
+def private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
+    """``BLOCKDRAFT_CACHE`` in the run's temporary folder, shared by the run's tests (exports
+    made once per run, never in the user's cache; opt in as ``no_grad``)."""
+    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path_factory.getbasetemp() / "bd-cache"))

@@ -27,10 +27,7 @@ from blockdraft.verify import decode  # noqa: E402
 from blockdraft.verify.verifier import Verifier  # noqa: E402
 from hf_testlib import tiny_hf_base  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
-    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path_factory.getbasetemp() / "bd-cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def int8_model(seed: int = 1) -> Any:

@@ -38,18 +38,9 @@ from blockdraft.models.runtimes.onnx_model import OrtBlockwiseModel  # noqa: E40
 from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
 from blockdraft.models.runtimes.wrapped import RuntimeModel, Shared  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("no_grad", "private_cache")
+
 TOL = {"atol": 1e-4, "rtol": 1e-4}
-
-
-@pytest.fixture(autouse=True)
-def _no_grad() -> Any:
-    with torch.no_grad():
-        yield
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
-    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path_factory.getbasetemp() / "bd-cache"))
 
 
 def tiny(heads: str, family: str = "llama", seed: int = 0) -> HFBlockwiseModel:

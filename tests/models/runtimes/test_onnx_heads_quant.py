@@ -39,23 +39,14 @@ from blockdraft.models.runtimes import on_runtime  # noqa: E402
 from blockdraft.models.runtimes.onnx_quantize import BITS  # noqa: E402
 from blockdraft.verify.decode import decode  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("no_grad", "private_cache")
+
 PROMPTS = [[5, 9, 14, 3, 5, 9, 14, 3, 5], [2, 2, 7], [60, 1, 33, 33, 8, 4, 12]]
 BASE_GRAPHS = ("body", "projection")
 CLOSE = {"int8": (0.9, 0.02), "q4": (0.6, 0.15)}
 """Per precision: the smallest share of rows x heads whose top-1 is float32's, and the largest
 median gap of the top-1 probability, on these random heads (measured: 0.98-0.99 and 0.005-0.006
 in int8; 0.71-0.79 and 0.046-0.073 in q4)."""
-
-
-@pytest.fixture(autouse=True)
-def _no_grad() -> Any:
-    with torch.no_grad():
-        yield
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
-    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path_factory.getbasetemp() / "bd-cache"))
 
 
 def _heads(kind: str, draft_precision: str, seed: int = 1) -> MedusaHeads:

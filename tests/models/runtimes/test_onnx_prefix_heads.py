@@ -27,16 +27,7 @@ from blockdraft.models.hf.prefix_heads import PrefixHeads  # noqa: E402
 from blockdraft.models.runtimes import on_runtime  # noqa: E402
 from blockdraft.verify import decode  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _no_grad() -> Any:
-    with torch.no_grad():
-        yield
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
-    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path_factory.getbasetemp() / "bd-cache"))
+pytestmark = pytest.mark.usefixtures("no_grad", "private_cache")
 
 
 def tiny(kind: str = "llama", shortlist: int | None = 40, seed: int = 0) -> HFBlockwiseModel:

@@ -24,6 +24,8 @@ from blockdraft.models.runtimes import on_runtime  # noqa: E402
 from blockdraft.models.runtimes.kv_buffer import BufferCache  # noqa: E402
 from blockdraft.verify import decode  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
 
 def _heads(d: int, n: int = 3, seed: int = 1, own: int | None = None) -> MedusaHeads:
     heads = MedusaHeads(d, own, n, 1, own_projection=own is not None)
@@ -38,11 +40,6 @@ def tiny(kind: str, seed: int = 0, own: bool = False, positions: int = 512) -> H
     """A tiny random model of each family the runtime builds (hf_testlib, head size 16)."""
     return HFBlockwiseModel(tiny_hf_base(kind, seed, positions),
                             _heads(64, own=96 if own else None, seed=seed + 1))
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
-    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path_factory.getbasetemp() / "bd-cache"))
 
 
 KINDS = ["llama", "mistral", "qwen2", "gpt2"]

@@ -28,12 +28,9 @@ from blockdraft.models.topk import topk_logprobs  # noqa: E402
 from blockdraft.verify import decode  # noqa: E402
 from blockdraft.verify.decode import head_lattice, step_lattice  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
 V = 96
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
-    monkeypatch.setenv("BLOCKDRAFT_CACHE", str(tmp_path_factory.getbasetemp() / "bd-cache"))
 
 
 def tiny(kind: str = "llama", seed: int = 0, shortlist: int | None = 40) -> HFBlockwiseModel:

@@ -40,6 +40,8 @@ from blockdraft.models.runtimes.cuda_graphs import BUCKETS  # noqa: E402
 from blockdraft.models.runtimes.static import StaticKVModel  # noqa: E402
 from blockdraft.verify.decode import decode  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("no_grad")
+
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 PROMPTS = [[5, 9, 14, 3, 5, 9, 14, 3, 5], [2, 2, 7], [60, 1, 33, 33, 8, 4, 12]]
 LOOKUP = ConditionalTreeDrafter(k=3, budget=24, lookup=True, copy_length=6)
@@ -47,12 +49,6 @@ LOOKUP = ConditionalTreeDrafter(k=3, budget=24, lookup=True, copy_length=6)
 CASES = [("top", "answer"), ("layers", "prompt")]
 """(fusion, context): the final hidden state read from the prompt's last position, and the
 decoder layers 1 and 2 fused, read from the prompt's first."""
-
-
-@pytest.fixture(autouse=True)
-def _no_grad() -> Any:
-    with torch.no_grad():
-        yield
 
 
 _PAIRS: dict[tuple[str, str, torch.dtype], tuple[HFBlockwiseModel, StaticKVModel]] = {}
