@@ -53,7 +53,7 @@ demo: setup
 
 lint: setup
 	$(PY) -m ruff check src tests benchmarks
-	$(PY) -m mypy src
+	$(PY) -m mypy src benchmarks
 
 bench: setup
 	$(PY) -m benchmarks.bench_eval

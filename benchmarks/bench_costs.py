@@ -99,7 +99,7 @@ def _calls(verifier: Verifier, past: Any, trees: dict[int, DraftTree],
         heads.project(heads.head_states(x[0], heads=1))
 
     def one_row() -> None:  # ONNX Runtime's greedy step through the single-token kernel
-        model = verifier.model
+        model: Any = verifier.model  # an ONNX Runtime model (checked below: pad_single)
         model.pad_single = False
         try:
             forward(chains[1][:, :1])

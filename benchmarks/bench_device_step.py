@@ -58,7 +58,8 @@ def rows_of(heads: int, folder: Path | None = None,
         out[name] = (spec, False)
         out[f"{name} {DEVICE}"] = (spec, True)
     tables = folder / "acceptance.json" if folder is not None else None
-    rated = {"tables": str(tables)} if tables is not None and tables.is_file() else {}
+    rated: dict[str, Any] = ({"tables": str(tables)} if tables is not None and tables.is_file()
+                             else {})
     for n in (16, 32):
         out[f"rated tree N={n} {DEVICE}"] = (DraftSpec("tree", tree="rated", budget=n, **rated),
                                              True)

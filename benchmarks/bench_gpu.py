@@ -177,8 +177,8 @@ def cost_curve(args: argparse.Namespace, precision: str) -> dict[str, Any]:
                     graph = runner._graphs[t].graph
                     timed(name, f"replay{t}", graph.replay)
         if rnd == 0:
-            for t in times.values():
-                t.clear()
+            for timings in times.values():
+                timings.clear()
     med = {name: {k: float(np.median(v)) for k, v in t.items()} for name, t in times.items()}
     for name, m in live.items():  # the greedy loop, after the timed rounds (its own prefill)
         greedy_step_ms(m, prefix, 2)  # warm-up
@@ -318,7 +318,7 @@ def peers(args: argparse.Namespace, setup: dict[str, Any], out: dict[str, Any],
     base = setup["model"].base
     prompts, eos, max_new = setup["prompts"], setup["eos"], setup["max_new"]
     out.update(rows={}, skipped={})
-    specs = [("HF generate greedy, dynamic cache", {}),
+    specs: list[tuple[str, dict[str, Any]]] = [("HF generate greedy, dynamic cache", {}),
              ("HF generate greedy, static cache", {"cache": "static", "compile": False}),
              ("HF generate prompt lookup (n=10)", {"lookup": 10})]
     if base.device.type == "cuda":

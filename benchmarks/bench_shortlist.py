@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     vocab = 49152
     counts = token_counts(dset.answers("train"), vocab)
     held = token_counts(dset.answers("heldout"), vocab)
-    eos = [int(tok.eos_id)] if getattr(tok, "eos_id", None) is not None else []
+    eos_id = getattr(tok, "eos_id", None)
+    eos = [] if eos_id is None else [int(eos_id)]
     shortlists = {n: frequency_shortlist(counts, n, always=eos) for n in sizes}
     traces = {}
     for spec in args.trace:

@@ -98,7 +98,11 @@ def tiny_ngram(folder: Path, vocab: int = 96) -> Path:
 
     rng = np.random.default_rng(0)
     seqs = [rng.integers(2, vocab, 64) for _ in range(200)]
-    return Path(train_ngram(seqs, folder / "tiny4", order=4).binary)
+    binary = train_ngram(seqs, folder / "tiny4", order=4).binary
+    if binary is None:
+        raise RuntimeError("train_ngram made no KenLM binary (is KenLM's build_binary built? "
+                           "run `make setup`)")
+    return Path(binary)
 
 
 def step_split_ms(results: list[Any]) -> dict[str, float]:

@@ -107,10 +107,11 @@ def run_engine(kind: str, trace: Path, settings: Any, args: argparse.Namespace) 
     engine = Engine(kind, workers=1 if kind == "serial" else args.workers)
     examples = None if args.max_examples is None else range(args.max_examples)
     start_s = 0.0
-    ray = None
+    ray: Any = None
     if kind == "ray":
-        import ray
+        import ray as ray_lib
 
+        ray = ray_lib
         t0 = time.perf_counter()
         ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
         start_s = time.perf_counter() - t0
@@ -300,8 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     if busy_before is not None and busy_before > BUSY:
         log(f"the machine was busy ({100 * busy_before:.0f}% of its CPU in use before the "
             "sweep): the timings are not the machine's")
-    paths = write_report(report, args.out, "sweep", markdown,
-                         plot=lambda _, p: plot_sweep(base["result"], p))
+    def plot(_: dict[str, Any], path: Path) -> None:
+        plot_sweep(base["result"], path)
+
+    paths = write_report(report, args.out, "sweep", markdown, plot=plot)
     for path in paths:
         print(path)
     return 0

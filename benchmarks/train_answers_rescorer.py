@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     dset = open_distill_set(args.distill)
     train = [a.tolist() for a in dset.answers("train")]
     held = [a.tolist() for a in dset.answers("heldout")]
+    if tok.eos_id is None:
+        raise SystemExit("smollm2's tokenizer names no EOS token: the training stream needs one")
     train_ids = eos_stream(train, tok.eos_id)
     eval_ids = eos_stream(held, tok.eos_id)
     print(f"{train_ids.size} training tokens, {eval_ids.size} held-out", file=sys.stderr)

@@ -117,16 +117,19 @@ def main(argv: list[str] | None = None) -> int:
                      "B": res.block_efficiency, "speedup": res.simulated_speedup(cost)})
         log(f"1-best alpha={alpha} lam={lam}: B {res.block_efficiency:.3f}")
     for p, lam in itertools.product(ps, weights):
-        for alpha in (alphas if p else [None]):
+        tree_alphas: list[float | None] = list(alphas) if p else [None]
+        for tree_alpha in tree_alphas:
             # the heads' chain, p rescored paths and lookup copies, on the pinned cost curve
             spec = DraftSpec("cost-aware", k=args.k, p=p, budget=args.max_nodes, lookup=True,
                              copy_length=16, tables=tables[lam],
-                             **({} if p == 0 and lam == 0 else ngram(alpha or 1.0, lam)))
+                             **({} if p == 0 and lam == 0 else ngram(tree_alpha or 1.0, lam)))
             res = simulate(trace, spec.build(cost=cost), examples=tune_half)
-            rows.append({"strategy": "cost-aware tree", "alpha": alpha, "lam": lam, "p": p,
+            nodes = res.steps.nodes
+            assert nodes is not None  # a rated drafter records its trees' sizes
+            rows.append({"strategy": "cost-aware tree", "alpha": tree_alpha, "lam": lam, "p": p,
                          "B": res.block_efficiency, "speedup": res.simulated_speedup(cost),
-                         "nodes": float(res.steps.nodes.mean())})
-            log(f"tree p={p} alpha={alpha} lam={lam}: B {res.block_efficiency:.3f}, simulated "
+                         "nodes": float(nodes.mean())})
+            log(f"tree p={p} alpha={tree_alpha} lam={lam}: B {res.block_efficiency:.3f}, simulated "
                 f"speedup {rows[-1]['speedup']:.3f}, {rows[-1]['nodes']:.1f} nodes")
     scratch.cleanup()
     best = max((r for r in rows if r["strategy"] == "cost-aware tree"),

@@ -61,9 +61,10 @@ def random_model(shape: dict[str, Any], heads: int = 5, seed: int = 0) -> Any:
 
     torch.manual_seed(seed)
     rope = {"rope_theta": shape["rope_theta"]} if "rope_theta" in shape else {}
-    config = LlamaConfig(**{k: v for k, v in shape.items() if k != "rope_theta"},
-                         **({"rope_parameters": {"rope_type": "default", **rope}} if rope
-                            else {}))
+    settings: dict[str, Any] = {k: v for k, v in shape.items() if k != "rope_theta"}
+    if rope:
+        settings["rope_parameters"] = {"rope_type": "default", **rope}
+    config = LlamaConfig(**settings)
     base = LlamaForCausalLM(config).eval()
     return HFBlockwiseModel(base, MedusaHeads(shape["hidden_size"], None, heads, 1))
 

@@ -68,7 +68,7 @@ def _online_summary(online: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def make_report(*, rows: list[dict[str, Any]], costs: dict[str, Any],
                 online: list[dict[str, Any]], fields: dict[str, Any], tasks: Sequence[str],
-                command: str, accuracies: np.ndarray, alpha_b: dict[str, float],
+                command: str, accuracies: np.ndarray, alpha_b: dict[str, dict[str, float]],
                 lm: dict[str, Any], wall_s: float) -> dict[str, Any]:
     """The report: signature, rows with estimated speedups, costs, online runs, targets."""
     from blockdraft.core.signature import format_signature

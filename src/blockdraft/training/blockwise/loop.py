@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from blockdraft.models.blockwise import BlockwiseLM
-from blockdraft.models.tokenizer import Tokenizer
+from blockdraft.models.tokenizer import BaseTokenizer
 from blockdraft.training.blockwise.config import (
     MODES,
     EvalResult,
@@ -50,7 +50,7 @@ def train(
     seed: int = 0,
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
-    tokenizer: Tokenizer | None = None,
+    tokenizer: BaseTokenizer | None = None,
 ) -> TrainResult:
     """Train ``model`` in place on a token stream.
 

@@ -28,7 +28,7 @@ import torch
 
 from blockdraft.models import BlockwiseConfig, BlockwiseLM, RescorerLM, Tokenizer, save_model
 from blockdraft.models.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-from blockdraft.models.tokenizer import TOKENIZER_FILE
+from blockdraft.models.tokenizer import TOKENIZER_FILE, BaseTokenizer
 from blockdraft.training.blockwise.config import TrainConfig, TrainMode, TrainResult
 from blockdraft.training.blockwise.loop import train
 from blockdraft.training.blockwise.state import OPTIMIZER_FILE, TRAIN_STATE_FILE
@@ -91,7 +91,7 @@ def train_and_save(
     train_ids: np.ndarray,
     out: str | Path,
     *,
-    tokenizer: Tokenizer,
+    tokenizer: BaseTokenizer,
     cfg: TrainConfig,
     mode: TrainMode = "base-then-heads",
     seed: int = 0,

@@ -21,7 +21,7 @@ from blockdraft.core.digest import check_file, seal, sha256_file, unseal
 from blockdraft.core.files import atomic_path, write_text_atomic
 from blockdraft.models.blockwise import BlockwiseLM
 from blockdraft.models.checkpoint import load_model, read_model_config, save_model
-from blockdraft.models.tokenizer import Tokenizer
+from blockdraft.models.tokenizer import BaseTokenizer
 from blockdraft.training.blockwise.config import EvalResult, TrainConfig
 from blockdraft.training.errors import TrainingError
 from blockdraft.training.resume import changed_settings
@@ -49,7 +49,7 @@ def save_checkpoint(
     mode: str,
     seed: int,
     cfg: TrainConfig,
-    tokenizer: Tokenizer | None,
+    tokenizer: BaseTokenizer | None,
     last_eval: EvalResult | None,
 ) -> None:
     """Model directory + optimizer + RNG states; ``train_state.json`` is written last."""
