@@ -69,7 +69,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     prompt = encode_prompt(tok, args.prompt, args.chat)
     vocab = vocab_size_of(model)
     criterion = Criterion.parse(args.criterion)
-    spec = _drafting_spec(model, criterion, vocab, tok, args)
+    spec = _drafting_spec(vocab, tok, args)
     res = decode(model, prompt, drafter=spec, criterion=criterion,
                  max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, device=args.device)
     assert not isinstance(res, list)
@@ -122,8 +122,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return 0
 
 
-def _drafting_spec(model: Any, criterion: Any, vocab: int, tok: Any,
-                   args: argparse.Namespace) -> DraftSpec:
+def _drafting_spec(vocab: int, tok: Any, args: argparse.Namespace) -> DraftSpec:
     """The :class:`~blockdraft.drafts.DraftSpec` the drafting options name (the factory builds
     it on the model): none of them is the model's default drafter, as ``decode(model, ids)``
     told nothing; ``--k``/``--p`` the heads' p best (``--k`` 16 unless given); ``--lm`` or

@@ -64,11 +64,11 @@ def real_strategies(ngram: str, order: int, runtime: str, trees: bool = True) ->
     """Greedy on the runtime (the reference), the PyTorch greedy loop (when the runtime is
     another), blockdraft's default (what ``decode(model, ids)`` does with no settings: the
     cost-aware tree of the heads' chain, rescored p-best paths and prompt lookup; one path a
-    step where trees are not lossless), vanilla heads, n-gram rescoring (p = 1), p-best
+    step where trees take a confirming forward), vanilla heads, n-gram rescoring (p = 1), p-best
     n-gram (their trie), prompt lookup, and n-gram rescored heads with the lookup draft
     beside them, each named by its :class:`~blockdraft.drafts.DraftSpec` (``ngram``: the
-    n-gram LM's file); without ``trees`` (a runtime that verifies one draft a step losslessly
-    but not a token tree: ONNX Runtime int8) only the strategies of one draft a step."""
+    n-gram LM's file); without ``trees`` (a runtime whose token trees take a confirming second
+    forward: ONNX Runtime int8 and q4) only the strategies of one draft a step."""
     from blockdraft.drafts import DraftSpec
 
     lm = f"{order}-gram"
@@ -96,7 +96,7 @@ def real_strategies(ngram: str, order: int, runtime: str, trees: bool = True) ->
 def beside_strategies(precision: str) -> list[Strategy]:
     """The rows run beside in another ``precision`` of ONNX Runtime (the GGUF file's own
     blocks for ``q4``): its greedy loop (their reference), blockdraft's default and prompt
-    lookup, all of one draft a step (lossless there; token trees are not)."""
+    lookup, all of one draft a step (token trees there take a confirming second forward)."""
     from blockdraft.drafts import DraftSpec
 
     tag = f"runtime:onnxruntime|precision:{precision}"

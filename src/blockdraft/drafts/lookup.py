@@ -23,7 +23,8 @@ Public surface:
     lookup(text, min_match, max_match) -> (start, n) | None     the match, pure
     lookups(text, min_match, max_match, count) -> [(start, n), ...]   ranked matches, pure
     LookupIndex(max_match)         mutable: .sync(context), .lookups(certain, min, max, count)
-    Copies(copies=1, lengths=(2, 6, 10), min_match=1, max_match=4)   a source
+    Copies(copies=1, lengths=(2, 6, 10), min_match=1, max_match=4)   a source; .found(context,
+                                   certain, count): its ranked copy starts
     HeadsOnDemand(copies, match)   the gate: heads only when no copy matched ``match`` tokens
     LookupDrafter(min_match=1, max_match=4, lengths=(2, 6, 10), name="") -> Pipeline
 """
@@ -197,10 +198,14 @@ class Copies:
         self.needs = Needs(k=1, heads=1, sausage=False)
         self.index = LookupIndex(self.max_match)
 
+    def found(self, context: np.ndarray, certain: int, count: int) -> list[tuple[int, int]]:
+        """Up to ``count`` ranked copy starts ``(start, n)`` after ``context + [certain]``
+        (:func:`lookups`, answered by the index, which ``context`` brings up to date)."""
+        self.index.sync(context)
+        return self.index.lookups(certain, self.min_match, self.max_match, count)
+
     def add(self, view: StepView, trie: Trie) -> None:
-        index = self.index
-        index.sync(view.context)
-        found = index.lookups(view.certain, self.min_match, self.max_match, self.copies)
+        found = self.found(view.context, view.certain, self.copies)
         if not found:
             return
         text = np.append(view.context, view.certain)
@@ -248,9 +253,7 @@ class HeadsOnDemand:
     def __call__(self, context: np.ndarray, certain: int) -> bool:
         """True (the step wants the heads) unless the best copy after ``context + [certain]``
         matched ``match`` tokens or more."""
-        c = self.copies
-        c.index.sync(context)
-        found = c.index.lookups(certain, c.min_match, c.max_match, 1)
+        found = self.copies.found(context, certain, 1)
         return not found or found[0][1] < self.match
 
 

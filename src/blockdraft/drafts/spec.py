@@ -7,8 +7,9 @@ not change a strategy's drafts are folded to one canonical value when a spec is 
 never runs the same strategy twice. :meth:`DraftSpec.build` is the one factory: the decode loop,
 the offline simulator, sweeps, the CLI, the demo and the benchmarks build drafters through it,
 with the model's limits (:class:`~blockdraft.models.capabilities.Capabilities`) applied once:
-on a runtime whose token trees are not lossless (ONNX Runtime int8) a lossless decode drafts
-one path a step, and a strategy that cannot be one path is refused by name.
+on a runtime whose token trees take a confirming forward (ONNX Runtime int8 and q4) a
+lossless decode's cost-sized strategies draft one path a step (the fixed ones draft their
+trees, whose paths the verifier confirms).
 
 Strategies (:data:`STRATEGIES`):
 
@@ -285,16 +286,15 @@ class DraftSpec:
 
         Args:
             resources: where LMs and tables are loaded (default: the process's own).
-            caps: the model's declared capabilities: its limits are applied here (a runtime
-                whose trees are not lossless drafts one path a step under a lossless
-                criterion), and ``default`` reads its recipe and head kind. None: no model
-                (the offline simulator).
+            caps: the model's declared capabilities: its limits are applied here (on a runtime
+                whose trees take a confirming forward the cost-sized strategies draft one
+                path a step under a lossless criterion), and ``default`` reads its recipe and
+                head kind. None: no model (the offline simulator).
             cost: the runtime's cost curve, for a strategy that needs one (:attr:`needs_cost`).
             lossless: the criterion is lossless (``exact``).
 
         Raises:
-            DraftError: a strategy that needs a cost curve or a model it was not given, or
-                one the runtime cannot verify losslessly (named, with what to use instead).
+            DraftError: a strategy that needs a cost curve or a model it was not given.
         """
         res = resources if resources is not None else SHARED
         if self.strategy == "default":

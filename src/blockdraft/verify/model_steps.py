@@ -50,8 +50,8 @@ class ModelSteps:
             # (prefix heads keep theirs: one run of their graph that seeds their tree)
             self.heads = 1
         # heads on demand: the verification leaves the Medusa heads to the view that wants them
-        self.defer = (needs.on_demand and self.heads != 1 and not verifier.caps.tree_lattice
-                      and not verifier.caps.stateful_heads)
+        # (the verifier decides which heads can wait: Verifier.run's defer_heads)
+        self.defer = needs.on_demand
         self._past: Any = None
         self._logits: torch.Tensor | None = None
         self._topk: tuple[np.ndarray, np.ndarray] | None = None

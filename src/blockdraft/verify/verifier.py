@@ -372,9 +372,10 @@ class Verifier:
             accepted = np.ones(1, dtype=bool)  # a lone root: nothing to check
         node = tree_winner(tree, accepted)
         path = tree.path(node)
+        in_order = np.array_equal(path, np.arange(path.size))  # on the tree's first slots
         # a tree's path off its first slots, on a runtime whose tree rows are not chain rows
         # bit for bit: a chain forward of it decides (_confirm)
-        confirm = (not self._trees_ok and not np.array_equal(path, np.arange(path.size)))
+        confirm = not self._trees_ok and not in_order
         confirm_s = 0.0
         rows = path  # the path's rows in the last forward
         if confirm:
@@ -386,7 +387,7 @@ class Verifier:
             forward_s += confirm_s  # a forward: the model's time, not the verdict's
         else:
             state, base_row = states[node], base[node]
-            if np.array_equal(path, np.arange(path.size)):  # already in order: a view
+            if in_order:  # already in order: a view
                 new_past = cache.crop(past.length + path.size)
             else:
                 keep = np.concatenate([np.arange(past.length), past.length + path])
@@ -471,7 +472,7 @@ class Verifier:
                     cut.add(u)
             accepted[sorted(cut)] = False
         return (path[:keep], accepted, x[0, confirmed - 1], base[confirmed - 1],
-                tail.crop(length + keep), np.arange(first, keep) - first)
+                tail.crop(length + keep), np.arange(keep - first))
 
     @torch.no_grad()
     def next_heads(self, state: torch.Tensor, base: torch.Tensor | None, heads: int | None,
