@@ -186,3 +186,32 @@ def test_the_medusa_recipe_rescores_with_the_native_library_alone(
         result = decode(model, prompt, max_new_tokens=N)
     assert "NgramRescorer" in result.drafter
     check_lossless_or_near_tie(model, prompt, result.tokens, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_heads_on_demand_runs_on_the_static_runtime(dtype: torch.dtype, device: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Medusa recipe with heads on demand: the verification leaves the heads (their state on
+    the model's device) to the steps that want them, in float32 and bfloat16, under the device
+    guard; some steps skip them; the output is greedy's (bfloat16: or a flipped near tie)."""
+    from blockdraft.verify.verifier import Verifier
+
+    model = static_model("medusa", dtype, device=device,
+                         recipe=DraftingRecipe(k=4, p=0, heads_on_demand=1))
+    next_heads, computed = Verifier.next_heads, [0]
+
+    def counted(self: Any, *args: Any, **kw: Any) -> Any:
+        computed[0] += 1
+        return next_heads(self, *args, **kw)
+
+    monkeypatch.setattr(Verifier, "next_heads", counted)
+    steps = 0
+    for seed in range(3):
+        prompt = prompt_of(seed)
+        with host_elsewhere(device):
+            result = decode(model, prompt, max_new_tokens=N)
+        assert len(result.tokens) == N
+        steps += len(result.steps)
+        check_lossless_or_near_tie(model, prompt, result.tokens, dtype)
+    assert 0 < computed[0] - 3 < steps  # beyond the prefills: some steps, not every one
